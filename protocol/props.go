@@ -1,0 +1,223 @@
+package protocol
+
+import (
+	"bytes"
+	"net/url"
+	"strings"
+)
+
+// Properties are a URL query string (`tag=a&keys=o-1%20o-2&delay=3`). The
+// broker stores them in the record verbatim; these helpers read them without
+// allocating on the hot path (tag hashing in the dispatcher and on get).
+
+// Well-known property keys.
+const (
+	PropTag        = "tag"
+	PropKeys       = "keys"
+	PropDelay      = "delay"
+	PropRetryTopic = "retryTopic"
+	PropBornTime   = "bornTime"
+)
+
+// PropertyRaw returns the raw (still URL-escaped) value of key in props.
+func PropertyRaw(props []byte, key string) ([]byte, bool) {
+	for len(props) > 0 {
+		var pair []byte
+		if i := bytes.IndexByte(props, '&'); i >= 0 {
+			pair, props = props[:i], props[i+1:]
+		} else {
+			pair, props = props, nil
+		}
+		k, v := pair, []byte(nil)
+		if i := bytes.IndexByte(pair, '='); i >= 0 {
+			k, v = pair[:i], pair[i+1:]
+		}
+		if string(k) == key {
+			return v, true
+		}
+	}
+	return nil, false
+}
+
+// Property returns the unescaped value of key in props ("" when absent or
+// badly escaped).
+func Property(props []byte, key string) string {
+	raw, ok := PropertyRaw(props, key)
+	if !ok {
+		return ""
+	}
+	if bytes.IndexByte(raw, '%') < 0 && bytes.IndexByte(raw, '+') < 0 {
+		return string(raw)
+	}
+	v, err := url.QueryUnescape(string(raw))
+	if err != nil {
+		return ""
+	}
+	return v
+}
+
+// Keys returns the message keys (the `keys` property split on spaces).
+func Keys(props []byte) []string {
+	v := Property(props, PropKeys)
+	if v == "" {
+		return nil
+	}
+	return strings.Fields(v)
+}
+
+// unhex returns the value of a hex digit or -1.
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c - 'a' + 10)
+	case 'A' <= c && c <= 'F':
+		return int(c - 'A' + 10)
+	}
+	return -1
+}
+
+const (
+	fnvOffset32 = 2166136261
+	fnvPrime32  = 16777619
+)
+
+// TagHash is the 32-bit tag code stored in index units: FNV-1a over the tag's
+// UTF-8 bytes, with 0 reserved for "no tag" (a hash of 0 becomes 1).
+func TagHash(tag []byte) uint32 {
+	if len(tag) == 0 {
+		return 0
+	}
+	h := uint32(fnvOffset32)
+	for _, c := range tag {
+		h ^= uint32(c)
+		h *= fnvPrime32
+	}
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+// TagHashString is TagHash for a string.
+func TagHashString(tag string) uint32 {
+	if tag == "" {
+		return 0
+	}
+	h := uint32(fnvOffset32)
+	for i := 0; i < len(tag); i++ {
+		h ^= uint32(tag[i])
+		h *= fnvPrime32
+	}
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+// PropsTagHash returns the TagHash of the unescaped `tag` property, or 0 when
+// props carry no tag. It does not allocate.
+func PropsTagHash(props []byte) uint32 {
+	raw, ok := PropertyRaw(props, PropTag)
+	if !ok || len(raw) == 0 {
+		return 0
+	}
+	h := uint32(fnvOffset32)
+	n := 0
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch c {
+		case '+':
+			c = ' '
+		case '%':
+			if i+2 < len(raw) {
+				hi, lo := unhex(raw[i+1]), unhex(raw[i+2])
+				if hi >= 0 && lo >= 0 {
+					c = byte(hi<<4 | lo)
+					i += 2
+				}
+			}
+		}
+		h ^= uint32(c)
+		h *= fnvPrime32
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+// TagFilter is a parsed subscription expression: `*` (everything) or
+// `a||b||c`. The zero value and nil match everything.
+type TagFilter struct {
+	all    bool
+	hashes []uint32
+	tags   []string
+}
+
+// ParseTagFilter parses `*`, "" (both: everything) or `a||b`.
+func ParseTagFilter(expr string) *TagFilter {
+	expr = strings.TrimSpace(expr)
+	if expr == "" || expr == "*" {
+		return &TagFilter{all: true}
+	}
+	f := &TagFilter{}
+	for _, t := range strings.Split(expr, "||") {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			continue
+		}
+		if t == "*" {
+			return &TagFilter{all: true}
+		}
+		f.tags = append(f.tags, t)
+		f.hashes = append(f.hashes, TagHashString(t))
+	}
+	if len(f.tags) == 0 {
+		f.all = true
+	}
+	return f
+}
+
+// All reports whether the filter matches every message.
+func (f *TagFilter) All() bool { return f == nil || f.all }
+
+// MatchHash reports whether a unit's tag hash may match (hash collisions are
+// possible; clients re-check the tag string).
+func (f *TagFilter) MatchHash(h uint32) bool {
+	if f.All() {
+		return true
+	}
+	for _, x := range f.hashes {
+		if x == h {
+			return true
+		}
+	}
+	return false
+}
+
+// MatchTag reports whether a tag string matches exactly.
+func (f *TagFilter) MatchTag(tag string) bool {
+	if f.All() {
+		return true
+	}
+	for _, t := range f.tags {
+		if t == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// String renders the filter back to its expression.
+func (f *TagFilter) String() string {
+	if f.All() {
+		return "*"
+	}
+	return strings.Join(f.tags, "||")
+}
