@@ -65,12 +65,12 @@ const (
 
 // System flags (Record.SysFlag).
 const (
-	SysFlagTxPrepared  uint16 = 1 << 0 // transactional half message, not yet visible
-	SysFlagTxCommit    uint16 = 1 << 1
-	SysFlagTxRollback  uint16 = 1 << 2
-	SysFlagDelayed     uint16 = 1 << 3
-	SysFlagRetry       uint16 = 1 << 4
-	SysFlagDeadLetter  uint16 = 1 << 5
+	SysFlagTxPrepared uint16 = 1 << 0 // transactional half message, not yet visible
+	SysFlagTxCommit   uint16 = 1 << 1
+	SysFlagTxRollback uint16 = 1 << 2
+	SysFlagDelayed    uint16 = 1 << 3
+	SysFlagRetry      uint16 = 1 << 4
+	SysFlagDeadLetter uint16 = 1 << 5
 )
 
 // Flag bits of the MetaQ put flag.

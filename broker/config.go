@@ -1,0 +1,77 @@
+package broker
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/conf"
+)
+
+// ConfPolicy accepts topics the way MetaQ does: a topic is accepted when a
+// `[topic=…]` section (exact or wildcard) matches it.
+type ConfPolicy struct{ C *conf.Config }
+
+// Lookup implements TopicPolicy.
+func (p ConfPolicy) Lookup(topic string) (TopicSettings, bool) {
+	t, ok := p.C.Topic(topic)
+	if !ok {
+		return TopicSettings{}, false
+	}
+	return TopicSettings{NumPartitions: t.NumPartitions, AcceptPublish: t.AcceptPublish, AcceptSubscribe: t.AcceptSubscribe}, true
+}
+
+// Explicit lists the topics named without wildcards (registered at start).
+func (p ConfPolicy) Explicit() []string { return p.C.ExplicitTopics() }
+
+// StoreConfig maps server.ini to the store's configuration.
+func StoreConfig(c *conf.Config, log *slog.Logger) store.Config {
+	sys := c.System
+	sc := store.Config{
+		Dir:              sys.DataPath,
+		BrokerID:         sys.BrokerID,
+		SegmentSize:      sys.MaxSegmentSize,
+		IndexFileSize:    sys.IndexFileSize,
+		UnflushThreshold: sys.UnflushThreshold,
+		UnflushInterval:  sys.UnflushInterval,
+		MaxMessageSize:   sys.MaxMessageSize,
+		Retention:        retention(sys.DeletePolicy, log),
+		DeleteWhen:       sys.DeleteWhen,
+		Logger:           log,
+	}
+	sc.TopicRetention = func(topic string) time.Duration {
+		if t, ok := c.Topic(topic); ok {
+			return retention(t.DeletePolicy, nil)
+		}
+		return 0
+	}
+	return sc
+}
+
+func retention(r conf.Retention, log *slog.Logger) time.Duration {
+	if !r.Delete {
+		if r.Archive && log != nil {
+			log.Warn("deletePolicy archive is not implemented: old segments are kept")
+		}
+		return 0
+	}
+	return r.Keep
+}
+
+// ServerOptions maps server.ini to the server's options (Store and Topics
+// are filled in by the caller).
+func ServerOptions(c *conf.Config, log *slog.Logger) Options {
+	sys := c.System
+	return Options{
+		Addr:            sys.ListenAddr(),
+		BrokerID:        sys.BrokerID,
+		HostName:        sys.HostName,
+		Topics:          ConfPolicy{C: c},
+		MaxMessageSize:  sys.MaxMessageSize,
+		MaxTransferSize: sys.MaxTransferSize,
+		IdleTimeout:     sys.IdleTimeout,
+		MaxConnections:  sys.MaxConnections,
+		Logger:          log,
+		ConfigPath:      c.Path,
+	}
+}

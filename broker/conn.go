@@ -1,0 +1,285 @@
+package broker
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// A conn is one client connection, served by exactly two goroutines: the
+// reader (readLoop: read → parse → handle → queue replies) and the writer
+// (writer.loop: take the queue → render → writev). Parked long-poll gets run
+// in their own short-lived goroutines and queue their reply like the reader.
+//
+// Lock rules (conn.mu):
+//   - mu guards out, outBytes, readerDone and closeErr. Functions ending in
+//     Locked need it held.
+//   - mu is never held across socket I/O, a store call that can block, or a
+//     channel send that can block.
+//   - drained (a sync.Cond on mu) is broadcast by the writer when outBytes
+//     falls below lowWater; the reader waits on it when outBytes exceeds
+//     highWater (backpressure instead of unbounded memory).
+
+const (
+	minReadBuf = 4 << 10
+	maxReadBuf = 256 << 10
+	highWater  = 16 << 20 // queued reply bytes before the reader stops reading
+	lowWater   = 4 << 20
+)
+
+var errConnClosed = errors.New("connection closed")
+
+type conn struct {
+	srv    *Server
+	nc     net.Conn
+	id     uint64
+	log    *slog.Logger
+	parser protocol.Parser
+
+	wake chan struct{} // cap 1: there is something for the writer
+	dead chan struct{} // closed once when the connection is torn down
+	stop chan struct{} // closed when the reader stops: parked gets answer at once
+
+	mu         sync.Mutex
+	drained    sync.Cond
+	out        outQueue // replies not yet taken by the writer
+	outBytes   int      // bytes queued but not yet written (backpressure)
+	readerDone bool     // the reader stopped; the writer closes once the queue is empty
+	closeErr   error
+
+	rq      outQueue // reader-local replies, published after each parsed buffer
+	parked  atomic.Int32
+	quit    bool
+	filters map[string]*protocol.TagFilter // tag expression cache (reader only)
+
+	closeOnce sync.Once
+	wg        sync.WaitGroup // writer + parked gets
+}
+
+func newConn(srv *Server, nc net.Conn, id uint64) *conn {
+	c := &conn{
+		srv:  srv,
+		nc:   nc,
+		id:   id,
+		log:  srv.log.With("conn", id, "remote", nc.RemoteAddr().String()),
+		wake: make(chan struct{}, 1),
+		dead: make(chan struct{}),
+		stop: make(chan struct{}),
+	}
+	c.parser.MaxMessageSize = srv.opts.MaxMessageSize
+	c.drained.L = &c.mu
+	return c
+}
+
+// serve runs the connection to its end; it returns when both goroutines are done.
+func (c *conn) serve() {
+	w := &writer{c: c}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		w.loop()
+	}()
+	c.readLoop()
+	c.wg.Wait()
+}
+
+func (c *conn) signalWriter() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// publish hands the reader's replies to the writer.
+func (c *conn) publish() {
+	if len(c.rq.replies) == 0 {
+		return
+	}
+	added := c.rq.bytes
+	c.mu.Lock()
+	if c.closeErr != nil {
+		c.mu.Unlock()
+		c.rq.releaseAll()
+		return
+	}
+	if len(c.out.replies) == 0 {
+		c.out, c.rq = c.rq, c.out
+	} else {
+		c.appendQueueLocked(&c.rq)
+	}
+	c.outBytes += added
+	c.mu.Unlock()
+	c.rq.reset()
+	c.signalWriter()
+}
+
+func (c *conn) appendQueueLocked(src *outQueue) {
+	base := len(c.out.arena)
+	c.out.arena = append(c.out.arena, src.arena...)
+	for _, r := range src.replies {
+		if r.kind == replyResult {
+			r.bodyStart += base
+			r.bodyEnd += base
+		}
+		c.out.replies = append(c.out.replies, r)
+	}
+	c.out.bytes += src.bytes
+}
+
+// enqueue adds a reply from a goroutine other than the reader (parked gets).
+func (c *conn) enqueue(add func(q *outQueue)) {
+	c.mu.Lock()
+	if c.closeErr != nil {
+		c.mu.Unlock()
+		var q outQueue
+		add(&q)
+		q.releaseAll()
+		return
+	}
+	before := c.out.bytes
+	add(&c.out)
+	c.outBytes += c.out.bytes - before
+	c.mu.Unlock()
+	c.signalWriter()
+}
+
+func (c *conn) readLoop() {
+	defer c.finishReading()
+	buf := make([]byte, minReadBuf)
+	idle := c.srv.opts.IdleTimeout
+	for {
+		if idle > 0 {
+			_ = c.nc.SetReadDeadline(time.Now().Add(idle))
+		}
+		n, err := c.nc.Read(buf)
+		if n > 0 {
+			perr := c.parser.Parse(buf[:n], c.handle)
+			c.publish()
+			if perr == protocol.ErrQuit || c.quit {
+				return
+			}
+			if perr != nil {
+				c.fatal(perr)
+				return
+			}
+			if !c.waitBackpressure() {
+				return
+			}
+			switch {
+			case n == len(buf) && len(buf) < maxReadBuf:
+				buf = make([]byte, 2*len(buf))
+			case n < len(buf)/8 && len(buf) > minReadBuf:
+				buf = make([]byte, len(buf)/2)
+			}
+		}
+		if err != nil {
+			if c.srv.shuttingDown.Load() {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				if c.parked.Load() > 0 || c.queued() {
+					continue // a long poll or a slow write is not idleness
+				}
+				c.log.Info("closing idle connection", "idleTimeout", idle)
+				return
+			}
+			if c.parser.Pending() {
+				c.log.Info("client went away in the middle of a request; the partial request was dropped")
+			}
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, os.ErrDeadlineExceeded) {
+				c.log.Debug("read error", "err", err)
+			}
+			return
+		}
+	}
+}
+
+func (c *conn) queued() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.outBytes > 0
+}
+
+// waitBackpressure blocks the reader while too many reply bytes are queued,
+// so a client that writes faster than it reads is slowed by TCP instead of
+// growing our memory. It returns false when the connection died meanwhile.
+func (c *conn) waitBackpressure() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.outBytes > highWater && c.closeErr == nil {
+		c.drained.Wait()
+	}
+	return c.closeErr == nil
+}
+
+// fatal answers a framing error and ends the connection.
+func (c *conn) fatal(err error) {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		c.log.Warn("protocol error, closing connection", "err", pe.Msg)
+		c.rq.addResultString(pe.Code, pe.Msg, pe.Opaque)
+		c.publish()
+		return
+	}
+	c.log.Warn("protocol error, closing connection", "err", err)
+}
+
+// finishReading runs when the reader stops for any reason: parked gets are
+// answered at once, the writer writes what is queued and then closes.
+func (c *conn) finishReading() {
+	c.mu.Lock()
+	c.readerDone = true
+	c.mu.Unlock()
+	close(c.stop)
+	c.signalWriter()
+	// Bound the time the writer may spend on a client that no longer reads.
+	t := time.AfterFunc(c.srv.closeGrace(), func() { c.closeWithError(errConnClosed) })
+	<-c.dead
+	t.Stop()
+}
+
+// closeWithError tears the connection down (idempotent).
+func (c *conn) closeWithError(err error) {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closeErr = err
+		c.drained.Broadcast()
+		c.mu.Unlock()
+		close(c.dead)
+		_ = c.nc.Close()
+		if err != nil && err != errConnClosed {
+			c.log.Info("connection closed", "err", err)
+		}
+	})
+}
+
+// drainQueue releases everything still queued after the connection died.
+func (c *conn) drainQueue(q *outQueue) {
+	q.releaseAll()
+	c.mu.Lock()
+	c.out.releaseAll()
+	c.outBytes = 0
+	c.mu.Unlock()
+}
+
+// idleAfterReader reports whether nothing more can be queued: the reader is
+// done, no parked get is outstanding and the queue is empty. Parked gets
+// queue their reply before they decrement parked, so checking parked first
+// and the queue second cannot miss a reply.
+func (c *conn) idleAfterReader() bool {
+	if c.parked.Load() != 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.out.replies) == 0
+}

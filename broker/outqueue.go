@@ -1,0 +1,86 @@
+package broker
+
+import (
+	"github.com/metaqgo/metaq/broker/store"
+)
+
+// replyKind says how the writer renders a queued reply.
+type replyKind uint8
+
+const (
+	replyResult replyKind = iota // result <code> <len> <opaque>\r\n<body>
+	replyValue                   // value <len> <opaque>\r\n<records from res>
+	replyPut                     // result 200 (or 500 when the flush failed) with "<msgId> <partition> <offset>"
+)
+
+// reply is one queued reply. Replies are plain values in a reused slice, so
+// queueing one does not allocate. A result body is copied into the queue's
+// arena (bodyStart:bodyEnd); a value body stays in the mapped commit log (res)
+// until the writer has written it.
+type reply struct {
+	kind      replyKind
+	code      int
+	opaque    int32
+	bodyStart int
+	bodyEnd   int
+	res       *store.ReadResult
+	flush     *store.Flush // replyPut: the group commit that must succeed first (nil: async flush)
+	msgID     int64
+	offset    int64
+	partition int32
+}
+
+// outQueue is the list of replies a connection's writer has not taken yet.
+// It is owned by conn.mu (see conn.go for the lock rules); the writer swaps
+// the whole queue out under the lock and renders it without the lock.
+type outQueue struct {
+	replies []reply
+	arena   []byte // result bodies
+	bytes   int    // bytes these replies will put on the wire (estimate for backpressure)
+}
+
+func (q *outQueue) reset() {
+	for i := range q.replies {
+		q.replies[i] = reply{}
+	}
+	q.replies = q.replies[:0]
+	q.arena = q.arena[:0]
+	q.bytes = 0
+}
+
+// releaseAll drops the read results of replies that will never be written.
+func (q *outQueue) releaseAll() {
+	for i := range q.replies {
+		if r := q.replies[i].res; r != nil {
+			r.Release()
+			q.replies[i].res = nil
+		}
+	}
+	q.reset()
+}
+
+const replyHeaderEstimate = 40
+
+func (q *outQueue) addResult(code int, body []byte, opaque int32) {
+	start := len(q.arena)
+	q.arena = append(q.arena, body...)
+	q.replies = append(q.replies, reply{kind: replyResult, code: code, opaque: opaque, bodyStart: start, bodyEnd: len(q.arena)})
+	q.bytes += replyHeaderEstimate + len(body)
+}
+
+func (q *outQueue) addResultString(code int, body string, opaque int32) {
+	start := len(q.arena)
+	q.arena = append(q.arena, body...)
+	q.replies = append(q.replies, reply{kind: replyResult, code: code, opaque: opaque, bodyStart: start, bodyEnd: len(q.arena)})
+	q.bytes += replyHeaderEstimate + len(body)
+}
+
+func (q *outQueue) addValue(res *store.ReadResult, opaque int32) {
+	q.replies = append(q.replies, reply{kind: replyValue, opaque: opaque, res: res})
+	q.bytes += replyHeaderEstimate + res.Bytes
+}
+
+func (q *outQueue) addPut(f *store.Flush, msgID int64, partition int32, offset int64, opaque int32) {
+	q.replies = append(q.replies, reply{kind: replyPut, opaque: opaque, flush: f, msgID: msgID, partition: partition, offset: offset})
+	q.bytes += 2 * replyHeaderEstimate
+}

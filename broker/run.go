@@ -1,0 +1,115 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/conf"
+)
+
+// Broker is a whole broker process: store, server and (when enabled)
+// ZooKeeper registration, started and stopped in the right order.
+type Broker struct {
+	Config *conf.Config
+	Store  *store.Store
+	Server *Server
+	zk     *zkRegistration
+	log    *slog.Logger
+}
+
+// StartOptions adjust a broker started by StartWith (tests, embedding).
+type StartOptions struct {
+	Logger *slog.Logger
+	Server func(*Options)      // changes to the server options derived from the config
+	Store  func(*store.Config) // changes to the store configuration
+}
+
+// Start opens the store, starts the listener and registers in ZooKeeper.
+// ZooKeeper being down does not stop the broker from serving: registration
+// keeps retrying in the background.
+func Start(c *conf.Config, log *slog.Logger) (*Broker, error) {
+	return StartWith(c, StartOptions{Logger: log})
+}
+
+// StartWith is Start with adjustments.
+func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
+	log := so.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	for _, w := range c.Warnings {
+		log.Warn("config: " + w)
+	}
+	sc := StoreConfig(c, log)
+	if so.Store != nil {
+		so.Store(&sc)
+	}
+	st, err := store.Open(sc)
+	if err != nil {
+		return nil, fmt.Errorf("opening store at %s: %w", c.System.DataPath, err)
+	}
+	opts := ServerOptions(c, log)
+	opts.Store = st
+	b := &Broker{Config: c, Store: st, log: log}
+	if c.ZK.Enable {
+		b.zk = newZKRegistration(c, log)
+		opts.OnTopic = b.zk.topicWritten
+	}
+	if so.Server != nil {
+		so.Server(&opts)
+	}
+	srv, err := New(opts)
+	if err == nil {
+		err = srv.Start()
+	}
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	b.Server = srv
+	if b.zk != nil {
+		b.zk.start(srv, st)
+	}
+	log.Info("broker started", "brokerId", c.System.BrokerID, "addr", srv.Addr().String(),
+		"dataPath", c.System.DataPath, "flush", flushMode(c), "zookeeper", c.ZK.Enable)
+	return b, nil
+}
+
+func flushMode(c *conf.Config) string {
+	if c.System.SyncFlush() {
+		return "sync (group commit)"
+	}
+	return fmt.Sprintf("async (every %d messages or %v)", c.System.UnflushThreshold, c.System.UnflushInterval)
+}
+
+// Stop shuts down in MetaQ's order: unregister from ZooKeeper first (so
+// clients move away), wait zk.zkSyncTimeMs, stop serving (in-flight requests
+// are answered), then flush and close the store (checkpoint, abort marker
+// removed). ctx bounds the whole stop; when it ends, connections are cut.
+func (b *Broker) Stop(ctx context.Context) error {
+	var errs []error
+	if b.zk != nil {
+		b.zk.unregister()
+		wait := b.Config.ZK.SyncTime
+		b.log.Info("unregistered from ZooKeeper; waiting before closing", "zkSyncTime", wait)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+	}
+	if err := b.Server.Shutdown(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if b.zk != nil {
+		b.zk.close()
+	}
+	if err := b.Store.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	b.log.Info("broker stopped")
+	return errors.Join(errs...)
+}

@@ -1,0 +1,216 @@
+// Package broker is the metaq broker: a TCP server speaking MetaQ's text
+// protocol on top of broker/store.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/store"
+)
+
+// Version is the string `version` answers with (MetaQ clients use the
+// command as a heartbeat and do not parse it).
+var Version = "metaq-0.1.0"
+
+// Options configure a Server. Zero values take MetaQ's defaults.
+type Options struct {
+	Addr            string // listen address, e.g. ":8123" or "127.0.0.1:0"
+	BrokerID        int
+	HostName        string // advertised host (ZooKeeper); defaults to the listener's host
+	Store           *store.Store
+	Topics          TopicPolicy // which topics are accepted, with how many partitions
+	MaxMessageSize  int         // default 4 MiB
+	MaxTransferSize int         // default 1 MiB: cap of a get's value block
+	IdleTimeout     time.Duration
+	WriteTimeout    time.Duration // a client that does not read for this long is cut off (default 30s)
+	MaxConnections  int           // 0 = unlimited
+	Logger          *slog.Logger
+	// OnTopic is called (from its own goroutine) the first time a topic is
+	// written since start, so the ZooKeeper registration can pick up topics
+	// accepted through a wildcard section.
+	OnTopic func(topic string, numPartitions int)
+	// ConfigPath is reported by `stats config` when set.
+	ConfigPath string
+}
+
+// Server is a running broker listener.
+type Server struct {
+	opts  Options
+	log   *slog.Logger
+	store *store.Store
+	ln    net.Listener
+	start time.Time
+
+	topics topicTable
+	stats  counters
+
+	rtMu   sync.Mutex
+	rtPrev realtimeSnap
+
+	shuttingDown atomic.Bool
+	connID       atomic.Uint64
+
+	mu    sync.Mutex // guards conns
+	conns map[*conn]struct{}
+
+	wg        sync.WaitGroup // accept loop + connections
+	closeOnce sync.Once
+}
+
+// New validates opts; Start begins serving.
+func New(opts Options) (*Server, error) {
+	if opts.Store == nil {
+		return nil, errors.New("broker: Options.Store is required")
+	}
+	if opts.Topics == nil {
+		return nil, errors.New("broker: Options.Topics is required")
+	}
+	if opts.BrokerID < 0 || opts.BrokerID > 32767 {
+		return nil, fmt.Errorf("broker: brokerId %d out of range 0..32767", opts.BrokerID)
+	}
+	if opts.MaxMessageSize <= 0 {
+		opts.MaxMessageSize = 4 << 20
+	}
+	if opts.MaxTransferSize <= 0 {
+		opts.MaxTransferSize = 1 << 20
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{
+		opts:  opts,
+		log:   opts.Logger,
+		store: opts.Store,
+		conns: make(map[*conn]struct{}),
+	}
+	s.topics.init(opts.Topics)
+	return s, nil
+}
+
+// Start listens on opts.Addr and serves in the background.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("broker: listen %s: %w", s.opts.Addr, err)
+	}
+	return s.Serve(ln)
+}
+
+// Serve serves connections accepted on ln in the background.
+func (s *Server) Serve(ln net.Listener) error {
+	s.ln = ln
+	s.start = time.Now()
+	s.wg.Add(1)
+	go s.acceptLoop()
+	s.log.Info("broker listening", "addr", ln.Addr().String(), "brokerId", s.opts.BrokerID)
+	return nil
+}
+
+// Addr is the listener's address.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Port is the listener's TCP port.
+func (s *Server) Port() int {
+	if a, ok := s.ln.Addr().(*net.TCPAddr); ok {
+		return a.Port
+	}
+	return 0
+}
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	var backoff time.Duration
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			if s.shuttingDown.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// EMFILE and friends: back off instead of spinning.
+			if backoff == 0 {
+				backoff = 5 * time.Millisecond
+			} else if backoff < time.Second {
+				backoff *= 2
+			}
+			s.log.Error("accept failed", "err", err, "retryIn", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		if tc, ok := nc.(*net.TCPConn); ok {
+			_ = tc.SetNoDelay(true)
+		}
+		c := newConn(s, nc, s.connID.Add(1))
+		s.mu.Lock()
+		if s.shuttingDown.Load() || (s.opts.MaxConnections > 0 && len(s.conns) >= s.opts.MaxConnections) {
+			n := len(s.conns)
+			s.mu.Unlock()
+			s.log.Warn("refusing connection", "remote", nc.RemoteAddr().String(), "connections", n, "max", s.opts.MaxConnections)
+			_ = nc.Close()
+			continue
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			c.serve()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// NumConnections is the number of open client connections.
+func (s *Server) NumConnections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+func (s *Server) closeGrace() time.Duration { return s.opts.WriteTimeout }
+
+// Shutdown stops accepting, lets every connection answer what it has read
+// (in-flight puts are answered once durable, parked gets get 404), closes
+// them, and returns when all connection goroutines are gone or ctx ends
+// (then connections are cut). It does not close the store.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.shuttingDown.Store(true)
+		if s.ln != nil {
+			_ = s.ln.Close()
+		}
+		s.mu.Lock()
+		for c := range s.conns {
+			// Wake the reader: it sees shuttingDown and finishes gracefully.
+			_ = c.nc.SetReadDeadline(time.Now())
+		}
+		s.mu.Unlock()
+		done := make(chan struct{})
+		go func() { s.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.mu.Lock()
+			for c := range s.conns {
+				c.closeWithError(errors.New("broker shutting down"))
+			}
+			s.mu.Unlock()
+			<-done
+			err = ctx.Err()
+		}
+	})
+	return err
+}

@@ -1,0 +1,89 @@
+package broker
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// TopicSettings are what the broker needs to know about an accepted topic.
+type TopicSettings struct {
+	NumPartitions   int
+	AcceptPublish   bool
+	AcceptSubscribe bool
+}
+
+// TopicPolicy decides which topics this broker accepts (MetaQ's
+// `[topic=…]` sections, wildcards included).
+type TopicPolicy interface {
+	Lookup(topic string) (TopicSettings, bool)
+}
+
+// topicState is the broker's per-topic state: the interned name (so the hot
+// path never allocates a string per request), settings and counters.
+type topicState struct {
+	name     string
+	settings TopicSettings
+	rr       atomic.Uint32 // partition -1: round-robin choice
+	notified atomic.Bool   // OnTopic fired
+
+	puts      atomic.Int64
+	putBytes  atomic.Int64
+	putFailed atomic.Int64
+	gets      atomic.Int64
+	getMiss   atomic.Int64
+	offsets   atomic.Int64
+}
+
+// topicTable interns accepted topics. Reads are lock-free (an immutable map
+// behind an atomic pointer); adding a topic copies the map under mu, which
+// happens once per topic.
+type topicTable struct {
+	policy TopicPolicy
+	m      atomic.Pointer[map[string]*topicState]
+	mu     sync.Mutex // serializes writers of m
+}
+
+func (t *topicTable) init(p TopicPolicy) {
+	t.policy = p
+	m := map[string]*topicState{}
+	t.m.Store(&m)
+}
+
+// get returns the interned state of an accepted topic, adding it on first
+// use. It returns nil when no section accepts the topic. Known topics cost a
+// map lookup and no allocation.
+func (t *topicTable) get(name []byte) *topicState {
+	if ts := (*t.m.Load())[string(name)]; ts != nil {
+		return ts
+	}
+	settings, ok := t.policy.Lookup(string(name))
+	if !ok {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.m.Load()
+	if ts := old[string(name)]; ts != nil {
+		return ts
+	}
+	ts := &topicState{name: string(name), settings: settings}
+	m := make(map[string]*topicState, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[ts.name] = ts
+	t.m.Store(&m)
+	return ts
+}
+
+// all returns every topic seen since start.
+func (t *topicTable) all() map[string]*topicState { return *t.m.Load() }
+
+// choosePartition picks a partition for `put … -1`.
+func (ts *topicState) choosePartition() int32 {
+	n := ts.settings.NumPartitions
+	if n <= 1 {
+		return 0
+	}
+	return int32(ts.rr.Add(1) % uint32(n))
+}

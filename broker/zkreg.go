@@ -1,0 +1,149 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/zkmeta"
+)
+
+// zkRegistration publishes the broker and its topics in ZooKeeper (DESIGN
+// §5) through zkmeta, which keeps the ephemeral nodes alive across session
+// expiries and ZooKeeper restarts. Nothing here blocks the broker: when
+// ZooKeeper is down the broker serves connected clients and registers once
+// it is back.
+type zkRegistration struct {
+	cfg *conf.Config
+	log *slog.Logger
+
+	mu      sync.Mutex // guards client, reg and pending
+	client  *zkmeta.Client
+	reg     *zkmeta.BrokerRegistry
+	pending map[string]int // topics written before the registry existed
+}
+
+func newZKRegistration(c *conf.Config, log *slog.Logger) *zkRegistration {
+	return &zkRegistration{cfg: c, log: log.With("component", "zookeeper"), pending: map[string]int{}}
+}
+
+// slogPrintf adapts slog to zkmeta's Printf logger.
+type slogPrintf struct{ l *slog.Logger }
+
+func (p slogPrintf) Printf(format string, args ...any) { p.l.Info(fmt.Sprintf(format, args...)) }
+
+// start connects in the background and registers the broker, every topic
+// named in server.ini, and every accepted topic that already has data.
+func (z *zkRegistration) start(srv *Server, st *store.Store) {
+	c := z.cfg
+	client, err := zkmeta.New(zkmeta.Config{
+		ConnectString:     c.ZK.Connect,
+		Root:              c.ZK.Root,
+		SessionTimeout:    c.ZK.SessionTimeout,
+		ConnectionTimeout: c.ZK.ConnectionTimeout,
+		Logger:            slogPrintf{z.log},
+	})
+	if err != nil {
+		z.log.Error("ZooKeeper client", "err", err)
+		return
+	}
+	host := c.System.HostName
+	reg, err := zkmeta.NewBrokerRegistry(client, zkmeta.MasterBroker(c.System.BrokerID, host, srv.Port()))
+	if err != nil {
+		z.log.Error("ZooKeeper registration", "err", err)
+		client.Close()
+		return
+	}
+	topics := map[string]int{}
+	for _, name := range c.ExplicitTopics() {
+		if t, ok := c.Topic(name); ok {
+			topics[name] = t.NumPartitions
+		}
+	}
+	for _, ti := range st.Topics() {
+		if t, ok := c.Topic(ti.Topic); ok {
+			topics[ti.Topic] = t.NumPartitions
+		}
+	}
+	z.mu.Lock()
+	z.client, z.reg = client, reg
+	for name, n := range z.pending {
+		topics[name] = n
+	}
+	z.pending = nil
+	z.mu.Unlock()
+	for name := range topics {
+		z.registerTopic(reg, name)
+	}
+	if err := reg.Start(); err != nil {
+		z.log.Error("ZooKeeper registration", "err", err)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), c.ZK.ConnectionTimeout+c.ZK.SessionTimeout*2)
+		defer cancel()
+		if err := reg.Wait(ctx); err != nil {
+			z.log.Warn("broker not registered in ZooKeeper yet; still trying", "err", err)
+			return
+		}
+		z.log.Info("registered in ZooKeeper", "broker", reg.Broker().String(), "topics", len(reg.Topics()))
+	}()
+}
+
+func (z *zkRegistration) registerTopic(reg *zkmeta.BrokerRegistry, name string) {
+	t, ok := z.cfg.Topic(name)
+	if !ok {
+		return
+	}
+	err := reg.RegisterTopic(name, zkmeta.TopicConfig{
+		NumPartitions: t.NumPartitions, AcceptPublish: t.AcceptPublish, AcceptSubscribe: t.AcceptSubscribe,
+	})
+	if err != nil {
+		z.log.Error("registering topic", "topic", name, "err", err)
+	}
+}
+
+// topicWritten is Options.OnTopic: a topic accepted through a wildcard is
+// registered on its first put (MetaQ's registerTopicInZk).
+func (z *zkRegistration) topicWritten(topic string, numPartitions int) {
+	z.mu.Lock()
+	reg := z.reg
+	if reg == nil {
+		if z.pending != nil {
+			z.pending[topic] = numPartitions
+		}
+		z.mu.Unlock()
+		return
+	}
+	z.mu.Unlock()
+	z.registerTopic(reg, topic)
+}
+
+// unregister removes the broker's nodes (topics first), bounded in time.
+func (z *zkRegistration) unregister() {
+	z.mu.Lock()
+	reg := z.reg
+	z.mu.Unlock()
+	if reg == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := reg.Unregister(ctx); err != nil {
+		z.log.Warn("unregistering from ZooKeeper", "err", err)
+	}
+}
+
+func (z *zkRegistration) close() {
+	z.mu.Lock()
+	client := z.client
+	z.client, z.reg = nil, nil
+	z.mu.Unlock()
+	if client != nil {
+		client.Close()
+	}
+}

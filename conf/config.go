@@ -1,0 +1,622 @@
+// Package conf loads and validates a metaq broker's server.ini, in
+// Metamorphosis (MetaQ) 1.4's format and key names: a [system] section, a
+// [zookeeper] section, an optional [slave] section and one
+// [topic=<name>] section per accepted topic, where <name> may contain '*'
+// wildcards.
+//
+// Only [system] brokerId is required; every other key has MetaQ's default
+// (see Default and docs/configuration.md). An empty value (hostName=) means
+// "use the default", as in MetaQ's sample files. An unknown section or key
+// is an error that names the closest known one. MetaQ keys metaq does not
+// implement yet are accepted and documented as such, so real MetaQ
+// server.ini files load; keys metaq will never use (thread-pool sizes, Java
+// filter classes, ...) are accepted and reported in Config.Warnings.
+//
+// Relative paths (dataPath, dataLogPath, a topic's dataPath) are resolved
+// against the directory of the configuration file, not the working
+// directory; "~" and MetaQ's "${user.home}" expand to the home directory.
+package conf
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// Config is a loaded server.ini.
+type Config struct {
+	System System
+	ZK     ZK
+	Slave  Slave
+	// Topics are the [topic=…] sections in file order, each fully resolved
+	// (unset keys inherit [system]); Name and Pattern are the section's
+	// topic name or wildcard pattern.
+	Topics []Topic
+	// Path is the absolute path of the loaded file (Load), the name given
+	// to Parse, or "" (Default).
+	Path string
+	// Warnings are notes for the broker's log: keys that are accepted but
+	// ignored, a configuration that accepts no topic, ... Each is prefixed
+	// with file:line when known.
+	Warnings []string
+}
+
+// System is the [system] section.
+type System struct {
+	BrokerID          int    // brokerId, required, 0..32767 (msgId = brokerId<<48 | physical offset)
+	HostName          string // hostName: address advertised in ZooKeeper; default DefaultHostName()
+	BindHost          string // bindHost (metaq): listener address; "" = all interfaces
+	ServerPort        int    // serverPort, default 8123; 0 = any free port (tests)
+	DashboardHTTPPort int    // dashboardHttpPort, default 8120; 0 = disabled (accepted, not yet used)
+	NumPartitions     int    // numPartitions: default partitions per topic, default 1
+	DataPath          string // dataPath, absolute; default ~/meta
+	DataLogPath       string // dataLogPath (transaction log), absolute; default dataPath (accepted, not yet used)
+
+	UnflushThreshold int           // unflushThreshold, default 1000; <= 0: sync flush with group commit
+	UnflushInterval  time.Duration // unflushInterval (ms), default 10s
+	MaxSegmentSize   int64         // maxSegmentSize, default 1 GiB
+	MaxTransferSize  int           // maxTransferSize, default 1 MiB
+	MaxMessageSize   int           // maxMessageSize (metaq), default 4 MiB
+	IndexFileSize    int64         // indexFileSize (metaq), default 20 MiB, multiple of 16
+	DeletePolicy     Retention     // deletePolicy, default delete,168
+	DeleteWhen       Schedule      // deleteWhen, default "0 0 6,18 * * ?"
+
+	AcceptPublish         bool // acceptPublish, default true (topics inherit)
+	AcceptSubscribe       bool // acceptSubscribe, default true (topics inherit)
+	Stat                  bool // stat, default true (topics inherit; accepted, not yet used)
+	UpdateConsumerOffsets bool // updateConsumerOffsets, default false (accepted, not yet used)
+
+	IdleTimeout    time.Duration // idleTimeout (metaq, seconds), default 600s; 0 = never
+	MaxConnections int           // maxConnections (metaq), default 0 = unlimited
+
+	// Accepted for MetaQ compatibility; ignored (see Warnings).
+	GetProcessThreadCount       int    // getProcessThreadCount, default 10×CPUs
+	PutProcessThreadCount       int    // putProcessThreadCount, default 10×CPUs
+	LoadMessageStoresInParallel bool   // loadMessageStoresInParallel, default false
+	QuartzThreadCount           int    // quartzThreadCount, default 5
+	AppClassPath                string // appClassPath, default ""
+
+	// Transactions (accepted, not yet used).
+	MaxCheckpoints            int           // maxCheckpoints, default 3
+	CheckpointInterval        time.Duration // checkpointInterval (ms), default 1h
+	MaxTxTimeoutTimerCapacity int           // maxTxTimeoutTimerCapacity, default 30000
+	MaxTxTimeout              time.Duration // maxTxTimeoutInSeconds, default 60s
+	FlushTxLogAtCommit        int           // flushTxLogAtCommit 0|1|2, default 1
+}
+
+// ZK is the [zookeeper] section.
+type ZK struct {
+	Enable            bool          // zk.zkEnable, default true; false = standalone broker
+	Connect           string        // zk.zkConnect, default "localhost:2181" (host:port[,host:port...][/chroot])
+	Root              string        // zk.zkRoot, default "/meta"
+	SessionTimeout    time.Duration // zk.zkSessionTimeoutMs, default 30s
+	ConnectionTimeout time.Duration // zk.zkConnectionTimeoutMs, default 30s
+	SyncTime          time.Duration // zk.zkSyncTimeMs, default 5s
+}
+
+// Slave is MetaQ's [slave] section (asynchronous replication; accepted, not
+// yet used).
+type Slave struct {
+	ID                   int           // slaveId, default -1 (a master); >= 0 starts a slave
+	Group                string        // slaveGroup, default "meta-slave-group"
+	MaxDelay             time.Duration // slaveMaxDelayInMills, default 500ms
+	AutoSyncMasterConfig bool          // autoSyncMasterConfig, default false
+}
+
+// Topic is the configuration of one topic, or of one [topic=…] section.
+type Topic struct {
+	// Name is the topic name (for a section: its name or pattern).
+	Name string
+	// Pattern is the [topic=…] section that accepts the topic: Name itself,
+	// or a wildcard such as "log-*" or "*".
+	Pattern string
+
+	NumPartitions    int           // numPartitions
+	UnflushThreshold int           // unflushThreshold (accepted, not yet used per topic)
+	UnflushInterval  time.Duration // unflushInterval (accepted, not yet used per topic)
+	DeletePolicy     Retention     // deletePolicy
+	DeleteWhen       Schedule      // deleteWhen (accepted, not yet used per topic)
+	AcceptPublish    bool          // acceptPublish
+	AcceptSubscribe  bool          // acceptSubscribe
+	Stat             bool          // stat (accepted, not yet used)
+	DataPath         string        // dataPath (ignored: every topic shares the commit log)
+	// Filters maps consumer group to the Java filter class of a
+	// group.<name>=<class> key (accepted, ignored).
+	Filters map[string]string
+	// Line is the line of the section header (0 when not from a file).
+	Line int
+}
+
+// Wildcard reports whether t.Pattern contains '*'.
+func (t Topic) Wildcard() bool { return strings.Contains(t.Pattern, "*") }
+
+// Defaults (MetaQ's, plus metaq's own keys).
+const (
+	DefaultServerPort        = 8123
+	DefaultDashboardHTTPPort = 8120
+	DefaultUnflushThreshold  = 1000
+	DefaultUnflushInterval   = 10 * time.Second
+	DefaultMaxSegmentSize    = 1 << 30
+	DefaultMaxTransferSize   = 1 << 20
+	DefaultMaxMessageSize    = 4 << 20
+	DefaultIndexFileSize     = 20 << 20
+	DefaultDeletePolicy      = "delete,168"
+	DefaultDeleteWhen        = "0 0 6,18 * * ?"
+	DefaultIdleTimeout       = 600 * time.Second
+	DefaultZKConnect         = "localhost:2181"
+	DefaultZKRoot            = "/meta"
+	DefaultSlaveGroup        = "meta-slave-group"
+
+	MaxBrokerID      = 1<<15 - 1 // msgId = brokerId<<48 | physical offset, positive
+	MaxNumPartitions = 65535
+	maxSegmentSize   = 64 << 30
+	maxMessageSize   = 1 << 30
+	maxIndexFileSize = 1 << 30
+	// RecordLimitOverhead is added to maxMessageSize to get the largest
+	// record the store can be asked to append (record header, a 255-byte
+	// topic and the length fields); maxSegmentSize must hold one.
+	RecordLimitOverhead = protocol.RecordOverhead + protocol.MaxTopicLen
+)
+
+// Default returns the configuration of a server.ini that sets only brokerId:
+// MetaQ's defaults, ZooKeeper enabled on localhost:2181, no topic accepted.
+// HostName is DefaultHostName() and DataPath is ~/meta.
+func Default(brokerID int) *Config {
+	c := defaults(brokerID)
+	c.System.HostName = DefaultHostName()
+	dataPath, err := resolvePath("~/meta", "")
+	if err != nil {
+		dataPath, _ = filepath.Abs("meta")
+	}
+	c.System.DataPath = dataPath
+	c.System.DataLogPath = dataPath
+	return c
+}
+
+// defaults is Default without the host name and data paths.
+func defaults(brokerID int) *Config {
+	policy, _ := ParseDeletePolicy(DefaultDeletePolicy)
+	when, _ := ParseSchedule(DefaultDeleteWhen)
+	threads := 10 * runtime.NumCPU()
+	return &Config{
+		System: System{
+			BrokerID:          brokerID,
+			ServerPort:        DefaultServerPort,
+			DashboardHTTPPort: DefaultDashboardHTTPPort,
+			NumPartitions:     1,
+			UnflushThreshold:  DefaultUnflushThreshold,
+			UnflushInterval:   DefaultUnflushInterval,
+			MaxSegmentSize:    DefaultMaxSegmentSize,
+			MaxTransferSize:   DefaultMaxTransferSize,
+			MaxMessageSize:    DefaultMaxMessageSize,
+			IndexFileSize:     DefaultIndexFileSize,
+			DeletePolicy:      policy,
+			DeleteWhen:        when,
+			AcceptPublish:     true,
+			AcceptSubscribe:   true,
+			Stat:              true,
+			IdleTimeout:       DefaultIdleTimeout,
+
+			GetProcessThreadCount: threads,
+			PutProcessThreadCount: threads,
+			QuartzThreadCount:     5,
+
+			MaxCheckpoints:            3,
+			CheckpointInterval:        time.Hour,
+			MaxTxTimeoutTimerCapacity: 30000,
+			MaxTxTimeout:              60 * time.Second,
+			FlushTxLogAtCommit:        1,
+		},
+		ZK: ZK{
+			Enable:            true,
+			Connect:           DefaultZKConnect,
+			Root:              DefaultZKRoot,
+			SessionTimeout:    30 * time.Second,
+			ConnectionTimeout: 30 * time.Second,
+			SyncTime:          5 * time.Second,
+		},
+		Slave: Slave{
+			ID:       -1,
+			Group:    DefaultSlaveGroup,
+			MaxDelay: 500 * time.Millisecond,
+		},
+	}
+}
+
+// NewTopic returns a topic section for pattern with every value inherited
+// from c.System (what an empty [topic=pattern] section gives). Append it to
+// c.Topics to accept the topic; it is not added by NewTopic.
+func (c *Config) NewTopic(pattern string) Topic {
+	s := &c.System
+	return Topic{
+		Name:             pattern,
+		Pattern:          pattern,
+		NumPartitions:    s.NumPartitions,
+		UnflushThreshold: s.UnflushThreshold,
+		UnflushInterval:  s.UnflushInterval,
+		DeletePolicy:     s.DeletePolicy,
+		DeleteWhen:       s.DeleteWhen,
+		AcceptPublish:    s.AcceptPublish,
+		AcceptSubscribe:  s.AcceptSubscribe,
+		Stat:             s.Stat,
+		DataPath:         s.DataPath,
+	}
+}
+
+// Topic returns the configuration of topic name: the [topic=name] section if
+// there is one, else the most specific wildcard section that matches name
+// (longest literal prefix before the first '*', then most literal
+// characters, then the first in the file). The result has Name = name and
+// Pattern = the section. ok is false when no section accepts name (MetaQ
+// then answers "The server do not accept topic …") or name is not a valid
+// topic name. The search is linear in the number of sections; cache the
+// result on hot paths.
+func (c *Config) Topic(name string) (t Topic, ok bool) {
+	if !ValidTopicName(name) {
+		return Topic{}, false
+	}
+	best := -1
+	for i := range c.Topics {
+		p := c.Topics[i].Pattern
+		if p == name {
+			best = i
+			break
+		}
+		if !strings.Contains(p, "*") || !matchPattern(p, name) {
+			continue
+		}
+		if best < 0 || moreSpecific(p, c.Topics[best].Pattern) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return Topic{}, false
+	}
+	t = c.Topics[best]
+	t.Name = name
+	if t.Filters != nil {
+		m := make(map[string]string, len(t.Filters))
+		for k, v := range t.Filters {
+			m[k] = v
+		}
+		t.Filters = m
+	}
+	return t, true
+}
+
+// ExplicitTopics returns the names of the non-wildcard [topic=…] sections
+// in file order: the topics a broker registers in ZooKeeper at startup
+// (topics accepted through a wildcard register on their first put).
+func (c *Config) ExplicitTopics() []string {
+	var names []string
+	for _, t := range c.Topics {
+		if !strings.Contains(t.Pattern, "*") {
+			names = append(names, t.Pattern)
+		}
+	}
+	return names
+}
+
+// ListenAddr is the address the broker listens on: bindHost:serverPort
+// (":8123" for all interfaces).
+func (s System) ListenAddr() string {
+	return net.JoinHostPort(s.BindHost, strconv.Itoa(s.ServerPort))
+}
+
+// AdvertisedAddr is hostName:serverPort, the address in the broker's
+// ZooKeeper node (meta://<AdvertisedAddr>).
+func (s System) AdvertisedAddr() string {
+	return net.JoinHostPort(s.HostName, strconv.Itoa(s.ServerPort))
+}
+
+// SyncFlush reports whether unflushThreshold <= 0 (a put is answered only
+// once it is on disk).
+func (s System) SyncFlush() bool { return s.UnflushThreshold <= 0 }
+
+// ValidTopicName reports whether name is a valid topic (or group) name:
+// 1 to 255 of [A-Za-z0-9_.%-], and neither "." nor "..".
+func ValidTopicName(name string) bool {
+	return validName(name, false)
+}
+
+// ValidTopicPattern reports whether p is a valid [topic=…] section name: a
+// topic name that may also contain '*' (any run of characters, possibly
+// empty).
+func ValidTopicPattern(p string) bool {
+	return validName(p, true)
+}
+
+func validName(s string, star bool) bool {
+	if len(s) == 0 || len(s) > protocol.MaxTopicLen || s == "." || s == ".." {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '_', c == '.', c == '%', c == '-':
+		case c == '*' && star:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// matchPattern reports whether name matches p, where '*' matches any run of
+// characters (possibly empty) and every other character matches itself.
+func matchPattern(p, name string) bool {
+	px, nx := 0, 0
+	starP, starN := -1, 0
+	for nx < len(name) {
+		switch {
+		case px < len(p) && p[px] == '*':
+			starP, starN = px, nx
+			px++
+		case px < len(p) && p[px] == name[nx]:
+			px++
+			nx++
+		case starP >= 0:
+			starN++
+			px, nx = starP+1, starN
+		default:
+			return false
+		}
+	}
+	for px < len(p) && p[px] == '*' {
+		px++
+	}
+	return px == len(p)
+}
+
+// moreSpecific reports whether wildcard a beats wildcard b: a longer literal
+// prefix, then more literal characters. Ties keep file order.
+func moreSpecific(a, b string) bool {
+	pa, pb := strings.IndexByte(a, '*'), strings.IndexByte(b, '*')
+	if pa != pb {
+		return pa > pb
+	}
+	la := len(a) - strings.Count(a, "*")
+	lb := len(b) - strings.Count(b, "*")
+	return la > lb
+}
+
+// Validate checks ranges and cross-key constraints (Load and Parse call it;
+// call it again after changing a Config in code).
+func (c *Config) Validate() error {
+	return errors.Join(c.validate(nil)...)
+}
+
+// locator returns the line of key in section (0 when unknown).
+type locator func(section, key string) int
+
+func (c *Config) validate(loc locator) []error {
+	var errs []error
+	bad := func(section, key, format string, args ...any) {
+		line := 0
+		if loc != nil {
+			line = loc(section, key)
+		}
+		errs = append(errs, &Error{File: c.Path, Line: line, Section: section, Key: key,
+			Msg: fmt.Sprintf("[%s] %s: ", section, key) + fmt.Sprintf(format, args...)})
+	}
+	s := &c.System
+	const sys = "system"
+	if s.BrokerID < 0 || s.BrokerID > MaxBrokerID {
+		bad(sys, "brokerId", "%d is out of range 0..%d (message ids are brokerId<<48 | offset)", s.BrokerID, MaxBrokerID)
+	}
+	if err := checkHost(s.HostName, false); err != nil {
+		bad(sys, "hostName", "%v", err)
+	}
+	if err := checkHost(s.BindHost, true); err != nil {
+		bad(sys, "bindHost", "%v", err)
+	}
+	if s.ServerPort < 0 || s.ServerPort > 65535 {
+		bad(sys, "serverPort", "%d is out of range 0..65535", s.ServerPort)
+	}
+	if s.DashboardHTTPPort < 0 || s.DashboardHTTPPort > 65535 {
+		bad(sys, "dashboardHttpPort", "%d is out of range 0..65535 (0 = disabled)", s.DashboardHTTPPort)
+	} else if s.DashboardHTTPPort != 0 && s.DashboardHTTPPort == s.ServerPort {
+		bad(sys, "dashboardHttpPort", "%d is also serverPort", s.DashboardHTTPPort)
+	}
+	if s.NumPartitions < 1 || s.NumPartitions > MaxNumPartitions {
+		bad(sys, "numPartitions", "%d is out of range 1..%d", s.NumPartitions, MaxNumPartitions)
+	}
+	if s.DataPath == "" {
+		bad(sys, "dataPath", "must not be empty")
+	}
+	if s.UnflushInterval <= 0 {
+		bad(sys, "unflushInterval", "must be > 0 (got %v)", s.UnflushInterval)
+	}
+	if s.MaxMessageSize < 1 || s.MaxMessageSize > maxMessageSize {
+		bad(sys, "maxMessageSize", "%d is out of range 1..%d (1g)", s.MaxMessageSize, maxMessageSize)
+	}
+	if min := int64(s.MaxMessageSize) + RecordLimitOverhead; s.MaxSegmentSize < min || s.MaxSegmentSize > maxSegmentSize {
+		if s.MaxSegmentSize > maxSegmentSize {
+			bad(sys, "maxSegmentSize", "%d is larger than %s", s.MaxSegmentSize, FormatSize(maxSegmentSize))
+		} else {
+			bad(sys, "maxSegmentSize", "%d cannot hold the largest record: need at least maxMessageSize (%d) + %d = %d bytes",
+				s.MaxSegmentSize, s.MaxMessageSize, RecordLimitOverhead, min)
+		}
+	}
+	if s.MaxTransferSize < 1 || s.MaxTransferSize > maxMessageSize {
+		bad(sys, "maxTransferSize", "%d is out of range 1..%d (1g)", s.MaxTransferSize, maxMessageSize)
+	}
+	if s.IndexFileSize < 16 || s.IndexFileSize%16 != 0 || s.IndexFileSize > maxIndexFileSize {
+		bad(sys, "indexFileSize", "%d must be a multiple of 16 (index unit size) in 16..%d (1g)", s.IndexFileSize, maxIndexFileSize)
+	}
+	if s.DeleteWhen == nil {
+		bad(sys, "deleteWhen", "must be set")
+	}
+	if s.IdleTimeout < 0 {
+		bad(sys, "idleTimeout", "must not be negative")
+	}
+	if s.MaxConnections < 0 {
+		bad(sys, "maxConnections", "must not be negative (0 = unlimited)")
+	}
+	if s.GetProcessThreadCount < 0 {
+		bad(sys, "getProcessThreadCount", "must not be negative")
+	}
+	if s.PutProcessThreadCount < 0 {
+		bad(sys, "putProcessThreadCount", "must not be negative")
+	}
+	if s.QuartzThreadCount < 0 {
+		bad(sys, "quartzThreadCount", "must not be negative")
+	}
+	if s.MaxCheckpoints < 1 {
+		bad(sys, "maxCheckpoints", "must be >= 1")
+	}
+	if s.CheckpointInterval <= 0 {
+		bad(sys, "checkpointInterval", "must be > 0")
+	}
+	if s.MaxTxTimeoutTimerCapacity < 1 {
+		bad(sys, "maxTxTimeoutTimerCapacity", "must be >= 1")
+	}
+	if s.MaxTxTimeout <= 0 {
+		bad(sys, "maxTxTimeoutInSeconds", "must be > 0")
+	}
+	if s.FlushTxLogAtCommit < 0 || s.FlushTxLogAtCommit > 2 {
+		bad(sys, "flushTxLogAtCommit", "%d: want 0 (OS decides), 1 (every commit) or 2 (every second)", s.FlushTxLogAtCommit)
+	}
+
+	z := &c.ZK
+	const zk = "zookeeper"
+	if z.Enable {
+		if err := checkZKConnect(z.Connect); err != nil {
+			bad(zk, "zk.zkConnect", "%v", err)
+		}
+	}
+	if err := checkZKRoot(z.Root); err != nil {
+		bad(zk, "zk.zkRoot", "%v", err)
+	}
+	if z.SessionTimeout <= 0 {
+		bad(zk, "zk.zkSessionTimeoutMs", "must be > 0")
+	}
+	if z.ConnectionTimeout <= 0 {
+		bad(zk, "zk.zkConnectionTimeoutMs", "must be > 0")
+	}
+	if z.SyncTime < 0 {
+		bad(zk, "zk.zkSyncTimeMs", "must not be negative")
+	}
+
+	if c.Slave.ID < -1 || c.Slave.ID > MaxBrokerID {
+		bad("slave", "slaveId", "%d is out of range -1..%d (-1 = master)", c.Slave.ID, MaxBrokerID)
+	}
+	if c.Slave.MaxDelay < 0 {
+		bad("slave", "slaveMaxDelayInMills", "must not be negative")
+	}
+
+	seen := make(map[string]bool, len(c.Topics))
+	for _, t := range c.Topics {
+		sec := "topic=" + t.Pattern
+		if !ValidTopicPattern(t.Pattern) {
+			errs = append(errs, &Error{File: c.Path, Line: t.Line, Section: sec,
+				Msg: fmt.Sprintf("[%s]: invalid topic name %q: want 1-255 of A-Z a-z 0-9 _ . %% - (and * wildcards), not . or ..", sec, t.Pattern)})
+			continue
+		}
+		if seen[t.Pattern] {
+			errs = append(errs, &Error{File: c.Path, Line: t.Line, Section: sec,
+				Msg: fmt.Sprintf("[%s]: duplicate section", sec)})
+		}
+		seen[t.Pattern] = true
+		if t.NumPartitions < 1 || t.NumPartitions > MaxNumPartitions {
+			bad(sec, "numPartitions", "%d is out of range 1..%d", t.NumPartitions, MaxNumPartitions)
+		}
+		if t.UnflushInterval <= 0 {
+			bad(sec, "unflushInterval", "must be > 0 (got %v)", t.UnflushInterval)
+		}
+		if t.DeleteWhen == nil {
+			bad(sec, "deleteWhen", "must be set")
+		}
+	}
+	return errs
+}
+
+func checkHost(h string, emptyOK bool) error {
+	if h == "" {
+		if emptyOK {
+			return nil
+		}
+		return errors.New("must not be empty")
+	}
+	if len(h) > 253 || strings.ContainsAny(h, " \t/[]@?#") {
+		return fmt.Errorf("%q is not a host name or IP address", h)
+	}
+	if strings.Contains(h, ":") && net.ParseIP(h) == nil {
+		return fmt.Errorf("%q is not a host name or IP address (no port here: see serverPort)", h)
+	}
+	return nil
+}
+
+func checkZKConnect(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return errors.New("must not be empty when zk.zkEnable=true")
+	}
+	hosts := s
+	if i := strings.IndexByte(s, '/'); i >= 0 {
+		hosts = s[:i]
+		if err := checkZKRoot(s[i:]); err != nil {
+			return fmt.Errorf("chroot: %v", err)
+		}
+	}
+	for _, hp := range strings.Split(hosts, ",") {
+		hp = strings.TrimSpace(hp)
+		if hp == "" {
+			return fmt.Errorf("%q: empty server in the list", s)
+		}
+		host, port, err := net.SplitHostPort(hp)
+		if err != nil {
+			host, port = hp, "2181" // no port: ZooKeeper's default
+		}
+		if host == "" || strings.ContainsAny(host, " \t") {
+			return fmt.Errorf("%q: bad server %q (want host:port[,host:port...][/chroot])", s, hp)
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return fmt.Errorf("%q: bad port in %q", s, hp)
+		}
+	}
+	return nil
+}
+
+func checkZKRoot(r string) error {
+	if !strings.HasPrefix(r, "/") || r == "/" || strings.HasSuffix(r, "/") || strings.Contains(r, "//") ||
+		strings.ContainsAny(r, " \t\r\n") {
+		return fmt.Errorf("%q: want an absolute ZooKeeper path such as /meta (no trailing /)", r)
+	}
+	for _, part := range strings.Split(r[1:], "/") {
+		if part == "." || part == ".." {
+			return fmt.Errorf("%q: . and .. are not allowed", r)
+		}
+	}
+	return nil
+}
+
+// Error is one problem found in a configuration file. Load and Parse
+// return every problem found, joined (errors.Join); use errors.As to get the
+// first *Error.
+type Error struct {
+	File    string // file name ("" when unknown)
+	Line    int    // 1-based line (0 when unknown)
+	Section string // section name without brackets ("system", "topic=test"), "" if none
+	Key     string // key, "" for section-level errors
+	Msg     string // the message, naming section and key
+}
+
+func (e *Error) Error() string {
+	switch {
+	case e.File != "" && e.Line > 0:
+		return e.File + ":" + strconv.Itoa(e.Line) + ": " + e.Msg
+	case e.File != "":
+		return e.File + ": " + e.Msg
+	case e.Line > 0:
+		return "line " + strconv.Itoa(e.Line) + ": " + e.Msg
+	}
+	return e.Msg
+}

@@ -1,0 +1,179 @@
+package protocol
+
+import (
+	"math"
+	"strconv"
+)
+
+// Client-side command encoders. Each appends one request (header line and,
+// for put, its data) to dst and returns the extended slice; none allocates
+// beyond growing dst. They do not validate: names and keys must be valid
+// (ValidName) and free of spaces, or the broker answers 400.
+
+// ChecksumNone omits the checksum field of a put (the 6-field form, or the
+// 7-field form with a txKey). Any other value, -1 ("do not verify")
+// included, is sent.
+const ChecksumNone int32 = math.MinInt32
+
+// AppendPutHeader appends the header line of a put whose data is dataLen
+// bytes (to write the data separately, e.g. with writev):
+//
+//	checksum == ChecksumNone, txKey == "":  put <topic> <partition> <len> <flag> <opaque>            (MetaQ < 1.4.4, Python/Ruby)
+//	checksum set,             txKey == "":  put <topic> <partition> <len> <flag> <checksum> <opaque> (MetaQ >= 1.4.4)
+//	checksum == ChecksumNone, txKey set:    put <topic> <partition> <len> <flag> <txKey> <opaque>
+//	checksum set,             txKey set:    put <topic> <partition> <len> <flag> <checksum> <txKey> <opaque>
+//
+// A txKey must not start with a digit or '-' (the 7-field form would read
+// it as a checksum); MetaQ's `TX:` and `XID:` keys never do.
+func AppendPutHeader(dst []byte, topic string, partition int32, dataLen int, flag, checksum int32, txKey string, opaque int32) []byte {
+	dst = append(dst, "put "...)
+	dst = append(dst, topic...)
+	dst = appendIntField(dst, int64(partition))
+	dst = appendIntField(dst, int64(dataLen))
+	dst = appendIntField(dst, int64(flag))
+	if checksum != ChecksumNone {
+		dst = appendIntField(dst, int64(checksum))
+	}
+	if txKey != "" {
+		dst = append(dst, ' ')
+		dst = append(dst, txKey...)
+	}
+	dst = appendIntField(dst, int64(opaque))
+	return append(dst, '\r', '\n')
+}
+
+// AppendPut appends a whole put: header line and data. See AppendPutHeader
+// for the forms; pass MessageChecksum(data) as checksum to have the broker
+// verify the data.
+func AppendPut(dst []byte, topic string, partition int32, flag, checksum int32, txKey string, opaque int32, data []byte) []byte {
+	dst = AppendPutHeader(dst, topic, partition, len(data), flag, checksum, txKey, opaque)
+	return append(dst, data...)
+}
+
+// AppendGet appends
+// `get <topic> <group> <partition> <offset> <maxSize> <opaque> [<maxWaitMs> [<tags>]]`.
+// maxWaitMs is sent when > 0 or when tags is set; tags is sent when it is
+// neither "" nor "*". MetaQ brokers ignore the two extra fields.
+func AppendGet(dst []byte, topic, group string, partition int32, offset int64, maxSize int32, opaque int32, maxWaitMs int64, tags string) []byte {
+	dst = append(dst, "get "...)
+	dst = append(dst, topic...)
+	dst = append(dst, ' ')
+	dst = append(dst, group...)
+	dst = appendIntField(dst, int64(partition))
+	dst = appendIntField(dst, offset)
+	dst = appendIntField(dst, int64(maxSize))
+	dst = appendIntField(dst, int64(opaque))
+	withTags := tags != "" && tags != "*"
+	if maxWaitMs > 0 || withTags {
+		dst = appendIntField(dst, max(maxWaitMs, 0))
+	}
+	if withTags {
+		dst = append(dst, ' ')
+		dst = append(dst, tags...)
+	}
+	return append(dst, '\r', '\n')
+}
+
+// AppendOffset appends `offset <topic> <group> <partition> <offset> <opaque>`.
+func AppendOffset(dst []byte, topic, group string, partition int32, offset int64, opaque int32) []byte {
+	dst = append(dst, "offset "...)
+	dst = append(dst, topic...)
+	dst = append(dst, ' ')
+	dst = append(dst, group...)
+	dst = appendIntField(dst, int64(partition))
+	dst = appendIntField(dst, offset)
+	dst = appendIntField(dst, int64(opaque))
+	return append(dst, '\r', '\n')
+}
+
+// AppendStats appends `stats <item> <opaque>`, or MetaQ's Java form
+// `stats  <opaque>` (two spaces) when item is "".
+func AppendStats(dst []byte, item string, opaque int32) []byte {
+	dst = append(dst, "stats "...)
+	dst = append(dst, item...)
+	dst = appendIntField(dst, int64(opaque))
+	return append(dst, '\r', '\n')
+}
+
+// AppendVersion appends `version <opaque>` (the heartbeat).
+func AppendVersion(dst []byte, opaque int32) []byte {
+	dst = append(dst, "version"...)
+	dst = appendIntField(dst, int64(opaque))
+	return append(dst, '\r', '\n')
+}
+
+// AppendQuit appends `quit`.
+func AppendQuit(dst []byte) []byte { return append(dst, "quit\r\n"...) }
+
+// AppendSeek appends `seek <topic> <partition> <timestampMs> <opaque>`.
+func AppendSeek(dst []byte, topic string, partition int32, timestampMs int64, opaque int32) []byte {
+	dst = append(dst, "seek "...)
+	dst = append(dst, topic...)
+	dst = appendIntField(dst, int64(partition))
+	dst = appendIntField(dst, timestampMs)
+	dst = appendIntField(dst, int64(opaque))
+	return append(dst, '\r', '\n')
+}
+
+// AppendQueryID appends `query id <msgId> <opaque>`.
+func AppendQueryID(dst []byte, msgID int64, opaque int32) []byte {
+	dst = append(dst, "query id"...)
+	dst = appendIntField(dst, msgID)
+	dst = appendIntField(dst, int64(opaque))
+	return append(dst, '\r', '\n')
+}
+
+// AppendQueryKey appends `query key <topic> <key> <maxNum> <opaque>`.
+func AppendQueryKey(dst []byte, topic, key string, maxNum int32, opaque int32) []byte {
+	dst = append(dst, "query key "...)
+	dst = append(dst, topic...)
+	dst = append(dst, ' ')
+	dst = append(dst, key...)
+	dst = appendIntField(dst, int64(maxNum))
+	dst = appendIntField(dst, int64(opaque))
+	return append(dst, '\r', '\n')
+}
+
+// AppendTransaction appends MetaQ's
+// `transaction <txKey> <sessionId> <type> [<timeoutS>] [<uq>] <opaque>`:
+// the timeout is sent when > 0, the unique qualifier when not "".
+func AppendTransaction(dst []byte, txKey, sessionID, txType string, timeoutS int, uq string, opaque int32) []byte {
+	dst = append(dst, "transaction "...)
+	dst = append(dst, txKey...)
+	dst = append(dst, ' ')
+	dst = append(dst, sessionID...)
+	dst = append(dst, ' ')
+	dst = append(dst, txType...)
+	if timeoutS > 0 {
+		dst = appendIntField(dst, int64(timeoutS))
+	}
+	if uq != "" {
+		dst = append(dst, ' ')
+		dst = append(dst, uq...)
+	}
+	dst = appendIntField(dst, int64(opaque))
+	return append(dst, '\r', '\n')
+}
+
+// AppendSync appends MetaQ's replication command
+// `sync <topic> <partition> <len> <flag> <msgId> [<checksum>] <opaque>` and
+// its data; the checksum is omitted when ChecksumNone.
+func AppendSync(dst []byte, topic string, partition int32, flag int32, msgID int64, checksum int32, opaque int32, data []byte) []byte {
+	dst = append(dst, "sync "...)
+	dst = append(dst, topic...)
+	dst = appendIntField(dst, int64(partition))
+	dst = appendIntField(dst, int64(len(data)))
+	dst = appendIntField(dst, int64(flag))
+	dst = appendIntField(dst, msgID)
+	if checksum != ChecksumNone {
+		dst = appendIntField(dst, int64(checksum))
+	}
+	dst = appendIntField(dst, int64(opaque))
+	dst = append(dst, '\r', '\n')
+	return append(dst, data...)
+}
+
+func appendIntField(dst []byte, v int64) []byte {
+	dst = append(dst, ' ')
+	return strconv.AppendInt(dst, v, 10)
+}

@@ -1,0 +1,300 @@
+package protocol
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"strconv"
+)
+
+// ReplyKind tells a `result` from a `value` reply.
+type ReplyKind uint8
+
+const (
+	ReplyResult ReplyKind = iota + 1 // result <code> <len> <opaque>\r\n<body>
+	ReplyValue                       // value <len> <opaque>\r\n<records>
+)
+
+func (k ReplyKind) String() string {
+	switch k {
+	case ReplyResult:
+		return "result"
+	case ReplyValue:
+		return "value"
+	}
+	return "reply(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Reply is one broker reply. For a value reply Code is StatusSuccess and Body
+// holds whole records (iterate them with NewRecordIterator).
+type Reply struct {
+	Kind   ReplyKind
+	Code   int
+	Opaque int32
+	Body   []byte
+}
+
+// DefaultMaxReplyBody bounds a reply body when NewReplyReader gets 0: a
+// value block of the default maxTransferSize (1 MiB) with room to spare.
+const DefaultMaxReplyBody = 16 << 20
+
+// Reply-reader errors. All of them leave the stream unframed: close the
+// connection.
+var (
+	ErrReplyLineTooLong = errors.New("protocol: reply header line longer than 4096 bytes")
+	ErrReplyTooLarge    = errors.New("protocol: reply body larger than the configured maximum")
+)
+
+// ReplyFormatError reports a reply header line that cannot be parsed.
+type ReplyFormatError struct {
+	Line string // the offending line, cut to 128 bytes
+	Msg  string
+}
+
+func (e *ReplyFormatError) Error() string {
+	return "protocol: bad reply " + strconv.Quote(e.Line) + ": " + e.Msg
+}
+
+// ReplyReader reads broker replies from a stream with hard limits: a header
+// line longer than MaxLineLen or a body longer than the configured maximum is
+// an error before anything is allocated for it, and the body buffer grows with
+// the bytes actually received, so a hostile or broken server cannot make the
+// client allocate more than it sent. Lines may end in "\r\n" or "\n".
+type ReplyReader struct {
+	// KeepBodies makes every Reply.Body a fresh allocation the caller owns;
+	// by default one buffer is reused and a Body is valid only until the next
+	// call to Next.
+	KeepBodies bool
+
+	r       *bufio.Reader
+	maxBody int
+	buf     []byte
+}
+
+// NewReplyReader reads replies from r. maxBody bounds a body (0 means
+// DefaultMaxReplyBody). r is used directly when it is a *bufio.Reader of at
+// least MaxLineLen bytes; otherwise it is wrapped in one.
+func NewReplyReader(r io.Reader, maxBody int) *ReplyReader {
+	if maxBody <= 0 {
+		maxBody = DefaultMaxReplyBody
+	}
+	br, ok := r.(*bufio.Reader)
+	if !ok || br.Size() < MaxLineLen {
+		br = bufio.NewReaderSize(r, 64<<10)
+	}
+	return &ReplyReader{r: br, maxBody: maxBody}
+}
+
+// Next reads one reply. It returns io.EOF when the stream ends cleanly
+// between replies and io.ErrUnexpectedEOF when it ends inside one.
+func (rr *ReplyReader) Next() (Reply, error) {
+	line, err := rr.r.ReadSlice('\n')
+	switch {
+	case err == bufio.ErrBufferFull || len(line) > MaxLineLen:
+		return Reply{}, ErrReplyLineTooLong
+	case err == io.EOF && len(line) > 0:
+		return Reply{}, io.ErrUnexpectedEOF
+	case err != nil:
+		return Reply{}, err
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	rep, n, err := parseReplyLine(line, rr.maxBody)
+	if err != nil {
+		return Reply{}, err
+	}
+	if n == 0 {
+		return rep, nil
+	}
+	var body []byte
+	if !rr.KeepBodies {
+		body = rr.buf[:0]
+	}
+	body, err = readBody(rr.r, body, n)
+	if !rr.KeepBodies {
+		rr.buf = body // the largest body received so far, at most maxBody
+	}
+	if err != nil {
+		return Reply{}, err
+	}
+	rep.Body = body
+	return rep, nil
+}
+
+// readBody reads exactly n bytes into buf, growing it as bytes arrive.
+func readBody(r io.Reader, buf []byte, n int) ([]byte, error) {
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			c := min(n, max(2*cap(buf), 64<<10))
+			nb := make([]byte, len(buf), c)
+			copy(nb, buf)
+			buf = nb
+		}
+		k, err := io.ReadFull(r, buf[len(buf):min(cap(buf), n)])
+		buf = buf[:len(buf)+k]
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return buf, err
+		}
+	}
+	return buf, nil
+}
+
+// parseReplyLine parses `result <code> <len> <opaque>` or `value <len>
+// <opaque>` and returns the body length.
+func parseReplyLine(line []byte, maxBody int) (Reply, int, error) {
+	var f [5][]byte
+	nf := 0
+	for k := 0; k < len(line); {
+		if line[k] == ' ' {
+			k++
+			continue
+		}
+		s := k
+		for k < len(line) && line[k] != ' ' {
+			k++
+		}
+		if nf == len(f) {
+			return Reply{}, 0, replyErr(line, "too many fields")
+		}
+		f[nf] = line[s:k]
+		nf++
+	}
+	var rep Reply
+	var lenField, opField []byte
+	switch {
+	case nf == 4 && string(f[0]) == "result":
+		code, ok := parseInt32(f[1])
+		if !ok || code < 0 {
+			return Reply{}, 0, replyErr(line, "bad status code")
+		}
+		rep.Kind, rep.Code = ReplyResult, int(code)
+		lenField, opField = f[2], f[3]
+	case nf == 3 && string(f[0]) == "value":
+		rep.Kind, rep.Code = ReplyValue, StatusSuccess
+		lenField, opField = f[1], f[2]
+	default:
+		return Reply{}, 0, replyErr(line, "want `result <code> <len> <opaque>` or `value <len> <opaque>`")
+	}
+	n, ok := parseInt64(lenField)
+	if !ok || n < 0 {
+		return Reply{}, 0, replyErr(line, "bad body length")
+	}
+	if n > int64(maxBody) {
+		return Reply{}, 0, ErrReplyTooLarge
+	}
+	op, ok := parseInt32(opField)
+	if !ok {
+		return Reply{}, 0, replyErr(line, "bad opaque")
+	}
+	rep.Opaque = op
+	return rep, int(n), nil
+}
+
+func replyErr(line []byte, msg string) error {
+	if len(line) > 128 {
+		line = line[:128]
+	}
+	return &ReplyFormatError{Line: string(line), Msg: msg}
+}
+
+// ParsePutResult parses MetaQ's put success body `<msgId> <partition> <offset>`.
+func ParsePutResult(body []byte) (msgID int64, partition int32, offset int64, err error) {
+	i := bytes.IndexByte(body, ' ')
+	if i < 0 {
+		return 0, 0, 0, errPutResult(body)
+	}
+	j := bytes.IndexByte(body[i+1:], ' ')
+	if j < 0 {
+		return 0, 0, 0, errPutResult(body)
+	}
+	j += i + 1
+	var ok1, ok2, ok3 bool
+	msgID, ok1 = parseInt64(body[:i])
+	partition, ok2 = parseInt32(body[i+1 : j])
+	offset, ok3 = parseInt64(body[j+1:])
+	if !ok1 || !ok2 || !ok3 {
+		return 0, 0, 0, errPutResult(body)
+	}
+	return msgID, partition, offset, nil
+}
+
+func errPutResult(body []byte) error {
+	if len(body) > 128 {
+		body = body[:128]
+	}
+	return errors.New("protocol: bad put result " + strconv.Quote(string(body)) + ": want `<msgId> <partition> <offset>`")
+}
+
+// ParseInt parses a reply body that is one decimal number (offset, 301, seek).
+func ParseInt(body []byte) (int64, error) {
+	v, ok := parseInt64(bytes.TrimSpace(body))
+	if !ok {
+		if len(body) > 128 {
+			body = body[:128]
+		}
+		return 0, errors.New("protocol: not a decimal integer: " + strconv.Quote(string(body)))
+	}
+	return v, nil
+}
+
+// Stat is one `key value` line of a stats body.
+type Stat struct {
+	Key, Value string
+}
+
+// ParseStats parses a stats body `STATS\r\n` + `key value\r\n`… + `END\r\n`.
+// The value is the rest of the line after the first space (it may hold
+// spaces). Bare "\n" line ends are accepted.
+func ParseStats(body []byte) ([]Stat, error) {
+	var out []Stat
+	err := EachStat(body, func(k, v []byte) {
+		out = append(out, Stat{Key: string(k), Value: string(v)})
+	})
+	return out, err
+}
+
+// EachStat calls fn for every `key value` line of a stats body without
+// allocating; k and v alias body.
+func EachStat(body []byte, fn func(key, value []byte)) error {
+	first, ended := true, false
+	for len(body) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i], body[i+1:]
+		} else {
+			line, body = body, nil
+		}
+		if n := len(line); n > 0 && line[n-1] == '\r' {
+			line = line[:n-1]
+		}
+		switch {
+		case ended:
+			if len(line) > 0 {
+				return errors.New("protocol: stats body: data after END")
+			}
+		case first:
+			if string(line) != "STATS" {
+				return errors.New("protocol: stats body does not start with STATS")
+			}
+			first = false
+		case string(line) == "END":
+			ended = true
+		default:
+			k, v := line, []byte(nil)
+			if i := bytes.IndexByte(line, ' '); i >= 0 {
+				k, v = line[:i], line[i+1:]
+			}
+			fn(k, v)
+		}
+	}
+	if !ended {
+		return errors.New("protocol: stats body does not end with END")
+	}
+	return nil
+}
