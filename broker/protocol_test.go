@@ -189,8 +189,10 @@ func TestGetOffsetsAndMoved(t *testing.T) {
 	// offset clamps to [min, max].
 	c.Send("offset test g 1 100 6\r\n")
 	expect(t, c.Reply(), protocol.ReplyResult, 200, 6, "3")
-	c.Send("offset test g 1 -5 7\r\n")
+	c.Send("offset test g 1 0 7\r\n")
 	expect(t, c.Reply(), protocol.ReplyResult, 200, 7, "0")
+	c.Send("offset test g 1 -5 8\r\n")
+	expect(t, c.Reply(), protocol.ReplyResult, 400, 8, "offset")
 	// Unknown topic: 404 for get, 500 for put (MetaQ's messages).
 	c.Send("get nosuch g 0 0 1024 8\r\n")
 	expect(t, c.Reply(), protocol.ReplyResult, 404, 8, "is not exists")
@@ -236,7 +238,7 @@ func TestStats(t *testing.T) {
 		}
 		switch item {
 		case "":
-			for _, k := range []string{"pid ", "broker_id 0", "cmd_put 1", "curr_connections 1", "total_messages 1", "topics 1"} {
+			for _, k := range []string{"pid ", "broker_id 0", "cmd_put 1", "curr_connections ", "total_messages 1", "topics 1"} {
 				if !strings.Contains(string(r.Body), k) {
 					t.Fatalf("system stats lack %q:\n%s", k, r.Body)
 				}

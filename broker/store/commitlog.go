@@ -1,0 +1,468 @@
+package store
+
+import (
+	"golang.org/x/sys/unix"
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// Message is one message to append.
+type Message struct {
+	Topic          string
+	Partition      int32
+	Flag           int32
+	BornTime       int64 // unix ms, 0 = storeTime
+	SysFlag        uint16
+	ReconsumeTimes uint16
+	Properties     []byte // URL query string (tag, keys, ...); copied
+	Data           []byte // copied into the log before Append returns
+}
+
+// AppendResult describes an appended record.
+type AppendResult struct {
+	MsgID          int64
+	QueueOffset    int64
+	PhysicalOffset int64
+	StoreTime      int64
+	Size           int
+}
+
+// Append appends and, in sync-flush mode, returns only once the record is
+// durable (a failed fsync returns ErrIO: the message must not be acknowledged).
+func (s *Store) Append(m *Message) (AppendResult, error) {
+	res, f, err := s.AppendAsync(m)
+	if err != nil || f == nil {
+		return res, err
+	}
+	return res, f.Wait()
+}
+
+// AppendAsync appends and returns without waiting for the fsync. In
+// sync-flush mode the returned *Flush completes when the record is durable
+// (the caller must not acknowledge before); in async mode it is nil. It does
+// not allocate (one Flush is allocated per group-commit round, not per call).
+func (s *Store) AppendAsync(m *Message) (AppendResult, *Flush, error) {
+	if !validTopic(m.Topic) {
+		return AppendResult{}, nil, ErrBadTopic
+	}
+	if m.Partition < 0 {
+		return AppendResult{}, nil, ErrBadPartition
+	}
+	if len(m.Data) > s.cfg.MaxMessageSize || len(m.Properties) > protocol.MaxPropertiesLen {
+		return AppendResult{}, nil, ErrMessageTooLarge
+	}
+	size := int64(protocol.RecordSize(len(m.Topic), len(m.Properties), len(m.Data)))
+	if size > s.cfg.SegmentSize {
+		return AppendResult{}, nil, ErrMessageTooLarge
+	}
+	now := s.now().UnixMilli()
+
+	s.mu.Lock()
+	if err := s.appendErrLocked(); err != nil {
+		s.putErrors++
+		s.mu.Unlock()
+		return AppendResult{}, nil, err
+	}
+	p := s.appendParts[pkey{m.Topic, m.Partition}]
+	if p == nil {
+		p = s.appendPartitionLocked(m.Topic, m.Partition)
+	}
+	if err := s.makeRoomLocked(size); err != nil {
+		s.putErrors++
+		s.mu.Unlock()
+		return AppendResult{}, nil, err
+	}
+	g := s.active
+	off := s.wpos - g.base
+	phys := s.wpos
+	st := now
+	if st < s.lastStore {
+		st = s.lastStore
+	}
+	s.lastStore = st
+	born := m.BornTime
+	if born == 0 {
+		born = st
+	}
+	q := p.next.Load()
+	rec := protocol.Record{
+		MsgID:          protocol.MakeMsgID(s.cfg.BrokerID, phys),
+		Flag:           m.Flag,
+		Partition:      m.Partition,
+		QueueOffset:    q,
+		PhysicalOffset: phys,
+		StoreTime:      st,
+		BornTime:       born,
+		SysFlag:        m.SysFlag,
+		ReconsumeTimes: m.ReconsumeTimes,
+		Topic:          unsafe.Slice(unsafe.StringData(m.Topic), len(m.Topic)),
+		Properties:     m.Properties,
+		Data:           m.Data,
+	}
+	protocol.EncodeRecord(g.data[off:off+size:off+size], &rec)
+	p.next.Store(q + 1)
+	s.wpos = phys + size
+	s.lastRecord = phys
+	s.written.Store(s.wpos)
+	if !s.sync && (phys^s.wpos)>>prefaultShift != 0 {
+		kick(s.pre.prefaultc) // crossed into the next chunk: prefault ahead
+	}
+	s.puts++
+	s.putBytes += size
+	p.topic.puts++
+	var f *Flush
+	kickFlusher := false
+	if s.sync {
+		if f = s.pending; f == nil {
+			f = &Flush{done: make(chan struct{})}
+			s.pending = f
+			kickFlusher = true // the round's first member wakes the flusher
+		}
+		if f.n++; f.n == s.roundTarget {
+			kick(s.roundFull) // the flusher waits for this many (flush.go)
+		}
+	} else if s.unflushed++; s.unflushed >= s.cfg.UnflushThreshold {
+		s.unflushed = 0
+		kickFlusher = true
+	}
+	s.mu.Unlock()
+
+	if kickFlusher {
+		kick(s.flushKick)
+	}
+	if !s.sync {
+		s.wakeDispatcher()
+	}
+	return AppendResult{
+		MsgID:          rec.MsgID,
+		QueueOffset:    q,
+		PhysicalOffset: phys,
+		StoreTime:      st,
+		Size:           int(size),
+	}, f, nil
+}
+
+// appendErrLocked returns why appends are refused, if they are.
+func (s *Store) appendErrLocked() error {
+	switch {
+	case s.closed:
+		return ErrClosed
+	case s.writeErr != nil:
+		return s.writeErr
+	case s.indexErr != nil:
+		return s.indexErr
+	case s.rollErr != nil:
+		// A roll failed (disk full): refuse every append, even one that would
+		// still fit, until a preallocation retry succeeds.
+		if s.pre.failed() {
+			return s.rollErr
+		}
+		s.rollErr = nil
+	}
+	return nil
+}
+
+// appendPartitionLocked fills the appender's private partition cache.
+func (s *Store) appendPartitionLocked(topic string, part int32) *partition {
+	p := s.partition(topic, part, true)
+	s.appendParts[pkey{p.topic.name, part}] = p
+	return p
+}
+
+// makeRoomLocked makes sure a record of size bytes fits at the write
+// position: it must fill the segment exactly or leave room for a BLANK,
+// else the segment is closed and the preallocated next one becomes active.
+// When that segment is not ready yet, it waits for the preallocator with the
+// append lock RELEASED (and re-acquired), so flush rounds and other work are
+// not held up; everything is re-checked afterwards.
+func (s *Store) makeRoomLocked(size int64) error {
+	for {
+		if err := s.appendErrLocked(); err != nil {
+			return err
+		}
+		g := s.active
+		if rem := g.end() - s.wpos; size == rem || size+protocol.BlankMinSize <= rem {
+			return nil
+		}
+		next, err := s.pre.poll(g.end())
+		if err != nil {
+			s.rollErr = err // sticky until a preallocation retry succeeds
+			return err
+		}
+		if next != nil {
+			s.rollLocked(next)
+			continue
+		}
+		s.mu.Unlock()
+		s.pre.wait(g.end())
+		s.mu.Lock()
+	}
+}
+
+// rollLocked closes the active segment with a BLANK filler and makes next
+// (the preallocated segment) active.
+func (s *Store) rollLocked(next *segment) {
+	old := s.active
+	if off := s.wpos - old.base; off < old.size {
+		protocol.EncodeBlank(old.data[off:], int(old.size-off))
+	}
+	s.segsMu.Lock()
+	cur := s.segs.Load().segs
+	segs := make([]*segment, len(cur), len(cur)+1)
+	copy(segs, cur)
+	s.setSegmentsLocked(append(segs, next))
+	s.segsMu.Unlock()
+	s.active = next
+	s.wpos = next.base
+	s.written.Store(s.wpos)
+	s.rolls++
+	s.pre.want(next.end())
+	if !s.sync {
+		kick(s.flushKick) // fsync the finished segment now
+	}
+}
+
+// kick does a non-blocking send on a wake-up channel of capacity 1.
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// visibleLimit is the commit-log position below which records may be served
+// and dispatched: the flushed position in sync mode (nothing a crash could
+// take away is ever shown), the written position in async mode.
+func (s *Store) visibleLimit() int64 {
+	if s.sync {
+		return s.flushed.Load()
+	}
+	return s.written.Load()
+}
+
+// preallocator creates the next segment ahead of time (fallocate + fdatasync
+// + mmap in the background) so a roll only swaps a pointer. After a failure
+// (ENOSPC) it retries on its own every preallocRetry and when an append needs
+// the segment; the error stays visible to appends until a retry succeeds.
+//
+// In async-flush mode it also prefaults the commit log ahead of the writer:
+// whenever the write position enters a new 1 MiB chunk, the next
+// prefaultAhead bytes are faulted in writable with MADV_POPULATE_WRITE (which
+// does not change their contents). The first write to a page of a
+// fallocated (unwritten) extent makes ext4 start a journal handle in the
+// page fault, which can wait for a running journal commit — with the append
+// lock held. Prefaulting moves that wait off the append path (measured +35%
+// single-writer throughput on the dev VM). Sync mode does not prefault: there
+// the extra dirty zero pages made each group-commit fsync slower.
+type preallocator struct {
+	s    *Store
+	mu   sync.Mutex
+	cond sync.Cond
+
+	// guarded by mu
+	wantBase int64 // base of the segment to prepare, -1 none
+	ready    *segment
+	err      error
+	busy     bool
+	lastTry  time.Time
+	stopped  bool
+	failures int64
+
+	kickc     chan struct{}
+	prefaultc chan struct{}
+	faulted   int64 // commit-log position prefaulted up to; worker only
+	noPop     bool  // MADV_POPULATE_WRITE unsupported (kernel < 5.14)
+}
+
+const (
+	prefaultShift = 20      // prefault when the writer enters a new 1 MiB chunk
+	prefaultAhead = 2 << 20 // ... this far ahead
+)
+
+const (
+	preallocRetry    = 500 * time.Millisecond
+	preallocMinRetry = 50 * time.Millisecond
+)
+
+func newPreallocator(s *Store) *preallocator {
+	p := &preallocator{s: s, wantBase: -1, kickc: make(chan struct{}, 1), prefaultc: make(chan struct{}, 1)}
+	p.cond.L = &p.mu
+	return p
+}
+
+// want asks for the segment at base to be prepared.
+func (p *preallocator) want(base int64) {
+	p.mu.Lock()
+	p.setWantLocked(base)
+	p.mu.Unlock()
+	kick(p.kickc)
+}
+
+func (p *preallocator) setWantLocked(base int64) {
+	if p.wantBase == base {
+		return
+	}
+	p.wantBase = base
+	p.err = nil
+	if p.ready != nil && p.ready.base != base {
+		discardSegment(p.ready)
+		p.ready = nil
+	}
+}
+
+// poll returns the prepared segment at base if it is ready (nil if not yet,
+// asking for it), or the last preparation error (asking for a retry).
+func (p *preallocator) poll(base int64) (*segment, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.setWantLocked(base)
+	if g := p.ready; g != nil && g.base == base {
+		p.ready = nil
+		p.wantBase = -1
+		return g, nil
+	}
+	if p.stopped {
+		return nil, ErrClosed
+	}
+	if !p.busy {
+		kick(p.kickc)
+	}
+	if p.err != nil && !p.busy {
+		return nil, p.err
+	}
+	return nil, nil
+}
+
+// wait blocks until the segment at base is ready, preparation failed, or
+// the preallocator stopped.
+func (p *preallocator) wait(base int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for !p.stopped && !(p.ready != nil && p.ready.base == base) && (p.err == nil || p.busy) && p.wantBase == base {
+		p.cond.Wait()
+	}
+}
+
+func (p *preallocator) run() {
+	s := p.s
+	defer s.wg.Done()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	for {
+		select {
+		case <-p.kickc:
+		case <-retry.C:
+		case <-p.prefaultc:
+			p.prefault()
+			continue
+		case <-s.stop:
+			p.mu.Lock()
+			p.stopped = true
+			p.cond.Broadcast()
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Lock()
+		if p.ready != nil || p.wantBase < 0 || p.busy {
+			p.mu.Unlock()
+			continue
+		}
+		if p.err != nil {
+			if wait := preallocMinRetry - time.Since(p.lastTry); wait > 0 {
+				retry.Reset(wait)
+				p.mu.Unlock()
+				continue
+			}
+		}
+		base := p.wantBase
+		p.busy = true
+		p.lastTry = time.Now()
+		hadErr := p.err != nil
+		p.mu.Unlock()
+
+		g, err := createSegment(s.logDir, base, s.cfg.SegmentSize, s.hooks)
+
+		p.mu.Lock()
+		p.busy = false
+		switch {
+		case err != nil:
+			if !hadErr {
+				s.log.Error("segment preallocation failed; appends that need a new segment fail until a retry succeeds",
+					"base", base, "err", err)
+			}
+			p.err = err
+			p.failures++
+			retry.Reset(preallocRetry)
+		case p.wantBase != base:
+			discardSegment(g)
+		default:
+			if hadErr {
+				s.log.Info("segment preallocation succeeded again", "base", base)
+			}
+			p.ready = g
+			p.err = nil
+		}
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	}
+}
+
+// failed reports whether the last preparation failed and no retry has
+// succeeded yet (it asks for a retry).
+func (p *preallocator) failed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ready != nil || p.err == nil {
+		return false
+	}
+	if !p.busy {
+		kick(p.kickc)
+	}
+	return true
+}
+
+// prefault faults in the commit log from the write position to
+// prefaultAhead past its chunk (see preallocator).
+func (p *preallocator) prefault() {
+	if p.noPop {
+		return
+	}
+	s := p.s
+	w := s.written.Load()
+	target := (w>>prefaultShift)<<prefaultShift + prefaultAhead
+	p.faulted = max(p.faulted, w&^4095)
+	for p.faulted < target {
+		g := s.acquireSegment(p.faulted)
+		if g == nil {
+			return // beyond the active segment
+		}
+		from, to := p.faulted-g.base, min(target, g.end())-g.base
+		err := unix.Madvise(g.data[from:to], unix.MADV_POPULATE_WRITE)
+		p.faulted = g.base + to
+		g.release()
+		if err != nil {
+			p.noPop = true // not supported here; appends just fault as usual
+			return
+		}
+	}
+}
+
+// discard removes an unused prepared segment (Close).
+func (p *preallocator) discard() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ready != nil {
+		discardSegment(p.ready)
+		p.ready = nil
+	}
+}
+
+func discardSegment(g *segment) {
+	os.Remove(g.path)
+	g.release()
+}

@@ -1,0 +1,257 @@
+package store
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// The dispatcher is the one goroutine that builds the partition indexes and
+// the key index from the commit log. It scans from s.dispatched up to the
+// visible limit (flushed in sync mode, written in async mode), is woken by
+// appends (sync mode: by the flusher) through a non-blocking signal, and
+// sleeps otherwise. Units of one batch are accumulated per partition and each
+// partition's run is written with one pwrite, so 10,000 partitions fed
+// round-robin still cost one pwrite per partition per batch, not per unit.
+// After a partition's run is written its readable count is published and
+// its long-poll waiters are woken; after the whole batch, s.dispatched.
+type dispatcher struct {
+	s      *Store
+	topics map[string]*dispTopic // private partition cache
+	batch  []*partition          // partitions with pending units
+	warned int                   // offset-mismatch warnings logged
+}
+
+type dispTopic struct{ parts map[int32]*partition }
+
+// dispatchBatchBytes bounds one batch (readers see new units at least every
+// this many commit-log bytes).
+const dispatchBatchBytes = 16 << 20
+
+func newDispatcher(s *Store) *dispatcher {
+	return &dispatcher{s: s, topics: make(map[string]*dispTopic)}
+}
+
+// dispatchLoop is the dispatcher goroutine.
+func (s *Store) dispatchLoop() {
+	defer s.wg.Done()
+	backoff := time.Duration(0)
+	for {
+		limit := s.visibleLimit()
+		if s.dispatched.Load() < limit {
+			if err := s.disp.batchTo(limit); err != nil {
+				s.setIndexErr(err)
+				backoff = min(max(2*backoff, 20*time.Millisecond), time.Second)
+				select {
+				case <-time.After(backoff):
+				case <-s.stop:
+					return
+				}
+				continue
+			}
+			if backoff != 0 {
+				backoff = 0
+				s.setIndexErr(nil)
+			}
+			continue
+		}
+		s.dispSleep.Store(true)
+		if s.visibleLimit() > s.dispatched.Load() {
+			s.dispSleep.Store(false)
+			continue
+		}
+		select {
+		case <-s.dispKick:
+		case <-s.stop:
+			return
+		}
+		s.dispSleep.Store(false)
+	}
+}
+
+// wakeDispatcher wakes the dispatcher if it sleeps (cheap when it does not).
+func (s *Store) wakeDispatcher() {
+	if s.dispSleep.Load() && s.dispSleep.CompareAndSwap(true, false) {
+		kick(s.dispKick)
+	}
+}
+
+// setIndexErr records (err != nil) or clears a sticky index write error;
+// appends are refused while it is set.
+func (s *Store) setIndexErr(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case err != nil && s.indexErr == nil:
+		s.log.Error("index write failed; appends are refused until the dispatcher's retry succeeds", "err", err)
+		s.indexErr = err
+	case err == nil && s.indexErr != nil:
+		s.log.Info("index writes succeed again; appends accepted")
+		s.indexErr = nil
+	}
+}
+
+// run dispatches everything below limit (recovery and Close, with the
+// dispatcher goroutine not running).
+func (d *dispatcher) run(limit int64) error {
+	for d.s.dispatched.Load() < limit {
+		if err := d.batchTo(limit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// batchTo dispatches one batch of records from s.dispatched towards limit.
+func (d *dispatcher) batchTo(limit int64) error {
+	s := d.s
+	pos := s.dispatched.Load()
+	stop := min(limit, pos+dispatchBatchBytes)
+	var g *segment
+	defer func() {
+		if g != nil {
+			g.release()
+		}
+	}()
+	n := 0
+	for pos < stop {
+		if g == nil || pos >= g.end() {
+			if g != nil {
+				g.release()
+			}
+			if g = s.acquireSegment(pos); g == nil {
+				d.reset()
+				return fmt.Errorf("%w: dispatch at %d", errMissingSegment, pos)
+			}
+		}
+		b := g.data[pos-g.base:]
+		size, magic, ok := protocol.PeekRecord(b)
+		if ok && magic == protocol.BlankMagic {
+			pos = g.end()
+			continue
+		}
+		if !ok || size > len(b) {
+			d.reset()
+			return fmt.Errorf("%w: bad record header at %d", ErrCorrupt, pos)
+		}
+		rec, size, err := protocol.DecodeRecordNoCRC(b[:size])
+		if err != nil {
+			d.reset()
+			return fmt.Errorf("%w: record at %d: %v", ErrCorrupt, pos, err)
+		}
+		p := d.partition(rec.Topic, rec.Partition)
+		d.addUnit(p, rec.QueueOffset, pos, int32(size), protocol.PropsTagHash(rec.Properties))
+		if s.keys != nil {
+			s.keys.add(rec.Topic, rec.Properties, pos, rec.StoreTime)
+		}
+		pos += int64(size)
+		n++
+	}
+	if err := d.flush(); err != nil {
+		d.reset()
+		return err
+	}
+	if s.keys != nil {
+		if err := s.keys.flush(); err != nil {
+			return err
+		}
+	}
+	s.counters.dispatchedRecords.Add(int64(n))
+	s.dispatched.Store(pos)
+	s.notifyProgress()
+	return nil
+}
+
+// partition looks a record's partition up in the private cache (no
+// allocation on a hit).
+func (d *dispatcher) partition(topic []byte, part int32) *partition {
+	if t := d.topics[string(topic)]; t != nil {
+		if p := t.parts[part]; p != nil {
+			return p
+		}
+	}
+	p := d.s.partitionBytes(topic, part)
+	t := d.topics[p.topic.name]
+	if t == nil {
+		t = &dispTopic{parts: make(map[int32]*partition)}
+		d.topics[p.topic.name] = t
+	}
+	t.parts[part] = p
+	return p
+}
+
+func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, tag uint32) {
+	if p.inBatch && q != p.pendStart+int64(len(p.pend)/unitSize) {
+		// Not contiguous (only after damage): flush the run, start another.
+		d.warnOffset(p, p.pendStart+int64(len(p.pend)/unitSize), q)
+		_ = d.writeRun(p)
+		p.pendStart = q
+		p.pend = p.pend[:0]
+	}
+	if !p.inBatch {
+		if exp := p.indexed.Load(); q != exp && q >= p.min.Load() {
+			d.warnOffset(p, exp, q)
+		}
+		p.inBatch = true
+		p.pendStart = q
+		p.pend = p.pend[:0]
+		d.batch = append(d.batch, p)
+	}
+	var u [unitSize]byte
+	putUnit(u[:], phys, size, tag)
+	p.pend = append(p.pend, u[:]...)
+}
+
+func (d *dispatcher) warnOffset(p *partition, want, got int64) {
+	if d.warned < 20 {
+		d.warned++
+		d.s.log.Warn("dispatch: queue offset not contiguous with the index", "topic", p.topic.name,
+			"partition", p.id, "expected", want, "record", got)
+	}
+}
+
+// writeRun writes p's pending run and publishes its readable count.
+func (d *dispatcher) writeRun(p *partition) error {
+	if len(p.pend) == 0 {
+		return nil
+	}
+	if err := d.s.writeUnits(p, p.pendStart, p.pend); err != nil {
+		return err
+	}
+	d.s.counters.indexWrites.Add(1)
+	if end := p.pendStart + int64(len(p.pend)/unitSize); end > p.indexed.Load() {
+		p.indexed.Store(end)
+	}
+	return nil
+}
+
+// flush writes every pending run, publishes the partitions' readable counts
+// and wakes their waiters.
+func (d *dispatcher) flush() error {
+	var err error
+	for _, p := range d.batch {
+		if err == nil {
+			if err = d.writeRun(p); err == nil {
+				d.s.notify(p)
+			}
+		}
+		p.inBatch = false
+		p.pend = p.pend[:0]
+	}
+	clear(d.batch)
+	d.batch = d.batch[:0]
+	return err
+}
+
+// reset drops the pending units of an abandoned batch (it is redone from
+// s.dispatched). Key-index entries already added stay; the redo adds them
+// again and queries skip duplicates.
+func (d *dispatcher) reset() {
+	for _, p := range d.batch {
+		p.inBatch = false
+		p.pend = p.pend[:0]
+	}
+	clear(d.batch)
+	d.batch = d.batch[:0]
+}

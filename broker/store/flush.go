@@ -1,0 +1,177 @@
+package store
+
+import (
+	"time"
+)
+
+// Flush is one group-commit round, shared by every append registered on it.
+// Rounds are allocated per round, not per message.
+//
+// Group commit: an appender registers on s.pending under the append lock (the
+// first one of a round allocates it and wakes the flusher). The flusher
+// swaps the pending round out and records the write position under the
+// lock, then fdatasyncs every segment holding unflushed bytes WITHOUT the
+// lock (appends keep registering on the next round meanwhile), publishes the
+// flushed position — which, in sync mode, is also the limit readers and the
+// dispatcher may see — and closes the round's done channel. The more
+// concurrent appenders, the more messages share one fdatasync.
+//
+// Closed-loop appenders (each waits for its round before appending again)
+// re-register one by one after a round completes; a flusher that swapped
+// the next round at once would sync only the first few of them and split the
+// group in two. So when the pending round has fewer members than the last
+// one, the flusher waits until it has as many (the member that completes it
+// signals s.roundFull) or for at most a quarter of the last fsync's duration
+// (20µs..500µs): a bounded delay that keeps rounds as large as the number of
+// concurrent appenders.
+type Flush struct {
+	done chan struct{}
+	err  error // set before done is closed
+	n    int   // members; guarded by s.mu until the round is swapped out
+}
+
+// Done is closed once the round is durable (or failed).
+func (f *Flush) Done() <-chan struct{} { return f.done }
+
+// Err is the round's error (nil = durable); valid after Done is closed.
+func (f *Flush) Err() error { return f.err }
+
+// Wait waits for the round and returns its error.
+func (f *Flush) Wait() error {
+	<-f.done
+	return f.err
+}
+
+// flushLoop is the flusher goroutine. Sync mode: one round per wake-up.
+// Async mode: wakes after UnflushThreshold messages, on a roll, and every
+// UnflushInterval.
+func (s *Store) flushLoop() {
+	defer s.wg.Done()
+	var tick <-chan time.Time
+	if !s.sync {
+		t := time.NewTicker(s.cfg.UnflushInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	delay := time.NewTimer(time.Hour)
+	delay.Stop()
+	for {
+		select {
+		case <-s.flushKick:
+		case <-tick:
+		case <-s.stop:
+			return
+		}
+		if s.sync {
+			s.gatherRound(delay)
+		}
+		_ = s.flushOnce()
+	}
+}
+
+// gatherRound waits (bounded) for the pending round to grow as large as the
+// last one (see Flush).
+func (s *Store) gatherRound(delay *time.Timer) {
+	s.mu.Lock()
+	f := s.pending
+	if f == nil || s.lastRound <= 1 || f.n >= s.lastRound {
+		s.mu.Unlock()
+		return
+	}
+	s.roundTarget = s.lastRound
+	s.mu.Unlock()
+	select { // drop a stale signal
+	case <-s.roundFull:
+	default:
+	}
+	d := min(max(time.Duration(s.lastFsync.Load())/4, 20*time.Microsecond), 500*time.Microsecond)
+	delay.Reset(d)
+	select {
+	case <-s.roundFull:
+	case <-delay.C:
+	case <-s.stop:
+	}
+	delay.Stop()
+	s.mu.Lock()
+	s.roundTarget = 0
+	s.mu.Unlock()
+}
+
+// flushOnce makes everything appended so far durable and completes the
+// pending round. Serialised by s.flushMu (held across fdatasync; never the
+// append lock).
+func (s *Store) flushOnce() error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+
+	s.mu.Lock()
+	f := s.pending
+	s.pending = nil
+	if f != nil {
+		s.lastRound = f.n
+	}
+	end := s.wpos
+	last := s.lastRecord
+	werr := s.writeErr
+	s.unflushed = 0
+	s.mu.Unlock()
+
+	start := s.flushed.Load()
+	err := werr
+	if err == nil && end > start {
+		t0 := time.Now()
+		err = s.syncRange(start, end)
+		d := int64(time.Since(t0))
+		s.lastFsync.Store(d)
+		s.counters.fsyncs.Add(1)
+		s.counters.fsyncNanos.Add(d)
+		if err != nil {
+			s.mu.Lock()
+			if s.writeErr == nil {
+				s.writeErr = err
+				s.log.Error("commit log fsync failed; appends are refused until the store is reopened", "err", err)
+			}
+			s.mu.Unlock()
+		} else {
+			s.flushedRec.Store(last)
+			s.flushed.Store(end)
+			if s.sync {
+				s.wakeDispatcher()
+			}
+		}
+	}
+	if f != nil {
+		s.counters.rounds.Add(1)
+		f.err = err
+		close(f.done)
+	}
+	return err
+}
+
+// syncRange fdatasyncs every segment overlapping [start, end).
+func (s *Store) syncRange(start, end int64) error {
+	for pos := start; pos < end; {
+		g := s.acquireSegment(pos)
+		if g == nil {
+			return ioError("flush", errMissingSegment)
+		}
+		err := s.hooks.fdatasync(g.f)
+		pos = g.end()
+		g.release()
+		if err != nil {
+			return ioError("fdatasync "+g.path, err)
+		}
+	}
+	return nil
+}
+
+// Flush forces an fsync of the commit log and writes a checkpoint.
+func (s *Store) Flush() error {
+	if s.isClosed.Load() {
+		return ErrClosed
+	}
+	if err := s.flushOnce(); err != nil {
+		return err
+	}
+	return s.checkpoint()
+}

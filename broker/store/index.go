@@ -1,0 +1,295 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// Partition index files.
+//
+// A partition's index is a stream of 16-byte units; unit n describes the
+// message at queue offset n and sits at byte n*16 of the stream. The stream
+// is cut into files of IndexFileSize bytes, named by the 20-digit stream byte
+// offset of their first byte:
+//
+//	index/<topic>/<partition>/<20-digit start byte>
+//
+// Files are created lazily, sparse (ftruncate to IndexFileSize, nothing
+// preallocated), written only with pwrite (one pwrite per run of units of a
+// dispatch batch) and read with pread. Unit layout, big-endian:
+//
+//	off len field
+//	  0   8 physicalOffset  position of the record in the commit log
+//	  8   4 size            record size; 0 marks an empty (unwritten) unit
+//	 12   4 tagHash         protocol.PropsTagHash(properties), 0 = no tag
+//
+// Reads use pread rather than mmap: units are small and read in runs (one
+// pread fetches up to 256), writes already need an fd, so one LRU of fds
+// serves both; no mapping counts against vm.max_map_count with 10,000
+// partitions, and a truncated or deleted file yields an error instead of a
+// SIGBUS. Both paths go through the same page cache.
+const unitSize = 16
+
+func putUnit(b []byte, phys int64, size int32, tag uint32) {
+	binary.BigEndian.PutUint64(b[0:], uint64(phys))
+	binary.BigEndian.PutUint32(b[8:], uint32(size))
+	binary.BigEndian.PutUint32(b[12:], tag)
+}
+
+func getUnit(b []byte) (phys int64, size int32, tag uint32) {
+	return int64(binary.BigEndian.Uint64(b[0:])), int32(binary.BigEndian.Uint32(b[8:])), binary.BigEndian.Uint32(b[12:])
+}
+
+var (
+	errGone           = errors.New("store: index file deleted")
+	errMissingSegment = errors.New("store: commit-log segment missing")
+	errBelowMin       = errors.New("store: record deleted by retention")
+)
+
+// partition is one topic partition's state. Its counters are read without
+// locks; who writes them is noted per field.
+type partition struct {
+	topic *topicState
+	id    int32
+	dir   string
+
+	next    atomic.Int64 // next queue offset to assign (MaxOffset); stored under s.mu
+	indexed atomic.Int64 // units below this are written and readable; dispatcher
+	min     atomic.Int64 // MinOffset; recovery and retention
+
+	ixMu  sync.Mutex
+	files []*ixFile // sorted by base; guarded by ixMu
+
+	// Owned by the dispatcher goroutine.
+	pend      []byte // units of the current batch
+	pendStart int64  // queue offset of pend[0:16]
+	inBatch   bool
+
+	// Long-poll notification (wait.go).
+	waiting atomic.Bool
+	waitMu  sync.Mutex
+	waitCh  chan struct{}
+}
+
+func newPartition(t *topicState, id int32) *partition {
+	return &partition{topic: t, id: id, dir: filepath.Join(t.dir, strconv.Itoa(int(id)))}
+}
+
+// ixFile is one index file. Its fd lives in the file cache (filecache.go).
+type ixFile struct {
+	p    *partition
+	base int64 // stream byte offset of its first unit
+	path string
+
+	// guarded by fileCache.mu
+	f          *os.File
+	prev, next *ixFile // LRU list of open files
+	dirty      bool    // written since the last checkpoint sync
+	gone       bool    // deleted
+}
+
+// fileBase returns the base of the file holding unit q.
+func (s *Store) fileBase(q int64) int64 {
+	return q * unitSize / s.cfg.IndexFileSize * s.cfg.IndexFileSize
+}
+
+// ixFileFor returns the index file holding unit q, creating it (sparse) if
+// create is set. nil, nil when it does not exist and create is false.
+func (s *Store) ixFileFor(p *partition, q int64, create bool) (*ixFile, error) {
+	base := s.fileBase(q)
+	p.ixMu.Lock()
+	defer p.ixMu.Unlock()
+	i := sort.Search(len(p.files), func(i int) bool { return p.files[i].base >= base })
+	if i < len(p.files) && p.files[i].base == base {
+		return p.files[i], nil
+	}
+	if !create {
+		return nil, nil
+	}
+	x, err := s.createIxFile(p, base)
+	if err != nil {
+		return nil, err
+	}
+	p.files = append(p.files, nil)
+	copy(p.files[i+1:], p.files[i:])
+	p.files[i] = x
+	return x, nil
+}
+
+// createIxFile creates one sparse index file; p.ixMu held.
+func (s *Store) createIxFile(p *partition, base int64) (*ixFile, error) {
+	path := filepath.Join(p.dir, segmentName(base))
+	var dirs []string
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if os.IsNotExist(err) { // first file of the partition
+		if err := os.MkdirAll(p.dir, 0o755); err != nil {
+			return nil, ioError("mkdir "+p.dir, err)
+		}
+		dirs = append(dirs, p.topic.dir, s.indexDir)
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	}
+	if err != nil {
+		return nil, ioError("create index", err)
+	}
+	if err := f.Truncate(s.cfg.IndexFileSize); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, ioError("truncate index", err)
+	}
+	x := &ixFile{p: p, base: base, path: path}
+	s.files.adopt(x, f, append(dirs, p.dir))
+	return x, nil
+}
+
+// writeUnits writes a run of units starting at queue offset q (one pwrite per
+// file touched).
+func (s *Store) writeUnits(p *partition, q int64, units []byte) error {
+	for len(units) > 0 {
+		x, err := s.ixFileFor(p, q, true)
+		if err != nil {
+			return err
+		}
+		off := q*unitSize - x.base
+		n := min(int64(len(units)), s.cfg.IndexFileSize-off)
+		if err := s.files.pwrite(x, units[:n], off); err != nil {
+			return err
+		}
+		units = units[n:]
+		q += n / unitSize
+	}
+	return nil
+}
+
+// readUnits reads units from queue offset q into buf (a multiple of 16
+// bytes), stopping at the end of the file holding q. It returns the bytes
+// read; errGone when that file does not exist (deleted by retention).
+func (s *Store) readUnits(p *partition, q int64, buf []byte) (int, error) {
+	x, err := s.ixFileFor(p, q, false)
+	if err != nil {
+		return 0, err
+	}
+	if x == nil {
+		return 0, errGone
+	}
+	off := q*unitSize - x.base
+	n := min(int64(len(buf)), s.cfg.IndexFileSize-off)
+	if err := s.files.pread(x, buf[:n], off); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+// readUnit reads the unit at q.
+func (s *Store) readUnit(p *partition, q int64) (phys int64, size int32, tag uint32, err error) {
+	var b [unitSize]byte
+	if _, err := s.readUnits(p, q, b[:]); err != nil {
+		return 0, 0, 0, err
+	}
+	phys, size, tag = getUnit(b[:])
+	return phys, size, tag, nil
+}
+
+// unitSpan returns the first unit of the stream's first file and the end of
+// its last file (in units); 0, 0 when the partition has no file.
+func (p *partition) unitSpan(ifs int64) (first, end int64) {
+	p.ixMu.Lock()
+	defer p.ixMu.Unlock()
+	if len(p.files) == 0 {
+		return 0, 0
+	}
+	return p.files[0].base / unitSize, (p.files[len(p.files)-1].base + ifs) / unitSize
+}
+
+// searchUnits returns the first queue offset in [lo, hi) whose unit satisfies
+// pred (which must be false then true along the stream), or hi. Units in a
+// missing file count as not satisfying pred.
+func (s *Store) searchUnits(p *partition, lo, hi int64, pred func(phys int64, size int32) bool) (int64, error) {
+	var firstErr error
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		phys, size, _, err := s.readUnit(p, mid)
+		ok := false
+		if err == nil {
+			ok = pred(phys, size)
+		} else if err != errGone && firstErr == nil {
+			firstErr = err
+		}
+		if ok {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo, firstErr
+}
+
+// loadIndexFiles lists an existing partition directory's files (recovery).
+func (s *Store) loadIndexFiles(p *partition) error {
+	ents, err := os.ReadDir(p.dir)
+	if err != nil {
+		return ioError("read index dir", err)
+	}
+	var files []*ixFile
+	for _, e := range ents {
+		base, ok := parseSegmentName(e.Name())
+		if !ok {
+			continue
+		}
+		if base%s.cfg.IndexFileSize != 0 {
+			return fmt.Errorf("store: index file %s does not start at a multiple of IndexFileSize %d (was IndexFileSize changed?)",
+				filepath.Join(p.dir, e.Name()), s.cfg.IndexFileSize)
+		}
+		x := &ixFile{p: p, base: base, path: filepath.Join(p.dir, e.Name())}
+		if fi, err := e.Info(); err == nil && fi.Size() != s.cfg.IndexFileSize {
+			// Keep every file IndexFileSize long (sparse) so pread never
+			// falls off the end.
+			if err := os.Truncate(x.path, s.cfg.IndexFileSize); err != nil {
+				return ioError("truncate index", err)
+			}
+		}
+		files = append(files, x)
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].base < files[j].base })
+	p.ixMu.Lock()
+	p.files = files
+	p.ixMu.Unlock()
+	return nil
+}
+
+// cutUnits empties units [q, end of stream): zeroes the rest of q's file
+// (hole punched by truncating down and back up) and deletes later files.
+// Used by recovery so that stale units can never look valid later.
+func (s *Store) cutUnits(p *partition, q int64) error {
+	base := s.fileBase(q)
+	p.ixMu.Lock()
+	var keep, drop []*ixFile
+	for _, x := range p.files {
+		if x.base <= base {
+			keep = append(keep, x)
+		} else {
+			drop = append(drop, x)
+		}
+	}
+	p.files = keep
+	p.ixMu.Unlock()
+	for _, x := range drop {
+		s.files.remove(x)
+	}
+	if len(keep) > 0 && keep[len(keep)-1].base == base {
+		x := keep[len(keep)-1]
+		if err := s.files.zeroFrom(x, q*unitSize-x.base, s.cfg.IndexFileSize); err != nil {
+			return err
+		}
+	}
+	if len(drop) > 0 {
+		s.files.markDirDirty(p.dir)
+	}
+	return nil
+}

@@ -1,0 +1,361 @@
+package store
+
+import (
+	"encoding/binary"
+	"sync"
+
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// ReadStatus is the outcome of a Read.
+type ReadStatus int
+
+const (
+	ReadFound          ReadStatus = iota // Bufs holds >= 1 record
+	ReadNoMessage                        // offset == readable max: nothing yet (wait / 404)
+	ReadFiltered                         // every scanned unit was filtered out: continue at NextOffset (301)
+	ReadOffsetTooSmall                   // offset < min: 301 with MinOffset
+	ReadOffsetTooLarge                   // offset > max: 301 with MaxOffset
+)
+
+func (st ReadStatus) String() string {
+	switch st {
+	case ReadFound:
+		return "found"
+	case ReadNoMessage:
+		return "no message"
+	case ReadFiltered:
+		return "filtered"
+	case ReadOffsetTooSmall:
+		return "offset too small"
+	case ReadOffsetTooLarge:
+		return "offset too large"
+	}
+	return "unknown"
+}
+
+// ReadResult is the result of a read. Results are pooled: call Release
+// exactly once when done with Bufs.
+type ReadResult struct {
+	Status     ReadStatus
+	Bufs       [][]byte // whole records, slices of the mapped commit log (no copy); adjacent records coalesced
+	Bytes      int      // sum of len(Bufs)
+	Count      int      // records in Bufs
+	NextOffset int64    // queue offset after the last unit scanned (filtered ones included)
+	MinOffset  int64
+	MaxOffset  int64
+
+	segs    []*segment // references held until Release
+	units   []byte     // unit read buffer
+	lastSeg *segment   // segment of the last record appended (coalescing)
+	lastBeg int64      // physical start of the last buffer
+	lastEnd int64      // physical end of the last buffer
+	live    bool
+}
+
+// readUnitBatch is how many units one pread fetches.
+const readUnitBatch = 256
+
+// maxFilteredScan bounds the units a filtered Read scans without a match
+// (then ReadFiltered tells the caller where to continue).
+const maxFilteredScan = 8192
+
+var resultPool = sync.Pool{New: func() any {
+	return &ReadResult{units: make([]byte, readUnitBatch*unitSize), Bufs: make([][]byte, 0, 4)}
+}}
+
+func getResult() *ReadResult {
+	r := resultPool.Get().(*ReadResult)
+	r.live = true
+	return r
+}
+
+// Release returns the result to a pool and drops the segment references;
+// Bufs is invalid afterwards. Must be called exactly once for every non-nil
+// result (a second call right after the first is ignored).
+func (r *ReadResult) Release() {
+	if r == nil || !r.live {
+		return
+	}
+	r.live = false
+	for i, g := range r.segs {
+		g.release()
+		r.segs[i] = nil
+	}
+	r.segs = r.segs[:0]
+	clear(r.Bufs)
+	r.Bufs = r.Bufs[:0]
+	r.Status, r.Bytes, r.Count = 0, 0, 0
+	r.NextOffset, r.MinOffset, r.MaxOffset = 0, 0, 0
+	r.lastSeg, r.lastBeg, r.lastEnd = nil, 0, 0
+	resultPool.Put(r)
+}
+
+// Read returns whole records of topic/partition from queue offset offset, at
+// most maxBytes (but at least one record when one is readable), skipping
+// units whose tag hash the filter rejects (nil = all). A partition never
+// written reads as empty. Records are verified (header against the index
+// unit, and CRC) before they are served; a record failing verification is
+// never served: the read stops before it, or fails with ErrCorrupt when it is
+// the first.
+func (s *Store) Read(topic string, partition int32, offset int64, maxBytes int, f *protocol.TagFilter) (*ReadResult, error) {
+	if s.isClosed.Load() {
+		return nil, ErrClosed
+	}
+	r := getResult()
+	p := s.partition(topic, partition, false)
+	var lo, readable, hi int64
+	if p != nil {
+		lo = p.min.Load()
+		readable = p.indexed.Load()
+		hi = p.next.Load()
+	}
+	r.MinOffset, r.MaxOffset = lo, hi
+	switch {
+	case offset < lo:
+		r.Status, r.NextOffset = ReadOffsetTooSmall, lo
+		return r, nil
+	case offset > hi:
+		r.Status, r.NextOffset = ReadOffsetTooLarge, hi
+		return r, nil
+	case offset >= readable && offset < hi:
+		// Assigned but not indexed yet: it may already be visible (see catchUp).
+		s.catchUp(s.visibleLimit())
+		if readable = p.indexed.Load(); offset >= readable {
+			r.Status, r.NextOffset = ReadNoMessage, offset
+			return r, nil
+		}
+	case offset >= readable:
+		r.Status, r.NextOffset = ReadNoMessage, offset
+		return r, nil
+	}
+	if err := s.readInto(r, p, offset, readable, maxBytes, f); err != nil {
+		r.Release()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (s *Store) readInto(r *ReadResult, p *partition, offset, readable int64, maxBytes int, f *protocol.TagFilter) error {
+	q := offset
+	skipped := 0
+	all := f.All()
+scan:
+	for q < readable {
+		want := min(readable-q, readUnitBatch)
+		nb, err := s.readUnits(p, q, r.units[:want*unitSize])
+		if err != nil {
+			if err == errGone && r.Count == 0 {
+				return s.tooSmall(r, p)
+			}
+			if r.Count > 0 {
+				break
+			}
+			return err
+		}
+		for i := 0; i < nb; i += unitSize {
+			phys, size, tag := getUnit(r.units[i:])
+			if size <= 0 { // empty unit (only after index damage): skip
+				q++
+				continue
+			}
+			if !all && !f.MatchHash(tag) {
+				q++
+				if skipped++; skipped >= maxFilteredScan && r.Count == 0 {
+					break scan
+				}
+				continue
+			}
+			if r.Count > 0 && r.Bytes+int(size) > maxBytes {
+				break scan
+			}
+			if err := s.appendRecord(r, p, q, phys, int(size)); err != nil {
+				if r.Count > 0 {
+					break scan
+				}
+				if err == errBelowMin {
+					return s.tooSmall(r, p)
+				}
+				return err
+			}
+			q++
+			if r.Bytes >= maxBytes {
+				break scan
+			}
+		}
+	}
+	r.NextOffset = q
+	switch {
+	case r.Count > 0:
+		r.Status = ReadFound
+	case q > offset:
+		r.Status = ReadFiltered
+	default:
+		r.Status = ReadNoMessage
+	}
+	return nil
+}
+
+// tooSmall turns r into ReadOffsetTooSmall after retention removed what the
+// read was about to serve.
+func (s *Store) tooSmall(r *ReadResult, p *partition) error {
+	m := s.refreshMin(p)
+	r.Status, r.NextOffset, r.MinOffset = ReadOffsetTooSmall, m, m
+	return nil
+}
+
+// appendRecord verifies the record a unit points to and adds it to r,
+// coalescing it with the previous one when adjacent.
+func (s *Store) appendRecord(r *ReadResult, p *partition, q, phys int64, size int) error {
+	g := r.lastSeg
+	if g == nil || phys < g.base || phys+int64(size) > g.end() {
+		if phys < s.logMin.Load() {
+			return errBelowMin
+		}
+		if g = s.acquireSegment(phys); g == nil {
+			if phys < s.logMin.Load() {
+				return errBelowMin
+			}
+			return s.corrupt("index unit points outside the commit log", p, q, phys)
+		}
+		r.segs = append(r.segs, g)
+	}
+	off := phys - g.base
+	if off+int64(size) > g.size {
+		return s.corrupt("index unit runs past its segment", p, q, phys)
+	}
+	rec := g.data[off : off+int64(size)]
+	if !verifyRecord(rec, p, q) {
+		return s.corrupt("record fails verification", p, q, phys)
+	}
+	if r.lastSeg == g && r.lastEnd == phys {
+		r.Bufs[len(r.Bufs)-1] = g.data[r.lastBeg-g.base : off+int64(size)]
+	} else {
+		r.Bufs = append(r.Bufs, rec)
+		r.lastBeg = phys
+	}
+	r.lastSeg, r.lastEnd = g, phys+int64(size)
+	r.Bytes += size
+	r.Count++
+	return nil
+}
+
+// verifyRecord checks a record against the unit that points to it: size,
+// magic, partition, queue offset, topic, then the CRC.
+func verifyRecord(rec []byte, p *partition, q int64) bool {
+	be := binary.BigEndian
+	if len(rec) < protocol.RecordOverhead+1 ||
+		int(be.Uint32(rec[protocol.OffSize:])) != len(rec) ||
+		be.Uint32(rec[protocol.OffMagic:]) != protocol.RecordMagic ||
+		int32(be.Uint32(rec[protocol.OffPartition:])) != p.id ||
+		int64(be.Uint64(rec[protocol.OffQueueOffset:])) != q {
+		return false
+	}
+	tl := int(rec[protocol.OffTopicLen])
+	if protocol.OffTopicLen+1+tl > len(rec) || string(rec[protocol.OffTopicLen+1:protocol.OffTopicLen+1+tl]) != p.topic.name {
+		return false
+	}
+	return be.Uint32(rec[protocol.OffCRC:]) == protocol.CRC32C(rec[protocol.OffMsgID:])
+}
+
+// corrupt logs a verification failure and returns ErrCorrupt.
+func (s *Store) corrupt(what string, p *partition, q, phys int64) error {
+	s.counters.corruptReads.Add(1)
+	s.log.Error("read: "+what+"; not served", "topic", p.topic.name, "partition", p.id, "offset", q, "physicalOffset", phys)
+	return ErrCorrupt
+}
+
+// MinOffset returns the smallest readable queue offset of the partition.
+func (s *Store) MinOffset(topic string, partition int32) int64 {
+	if p := s.partition(topic, partition, false); p != nil {
+		return p.min.Load()
+	}
+	return 0
+}
+
+// MaxOffset returns the next queue offset to be assigned.
+func (s *Store) MaxOffset(topic string, partition int32) int64 {
+	if p := s.partition(topic, partition, false); p != nil {
+		return p.next.Load()
+	}
+	return 0
+}
+
+// OffsetForTime returns the first queue offset whose storeTime >= tsMs
+// (MaxOffset if none), by binary search over the index units.
+func (s *Store) OffsetForTime(topic string, partition int32, tsMs int64) int64 {
+	p := s.partition(topic, partition, false)
+	if p == nil {
+		return 0
+	}
+	lo, hi, max := p.min.Load(), p.indexed.Load(), p.next.Load()
+	q, _ := s.searchUnits(p, lo, hi, func(phys int64, size int32) bool {
+		t, ok := s.storeTimeAt(phys, size)
+		return ok && t >= tsMs
+	})
+	if q >= hi {
+		return max
+	}
+	return q
+}
+
+// storeTimeAt reads the storeTime of the record at phys.
+func (s *Store) storeTimeAt(phys int64, size int32) (int64, bool) {
+	if size <= 0 || phys < s.logMin.Load() {
+		return 0, false
+	}
+	g := s.acquireSegment(phys)
+	if g == nil {
+		return 0, false
+	}
+	defer g.release()
+	off := phys - g.base
+	if off+protocol.RecordOverhead > g.size {
+		return 0, false
+	}
+	b := g.data[off:]
+	if binary.BigEndian.Uint32(b[protocol.OffMagic:]) != protocol.RecordMagic {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(b[protocol.OffStoreTime:])), true
+}
+
+// ReadByID returns the one record with that message id (verified), or
+// ErrNotFound. The record must be visible (durable in sync mode).
+func (s *Store) ReadByID(msgID int64) (*ReadResult, error) {
+	if s.isClosed.Load() {
+		return nil, ErrClosed
+	}
+	bid, phys := protocol.SplitMsgID(msgID)
+	vis := s.visibleLimit()
+	if bid != s.cfg.BrokerID || msgID < 0 || phys < s.logMin.Load() || phys >= vis {
+		return nil, ErrNotFound
+	}
+	g := s.acquireSegment(phys)
+	if g == nil {
+		return nil, ErrNotFound
+	}
+	off := phys - g.base
+	end := min(g.size, vis-g.base)
+	rec, n, err := protocol.DecodeRecord(g.data[off:end], 0)
+	if err != nil || rec.MsgID != msgID || rec.PhysicalOffset != phys {
+		named := err == protocol.ErrBadCRC && int64(binary.BigEndian.Uint64(g.data[off+protocol.OffMsgID:])) == msgID
+		g.release()
+		if named {
+			// A record header naming this id sits here but its bytes are damaged.
+			s.counters.corruptReads.Add(1)
+			s.log.Error("read by id: record fails its checksum; not served", "msgId", msgID, "physicalOffset", phys)
+			return nil, ErrCorrupt
+		}
+		return nil, ErrNotFound
+	}
+	r := getResult()
+	r.segs = append(r.segs, g)
+	r.Bufs = append(r.Bufs, g.data[off:off+int64(n)])
+	r.Bytes, r.Count, r.Status = n, 1, ReadFound
+	r.NextOffset = rec.QueueOffset + 1
+	if p := s.partitionBytes(rec.Topic, rec.Partition); p != nil {
+		r.MinOffset, r.MaxOffset = p.min.Load(), p.next.Load()
+	}
+	return r, nil
+}

@@ -1,0 +1,552 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"github.com/metaqgo/metaq/protocol"
+	"golang.org/x/sys/unix"
+)
+
+// Recovery (run by Open before any goroutine starts).
+//
+//  1. abort present (the last run did not Close) or checkpoint missing/bad →
+//     crash recovery: scan the commit log from the checkpoint's flushed
+//     position (from the oldest segment without a checkpoint), verifying
+//     every record's magic, size, CRC and position; the first bad record or
+//     the first zero header ends the log. The rest of that segment is zeroed
+//     and later segments are deleted, so stale bytes can never come back as
+//     records. What was cut is logged (bytes, index units = messages).
+//     After a clean stop the checkpoint is trusted once a cheap check passes
+//     (the last record's CRC, zeros right after the end); otherwise crash
+//     recovery runs.
+//  2. Index units pointing at or past min(checkpoint dispatched, log end) are
+//     cut (zeroed); the commit log from there to the end is re-dispatched,
+//     which rebuilds the missing units and key-index entries. Per-partition
+//     max offsets come from the rebuilt indexes, min offsets from the oldest
+//     segment.
+//  3. The recovered tail is fsynced and a fresh checkpoint written.
+func (s *Store) recover() error {
+	_, err := os.Stat(s.abortPath())
+	crashed := err == nil
+	ck, ckOK := s.readCheckpoint()
+	if !crashed {
+		f, err := os.OpenFile(s.abortPath(), os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return fmt.Errorf("store: create abort marker: %w", err)
+		}
+		f.Close()
+		if err := syncDir(s.cfg.Dir); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+	}
+
+	segs, err := s.loadSegments()
+	if err != nil {
+		return err
+	}
+	if len(segs) == 0 {
+		base := int64(0)
+		if ckOK {
+			base = ck.flushed
+		}
+		g, err := createSegment(s.logDir, base, s.cfg.SegmentSize, s.hooks)
+		if err != nil {
+			return err
+		}
+		segs = []*segment{g}
+	}
+	s.segsMu.Lock()
+	s.setSegmentsLocked(segs)
+	s.segsMu.Unlock()
+	logMin := segs[0].base
+
+	end, lastRec, scanned := int64(0), int64(-1), false
+	if !crashed && ckOK && s.cleanTailOK(ck) {
+		end, lastRec = ck.flushed, ck.lastRecord
+	} else {
+		if !crashed && ckOK {
+			s.log.Warn("recovery: checkpoint does not match the commit log tail; scanning")
+		}
+		end, lastRec, err = s.recoverLog(ck, ckOK)
+		if err != nil {
+			return err
+		}
+		scanned = true
+	}
+	segs = s.segs.Load().segs
+	active := segs[len(segs)-1]
+	s.active = active
+	s.wpos, s.lastRecord = end, lastRec
+	s.written.Store(end)
+	s.flushed.Store(end)
+	s.flushedRec.Store(lastRec)
+	if lastRec >= 0 {
+		if t, ok := s.storeTimeAt(lastRec, 1); ok {
+			s.lastStore = t
+		}
+	}
+
+	// Indexes: trust units below cut, rebuild the rest.
+	cut := end
+	if ckOK && ck.dispatched < cut {
+		cut = ck.dispatched
+	}
+	if !ckOK {
+		cut = logMin
+	}
+	cut = max(cut, logMin)
+	lost, redo, err := s.recoverIndexes(cut, end, crashed || !ckOK)
+	if err != nil {
+		return err
+	}
+	if lost > 0 {
+		s.log.Warn("recovery: cut index units pointing past the end of the commit log (messages lost)",
+			"messages", lost, "logEnd", end)
+	}
+	if s.keys, err = openKeyIndex(s, cut); err != nil {
+		return err
+	}
+	s.dispatched.Store(cut)
+	if err := s.disp.run(end); err != nil {
+		return fmt.Errorf("store: recovery re-dispatch: %w", err)
+	}
+	for _, p := range s.allPartitions() {
+		s.refreshMin(p)
+		p.next.Store(p.indexed.Load())
+	}
+	if redo > 0 || end > cut || scanned && end > logMin {
+		s.log.Info("recovery: done", "logEnd", end, "redispatchedFrom", cut, "indexUnitsRedone", redo,
+			"crashed", crashed)
+	}
+	if err := s.checkpoint(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// loadSegments opens the commit-log segments, oldest first. Empty files
+// (a crash while creating one) are removed. A gap between segments is an
+// error the operator must look at.
+func (s *Store) loadSegments() ([]*segment, error) {
+	ents, err := os.ReadDir(s.logDir)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	var segs []*segment
+	fail := func(err error) ([]*segment, error) {
+		for _, g := range segs {
+			g.release()
+		}
+		return nil, err
+	}
+	for _, e := range ents {
+		base, ok := parseSegmentName(e.Name())
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		g, err := openSegment(filepath.Join(s.logDir, e.Name()), base)
+		if err != nil {
+			return fail(err)
+		}
+		if g.size == 0 {
+			os.Remove(g.path)
+			continue
+		}
+		segs = append(segs, g)
+	}
+	sort.Slice(segs, func(i, j int) bool { return segs[i].base < segs[j].base })
+	for i := 1; i < len(segs); i++ {
+		if segs[i].base != segs[i-1].end() {
+			return fail(fmt.Errorf("store: commit log has a gap: %s ends at %d but the next segment starts at %d",
+				segs[i-1].path, segs[i-1].end(), segs[i].base))
+		}
+	}
+	return segs, nil
+}
+
+// cleanTailOK checks, after a clean stop, that the commit log ends where the
+// checkpoint says: the last record verifies, nothing follows it. When it
+// does, empty segments after the end (none after a clean Close) are removed.
+func (s *Store) cleanTailOK(ck checkpointData) bool {
+	l := s.segs.Load()
+	last := l.segs[len(l.segs)-1]
+	if ck.flushed < l.segs[0].base || ck.flushed > last.end() {
+		return false
+	}
+	if g := l.find(ck.flushed); g != nil {
+		if size, magic, ok := protocol.PeekRecord(g.data[ck.flushed-g.base:]); ok && (size != 0 || magic != 0) {
+			return false
+		}
+		for _, h := range l.segs {
+			if h.base > g.base {
+				if size, magic, _ := protocol.PeekRecord(h.data); size != 0 || magic != 0 {
+					return false
+				}
+			}
+		}
+	}
+	if ck.lastRecord >= 0 {
+		g := l.find(ck.lastRecord)
+		if g == nil {
+			return false
+		}
+		rec, n, err := protocol.DecodeRecord(g.data[ck.lastRecord-g.base:], 0)
+		if err != nil || rec.PhysicalOffset != ck.lastRecord {
+			return false
+		}
+		if e := ck.lastRecord + int64(n); e != ck.flushed && !(ck.flushed == g.end() && blankTo(g, e)) {
+			return false
+		}
+	}
+	return s.dropSegmentsAfter(ck.flushed) == nil
+}
+
+// blankTo reports whether a BLANK covering [pos, end of g) starts at pos.
+func blankTo(g *segment, pos int64) bool {
+	if pos == g.end() {
+		return true
+	}
+	size, magic, ok := protocol.PeekRecord(g.data[pos-g.base:])
+	return ok && magic == protocol.BlankMagic && pos+int64(size) == g.end()
+}
+
+// recoverLog scans from the checkpoint and truncates at the first bad record.
+func (s *Store) recoverLog(ck checkpointData, ckOK bool) (end, lastRec int64, err error) {
+	l := s.segs.Load()
+	first, last := l.segs[0], l.segs[len(l.segs)-1]
+	start := first.base
+	lastRec = -1
+	if ckOK && ck.flushed >= first.base && ck.flushed <= last.end() {
+		start, lastRec = ck.flushed, ck.lastRecord
+	} else if ckOK {
+		s.log.Warn("recovery: checkpoint position outside the commit log; scanning from the oldest segment",
+			"checkpoint", ck.flushed, "logStart", first.base, "logEnd", last.end())
+	}
+	pos := start
+	reason := "end of log"
+	records := 0
+	for {
+		g := l.find(pos)
+		if g == nil {
+			break // exactly at the end of the last segment
+		}
+		n, why := validRecordAt(g, pos, s.cfg.BrokerID)
+		if why == "blank" {
+			pos = g.end()
+			continue
+		}
+		if n == 0 {
+			reason = why
+			break
+		}
+		lastRec = pos
+		pos += int64(n)
+		records++
+	}
+	end = pos
+	cutBytes, zeroed, err := s.truncateLog(end)
+	if err != nil {
+		return 0, 0, err
+	}
+	if cutBytes > 0 || zeroed > 0 {
+		s.log.Warn("recovery: truncated the commit log at the first bad record",
+			"at", end, "reason", reason, "bytesCut", cutBytes, "segmentsDeleted", zeroed,
+			"scannedFrom", start, "recordsVerified", records)
+	} else if records > 0 {
+		s.log.Info("recovery: commit log verified", "from", start, "end", end, "records", records)
+	}
+	// What was recovered past the checkpoint may only be in the page cache.
+	if err := s.syncRange(start, end); err != nil {
+		return 0, 0, err
+	}
+	return end, lastRec, nil
+}
+
+// validRecordAt verifies the record at pos. It returns its size, or 0 and
+// why not; why is "blank" for a BLANK that correctly ends the segment.
+func validRecordAt(g *segment, pos int64, brokerID int) (int, string) {
+	off := pos - g.base
+	b := g.data[off:]
+	rec, n, err := protocol.DecodeRecord(b, 0)
+	switch {
+	case err == protocol.ErrBlank:
+		if off+int64(n) == g.size {
+			return 0, "blank"
+		}
+		return 0, "blank filler does not end the segment"
+	case err == protocol.ErrShortRecord && len(b) >= protocol.BlankMinSize:
+		return 0, "record runs past the segment end (torn)"
+	case err == protocol.ErrShortRecord:
+		return 0, "fewer than 8 bytes left in the segment"
+	case err == protocol.ErrBadMagic && binary.BigEndian.Uint64(b) == 0:
+		return 0, "end of data (zeros)"
+	case err != nil:
+		return 0, err.Error()
+	case rec.PhysicalOffset != pos || rec.MsgID&(1<<48-1) != pos:
+		return 0, "record does not belong at this position (stale)"
+	case off+int64(n) != g.size && g.size-off-int64(n) < protocol.BlankMinSize:
+		return 0, "record leaves less than a blank filler"
+	}
+	return n, ""
+}
+
+// truncateLog zeroes the commit log from end to the end of its segment and
+// deletes later segments. It returns roughly how many non-zero bytes were
+// cut and how many segments were deleted.
+func (s *Store) truncateLog(end int64) (cutBytes int64, deleted int, err error) {
+	l := s.segs.Load()
+	if g := l.find(end); g != nil {
+		cutBytes = nonZeroPrefix(g.data[end-g.base:])
+		if err := zeroTail(g, end); err != nil {
+			return 0, 0, err
+		}
+	}
+	for _, h := range l.segs {
+		if h.base > end {
+			// Empty segments (the preallocated next one) are not "cut".
+			if n := nonZeroPrefix(h.data); n > 0 {
+				cutBytes += n
+				deleted++
+			}
+		}
+	}
+	return cutBytes, deleted, s.dropSegmentsAfter(end)
+}
+
+// dropSegmentsAfter deletes every segment that starts after pos (the
+// segment containing pos, or ending exactly at pos, stays).
+func (s *Store) dropSegmentsAfter(pos int64) error {
+	s.segsMu.Lock()
+	defer s.segsMu.Unlock()
+	segs := s.segs.Load().segs
+	keep := len(segs)
+	for i, g := range segs {
+		if g.base > pos {
+			keep = i
+			break
+		}
+	}
+	if keep == len(segs) {
+		return nil
+	}
+	if keep == 0 { // cannot happen (pos >= the oldest base); keep one anyway
+		keep = 1
+	}
+	for _, g := range segs[keep:] {
+		os.Remove(g.path)
+		g.release()
+	}
+	s.setSegmentsLocked(append([]*segment(nil), segs[:keep]...))
+	return ioError("fsync dir", syncDir(s.logDir))
+}
+
+// nonZeroPrefix estimates how many bytes at the start of b were written: up
+// to the first 64 KiB chunk that is all zeros.
+func nonZeroPrefix(b []byte) int64 {
+	const chunk = 64 << 10
+	var n int64
+	for len(b) > 0 {
+		c := b[:min(chunk, len(b))]
+		if allZero(c) {
+			break
+		}
+		n += int64(len(c))
+		b = b[len(c):]
+	}
+	return n
+}
+
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.LittleEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// zeroTail zeroes g from pos to its end, keeping the blocks allocated
+// (FALLOC_FL_ZERO_RANGE; else punch + re-allocate; else write zeros), and
+// syncs it.
+func zeroTail(g *segment, pos int64) error {
+	off := pos - g.base
+	n := g.size - off
+	if n <= 0 {
+		return nil
+	}
+	fd := int(g.f.Fd())
+	if err := unix.Fallocate(fd, unix.FALLOC_FL_ZERO_RANGE, off, n); err != nil {
+		if err := unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n); err == nil {
+			if err := unix.Fallocate(fd, 0, off, n); err != nil {
+				return ioError("re-allocate segment tail", err)
+			}
+		} else {
+			clear(g.data[off:])
+		}
+	}
+	if err := unix.Fdatasync(fd); err != nil {
+		return ioError("fdatasync "+g.path, err)
+	}
+	return nil
+}
+
+// recoverIndexes loads every partition's index files, keeps the units below
+// cut and cuts the rest. It returns how many cut units pointed at or past
+// end (messages lost with the commit-log tail) and how many below end (to be
+// re-dispatched).
+func (s *Store) recoverIndexes(cut, end int64, cutAlways bool) (lost, redo int64, err error) {
+	topics, err := os.ReadDir(s.indexDir)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: %w", err)
+	}
+	for _, te := range topics {
+		if !te.IsDir() || !validTopic(te.Name()) {
+			continue
+		}
+		parts, err := os.ReadDir(filepath.Join(s.indexDir, te.Name()))
+		if err != nil {
+			return 0, 0, fmt.Errorf("store: %w", err)
+		}
+		for _, pe := range parts {
+			id, err := strconv.ParseInt(pe.Name(), 10, 32)
+			if !pe.IsDir() || err != nil || id < 0 || strconv.Itoa(int(id)) != pe.Name() {
+				continue
+			}
+			p := s.partition(te.Name(), int32(id), true)
+			if err := s.loadIndexFiles(p); err != nil {
+				return 0, 0, err
+			}
+			l, r, err := s.recoverPartition(p, cut, end, cutAlways)
+			if err != nil {
+				return 0, 0, fmt.Errorf("store: recover index %s: %w", p.dir, err)
+			}
+			lost += l
+			redo += r
+		}
+	}
+	if err := s.files.syncDirty(s.indexDir); err != nil {
+		return 0, 0, err
+	}
+	return lost, redo, nil
+}
+
+func (s *Store) recoverPartition(p *partition, cut, end int64, cutAlways bool) (lost, redo int64, err error) {
+	first, stop := p.unitSpan(s.cfg.IndexFileSize)
+	if first == stop {
+		return 0, 0, nil
+	}
+	start, err := s.firstUsedUnit(p, first, stop)
+	if err != nil {
+		return 0, 0, err
+	}
+	count, err := s.searchUnits(p, start, stop, func(phys int64, size int32) bool {
+		return !(size > 0 && phys < cut)
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	// Count (for the report) the used units being cut.
+	var buf [readUnitBatch * unitSize]byte
+	for q := count; q < stop; {
+		n, err := s.readUnits(p, q, buf[:min(stop-q, readUnitBatch)*unitSize])
+		if err != nil || n == 0 {
+			break
+		}
+		done := false
+		for i := 0; i < n; i += unitSize {
+			phys, size, _ := getUnit(buf[i:])
+			if size <= 0 {
+				done = true
+				break
+			}
+			if phys >= end {
+				lost++
+			} else {
+				redo++
+			}
+		}
+		if done {
+			break
+		}
+		q += int64(n / unitSize)
+	}
+	if cutAlways || lost+redo > 0 {
+		if err := s.cutUnits(p, count); err != nil {
+			return 0, 0, err
+		}
+	}
+	p.indexed.Store(count)
+	p.min.Store(start)
+	return lost, redo, nil
+}
+
+// firstUsedUnit returns the first non-empty unit in [first, stop) (or stop).
+func (s *Store) firstUsedUnit(p *partition, first, stop int64) (int64, error) {
+	var buf [readUnitBatch * unitSize]byte
+	for q := first; q < stop; {
+		n, err := s.readUnits(p, q, buf[:min(stop-q, readUnitBatch)*unitSize])
+		if errors.Is(err, errGone) {
+			// Missing file in the middle: continue with the next file.
+			q = (s.fileBase(q) + s.cfg.IndexFileSize) / unitSize
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		for i := 0; i < n; i += unitSize {
+			if _, size, _ := getUnit(buf[i:]); size > 0 {
+				return q + int64(i/unitSize), nil
+			}
+		}
+		q += int64(n / unitSize)
+	}
+	return stop, nil
+}
+
+// refreshMin recomputes p's min offset: its first unit pointing into the
+// oldest segment (or its readable count when every unit is older).
+func (s *Store) refreshMin(p *partition) int64 {
+	logMin := s.logMin.Load()
+	readable := p.indexed.Load()
+	lo := p.min.Load()
+	first, stop := p.unitSpan(s.cfg.IndexFileSize)
+	if first == stop {
+		return lo
+	}
+	if lo < first {
+		lo = first
+	}
+	if lo >= readable {
+		return p.min.Load()
+	}
+	// Skip leading empty units (a rebuilt stream may start mid-file).
+	if _, size, _, err := s.readUnit(p, lo); err != nil || size <= 0 {
+		if lo, err = s.firstUsedUnit(p, lo, readable); err != nil {
+			return p.min.Load()
+		}
+	}
+	m, err := s.searchUnits(p, lo, readable, func(phys int64, size int32) bool {
+		return size > 0 && phys >= logMin
+	})
+	if err != nil {
+		return p.min.Load()
+	}
+	for {
+		cur := p.min.Load()
+		if m <= cur || p.min.CompareAndSwap(cur, m) {
+			return max(m, cur)
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package store
+
+import (
+	"sort"
+	"sync/atomic"
+	"time"
+)
+
+// counters are updated without the append lock.
+type counters struct {
+	fsyncs            atomic.Int64
+	fsyncNanos        atomic.Int64
+	rounds            atomic.Int64
+	dispatchedRecords atomic.Int64
+	indexWrites       atomic.Int64
+	checkpoints       atomic.Int64
+	segmentsDeleted   atomic.Int64
+	corruptReads      atomic.Int64
+}
+
+// Stats are counters for MetaQ's `stats` command and for metrics. Counters
+// marked "since open" restart at zero on every Open.
+type Stats struct {
+	PutMessages int64 // messages appended since open
+	PutBytes    int64 // record bytes appended since open
+	PutErrors   int64 // appends refused since open (I/O, disk full, closed)
+
+	CommitLogMin       int64 // physical offset of the oldest byte kept
+	CommitLogMax       int64 // physical write position (next record's offset)
+	FlushedPosition    int64 // durable below this
+	DispatchedPosition int64 // indexed below this
+	DispatchLag        int64 // bytes written but not yet indexed
+	UnflushedBytes     int64 // bytes written but not yet durable
+	Segments           int   // commit-log segment files
+	SegmentRolls       int64 // since open
+	SegmentsDeleted    int64 // by retention, since open
+
+	Fsyncs            int64         // commit-log flush rounds that synced, since open
+	GroupCommits      int64         // completed group-commit rounds (sync mode), since open
+	AvgFsync          time.Duration // mean fsync round duration
+	DispatchedRecords int64         // records indexed since open
+	IndexWrites       int64         // index pwrites since open
+	OpenIndexFiles    int
+	Checkpoints       int64
+	CorruptReads      int64 // records refused by read verification, since open
+
+	SyncFlush  bool   // group-commit mode
+	WriteError string // sticky error refusing appends ("" = none)
+	Partitions int
+	Topics     []TopicStats
+}
+
+// TopicStats are one topic's figures.
+type TopicStats struct {
+	Topic       string
+	Partitions  int
+	Messages    int64 // sum over partitions of max - min (messages kept)
+	PutMessages int64 // appended since open
+}
+
+// Stats returns a snapshot of the store's counters.
+func (s *Store) Stats() Stats {
+	var st Stats
+	s.mu.Lock()
+	st.PutMessages, st.PutBytes, st.PutErrors = s.puts, s.putBytes, s.putErrors
+	st.SegmentRolls = s.rolls
+	st.CommitLogMax = s.wpos
+	if err := s.appendErrLocked(); err != nil {
+		st.WriteError = err.Error()
+	}
+	puts := make(map[string]int64)
+	s.partsMu.RLock()
+	for name, t := range s.topics {
+		puts[name] = t.puts
+	}
+	s.partsMu.RUnlock()
+	s.mu.Unlock()
+
+	st.CommitLogMin = s.logMin.Load()
+	st.FlushedPosition = s.flushed.Load()
+	st.DispatchedPosition = s.dispatched.Load()
+	st.DispatchLag = max(0, st.CommitLogMax-st.DispatchedPosition)
+	st.UnflushedBytes = max(0, st.CommitLogMax-st.FlushedPosition)
+	st.Segments = len(s.segs.Load().segs)
+	st.SegmentsDeleted = s.counters.segmentsDeleted.Load()
+	st.Fsyncs = s.counters.fsyncs.Load()
+	st.GroupCommits = s.counters.rounds.Load()
+	if st.Fsyncs > 0 {
+		st.AvgFsync = time.Duration(s.counters.fsyncNanos.Load() / st.Fsyncs)
+	}
+	st.DispatchedRecords = s.counters.dispatchedRecords.Load()
+	st.IndexWrites = s.counters.indexWrites.Load()
+	st.OpenIndexFiles = s.files.openCount()
+	st.Checkpoints = s.counters.checkpoints.Load()
+	st.CorruptReads = s.counters.corruptReads.Load()
+	st.SyncFlush = s.sync
+
+	for _, ti := range s.Topics() {
+		ts := TopicStats{Topic: ti.Topic, Partitions: len(ti.Partitions), PutMessages: puts[ti.Topic]}
+		for _, p := range ti.Partitions {
+			ts.Messages += p.Max - p.Min
+		}
+		st.Partitions += ts.Partitions
+		st.Topics = append(st.Topics, ts)
+	}
+	return st
+}
+
+// PartitionInfo is one partition's offsets.
+type PartitionInfo struct {
+	Partition int32
+	Min, Max  int64
+}
+
+// TopicInfo lists a topic's partitions.
+type TopicInfo struct {
+	Topic      string
+	Partitions []PartitionInfo
+}
+
+// Topics returns every topic with at least one stored record (ever
+// assigned a queue offset), sorted by name, partitions sorted by number.
+func (s *Store) Topics() []TopicInfo {
+	s.partsMu.RLock()
+	var out []TopicInfo
+	for name, t := range s.topics {
+		ti := TopicInfo{Topic: name}
+		for id, p := range t.parts {
+			if max := p.next.Load(); max > 0 {
+				ti.Partitions = append(ti.Partitions, PartitionInfo{Partition: id, Min: p.min.Load(), Max: max})
+			}
+		}
+		if len(ti.Partitions) > 0 {
+			sort.Slice(ti.Partitions, func(i, j int) bool { return ti.Partitions[i].Partition < ti.Partitions[j].Partition })
+			out = append(out, ti)
+		}
+	}
+	s.partsMu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
+	return out
+}

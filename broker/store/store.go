@@ -1,0 +1,495 @@
+// Package store is metaq's storage engine (DESIGN §3–§4): one sequential
+// commit log shared by every topic, per-partition index files of fixed
+// 16-byte units built asynchronously by a dispatcher, group-commit flushing,
+// crash recovery, retention, a key index and time lookup.
+//
+// Files (one concern each): segment.go (one mapped commit-log file),
+// commitlog.go (append, roll, preallocation), flush.go (group commit),
+// index.go (partition index files), filecache.go (open index file LRU),
+// dispatch.go (builds indexes), read.go (reads, lookups), wait.go (long-poll
+// notification), recovery.go, checkpoint.go, retention.go, keyindex.go,
+// stats.go, faults.go (error classification and test fault hooks).
+// docs/storage.md describes the on-disk format for operators.
+//
+// # Goroutines
+//
+// Exactly four per Store, whatever the number of partitions: the flusher
+// (flush.go), the dispatcher (dispatch.go), the segment preallocator
+// (commitlog.go) and the housekeeper (checkpoints and retention,
+// retention.go). Close stops them all.
+//
+// # Lock rules
+//
+// Locks are taken in this order and never the reverse; a function whose name
+// ends in Locked expects s.mu (the append lock) to be held.
+//
+//  1. s.ckptMu — serialises checkpoints (index syncs and the checkpoint
+//     file). Held across fsyncs; never taken by appenders or readers.
+//  2. s.retMu — serialises retention passes.
+//  3. s.flushMu — serialises flush rounds (flushOnce). Held across fdatasync,
+//     so it is never taken by appenders.
+//  4. s.mu — THE APPEND LOCK. Guards the write position and active segment,
+//     assigning queue offsets (partition.next is only stored under it), the
+//     last store time, the pending group-commit round, the put counters, the
+//     sticky errors (writeErr, indexErr, rollErr), s.closed and the
+//     appender's partition cache. It is never held across fsync, fallocate,
+//     pwrite or any other blocking I/O: a roll that finds the next segment
+//     not ready waits for the preallocator with s.mu released
+//     (makeRoomLocked).
+//  5. s.segsMu — replacing the segment list (roll, retention, recovery);
+//     readers load s.segs atomically without it.
+//  6. s.partsMu — the shared topic/partition maps (s.topics, topic.parts).
+//  7. p.ixMu (a partition's index file list; held while creating a file).
+//  8. leaf locks, never held while taking another: s.files.mu (open index
+//     file LRU), p.waitMu, s.progMu, s.pre.mu, s.keys.mu.
+package store
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Schedule tells when retention runs next (deleteWhen).
+type Schedule interface {
+	Next(after time.Time) time.Time
+}
+
+// Config configures a Store. Zero values take MetaQ's defaults.
+type Config struct {
+	Dir              string                           // dataPath
+	BrokerID         int                              // 0..32767, high bits of msgId
+	SegmentSize      int64                            // maxSegmentSize, default 1 GiB; tests use e.g. 64 KiB
+	IndexFileSize    int64                            // indexFileSize, default 20 MiB, multiple of 16
+	UnflushThreshold int                              // <= 0: sync flush with group commit; else fsync after N messages
+	UnflushInterval  time.Duration                    // async: fsync at least this often (default 10s)
+	MaxMessageSize   int                              // bound on data length (default 4 MiB)
+	Retention        time.Duration                    // deletePolicy delete,N; 0 = keep forever
+	TopicRetention   func(topic string) time.Duration // optional per-topic override (0 = use Retention)
+	DeleteWhen       Schedule                         // when to run retention; nil = every hour
+	Logger           *slog.Logger                     // nil = slog.Default()
+	Now              func() time.Time                 // nil = time.Now (tests)
+
+	// Additions to the documented API (all optional).
+
+	// CheckpointInterval is how often the checkpoint is written (default 1s).
+	// Recovery after a crash rescans the commit log from the last checkpoint.
+	CheckpointInterval time.Duration
+	// MaxOpenIndexFiles caps the index files kept open; the least recently
+	// used are closed and reopened on demand. Default: RLIMIT_NOFILE minus
+	// 4096 for connections and segments, at least 256 (Go raises the soft
+	// limit to the hard one at startup).
+	MaxOpenIndexFiles int
+	// KeyIndexSlots and KeyIndexEntries size one key-index file (defaults
+	// 1 Mi slots, 4 Mi entries: 84 MiB, sparse).
+	KeyIndexSlots   int
+	KeyIndexEntries int
+
+	hooks *faultHooks // tests only: injected I/O failures (faults.go)
+}
+
+// Defaults (MetaQ's).
+const (
+	DefaultSegmentSize        = 1 << 30
+	DefaultIndexFileSize      = 20 << 20
+	DefaultUnflushInterval    = 10 * time.Second
+	DefaultMaxMessageSize     = 4 << 20
+	DefaultCheckpointInterval = time.Second
+	DefaultKeyIndexSlots      = 1 << 20
+	DefaultKeyIndexEntries    = 4 << 20
+
+	minSegmentSize = 4096
+)
+
+// Errors. ErrDiskFull matches errors.Is(err, ErrIO) as well.
+var (
+	ErrClosed          = errors.New("store: closed")
+	ErrMessageTooLarge = errors.New("store: message too large")
+	ErrBadTopic        = errors.New("store: bad topic name")
+	ErrBadPartition    = errors.New("store: bad partition") // addition: partition < 0
+	ErrDiskFull        = error(diskFullError{})
+	ErrIO              = errors.New("store: I/O error")
+	ErrNotFound        = errors.New("store: not found")
+	// ErrCorrupt (addition, matches ErrIO) is returned by reads that meet a
+	// record failing verification; the record is never served.
+	ErrCorrupt = error(corruptError{})
+	// ErrLocked (addition) is returned by Open when another process holds the
+	// directory's lock file.
+	ErrLocked = errors.New("store: data directory is locked by another process")
+)
+
+// Store is one broker's storage. All methods are safe for concurrent use.
+type Store struct {
+	cfg   Config
+	log   *slog.Logger
+	now   func() time.Time
+	hooks *faultHooks
+	sync  bool // sync flush (group commit)
+
+	logDir, indexDir, keyDir string
+	lockFile                 *os.File
+
+	// The append lock and what it guards (see the lock rules above).
+	mu          sync.Mutex
+	active      *segment
+	wpos        int64 // next write position in the commit log
+	lastRecord  int64 // position of the last record written (-1 none)
+	lastStore   int64 // last storeTime stamped (non-decreasing)
+	pending     *Flush
+	roundTarget int // members the flusher waits for (flush.go), 0 = none
+	unflushed   int
+	writeErr    error // sticky: commit-log write/fsync failure (until restart)
+	indexErr    error // sticky: index write failure (cleared by a successful retry)
+	rollErr     error // sticky: segment preallocation failed (cleared by a successful retry)
+	closed      bool
+	appendParts map[pkey]*partition
+	puts        int64
+	putBytes    int64
+	putErrors   int64
+	rolls       int64
+
+	// Published positions.
+	written    atomic.Int64 // == wpos
+	flushed    atomic.Int64 // commit log durable below this
+	flushedRec atomic.Int64 // last record below flushed (checkpoint's clean-stop check)
+	dispatched atomic.Int64 // indexes cover every record below this
+	logMin     atomic.Int64 // base of the oldest segment
+
+	flushMu   sync.Mutex
+	lastRound int          // members of the last round; guarded by s.mu
+	lastFsync atomic.Int64 // duration of the last commit-log fsync (ns)
+	ckptMu    sync.Mutex
+	lastCkpt  *checkpointData // guarded by ckptMu
+	shut      bool            // files closed; guarded by ckptMu
+	ckptCount int             // periodic checkpoints; guarded by ckptMu
+	retMu     sync.Mutex
+	isClosed  atomic.Bool
+
+	segsMu sync.Mutex
+	segs   atomic.Pointer[segList]
+
+	partsMu sync.RWMutex
+	topics  map[string]*topicState
+
+	files *fileCache
+	pre   *preallocator
+	keys  *keyIndex
+	disp  *dispatcher
+
+	flushKick chan struct{}
+	roundFull chan struct{}
+	dispKick  chan struct{}
+	dispSleep atomic.Bool
+
+	// Dispatch progress notification for catchUp (wait.go).
+	progMu      sync.Mutex
+	progCh      chan struct{}
+	progWaiting atomic.Bool
+	stop        chan struct{}
+	wg          sync.WaitGroup
+
+	counters counters
+}
+
+// pkey names a partition.
+type pkey struct {
+	topic string
+	part  int32
+}
+
+// topicState is one topic's partitions.
+type topicState struct {
+	name  string
+	dir   string               // index/<topic>
+	parts map[int32]*partition // guarded by s.partsMu
+	puts  int64                // appended since open, guarded by s.mu
+	_     [0]func()            // not comparable
+}
+
+// Open opens (creating if needed) the store in cfg.Dir: takes the directory
+// lock, recovers, and starts the flusher, dispatcher, preallocator and
+// housekeeper goroutines.
+func Open(cfg Config) (*Store, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		now:         cfg.Now,
+		hooks:       cfg.hooks,
+		sync:        cfg.UnflushThreshold <= 0,
+		logDir:      filepath.Join(cfg.Dir, "commitlog"),
+		indexDir:    filepath.Join(cfg.Dir, "index"),
+		keyDir:      filepath.Join(cfg.Dir, "keyindex"),
+		lastRecord:  -1,
+		appendParts: make(map[pkey]*partition),
+		topics:      make(map[string]*topicState),
+		flushKick:   make(chan struct{}, 1),
+		roundFull:   make(chan struct{}, 1),
+		dispKick:    make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+	}
+	s.log = s.log.With("component", "store", "dir", cfg.Dir)
+	s.files = newFileCache(cfg.MaxOpenIndexFiles, s.hooks)
+	s.segs.Store(&segList{})
+	s.disp = newDispatcher(s)
+	for _, d := range []string{cfg.Dir, s.logDir, s.indexDir, s.keyDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("store: %w", err)
+		}
+	}
+	if err := s.lockDir(); err != nil {
+		return nil, err
+	}
+	if err := s.recover(); err != nil {
+		s.closeFiles()
+		s.unlockDir()
+		return nil, err
+	}
+	s.pre = newPreallocator(s)
+	s.wg.Add(4)
+	go s.pre.run()
+	go s.flushLoop()
+	go s.dispatchLoop()
+	go s.housekeep()
+	s.mu.Lock()
+	s.pre.want(s.active.base + s.active.size)
+	s.mu.Unlock()
+	return s, nil
+}
+
+func (c *Config) fill() error {
+	if c.Dir == "" {
+		return errors.New("store: Config.Dir is empty")
+	}
+	if c.BrokerID < 0 || c.BrokerID > 32767 {
+		return fmt.Errorf("store: BrokerID %d out of range 0..32767", c.BrokerID)
+	}
+	if c.SegmentSize == 0 {
+		c.SegmentSize = DefaultSegmentSize
+	}
+	if c.SegmentSize < minSegmentSize {
+		return fmt.Errorf("store: SegmentSize %d below %d", c.SegmentSize, minSegmentSize)
+	}
+	if c.IndexFileSize == 0 {
+		c.IndexFileSize = DefaultIndexFileSize
+	}
+	if c.IndexFileSize < unitSize || c.IndexFileSize%unitSize != 0 {
+		return fmt.Errorf("store: IndexFileSize %d is not a positive multiple of %d", c.IndexFileSize, unitSize)
+	}
+	if c.UnflushInterval <= 0 {
+		c.UnflushInterval = DefaultUnflushInterval
+	}
+	if c.MaxMessageSize <= 0 {
+		c.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = DefaultCheckpointInterval
+	}
+	if c.MaxOpenIndexFiles <= 0 {
+		c.MaxOpenIndexFiles = defaultMaxOpenIndexFiles()
+	}
+	if c.KeyIndexSlots <= 0 {
+		c.KeyIndexSlots = DefaultKeyIndexSlots
+	}
+	if c.KeyIndexEntries <= 0 {
+		c.KeyIndexEntries = DefaultKeyIndexEntries
+	}
+	return nil
+}
+
+func defaultMaxOpenIndexFiles() int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return 1024
+	}
+	return int(min(max(int64(rl.Cur)-4096, 256), 1<<20))
+}
+
+// lockDir takes the flock on <dir>/lock and creates the abort marker.
+func (s *Store) lockDir() error {
+	path := filepath.Join(s.cfg.Dir, "lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("%w: %s (is another broker running on this dataPath?)", ErrLocked, path)
+		}
+		return fmt.Errorf("store: flock %s: %w", path, err)
+	}
+	// The pid is informational only; the flock is what excludes.
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
+	s.lockFile = f
+	return nil
+}
+
+func (s *Store) unlockDir() {
+	if s.lockFile != nil {
+		_ = unix.Flock(int(s.lockFile.Fd()), unix.LOCK_UN)
+		s.lockFile.Close()
+		s.lockFile = nil
+	}
+}
+
+func (s *Store) abortPath() string { return filepath.Join(s.cfg.Dir, "abort") }
+
+// Close flushes, writes a final checkpoint, removes the abort marker and
+// releases the lock. Readers holding ReadResults keep their segments mapped
+// until they Release them.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.closed = true
+	s.isClosed.Store(true)
+	s.mu.Unlock()
+
+	close(s.stop)
+	s.wg.Wait()
+
+	// Everything below runs with the background goroutines stopped.
+	errFlush := s.flushOnce()
+	errDisp := s.disp.run(s.visibleLimit())
+	errCkpt := s.checkpoint()
+	s.closeAllWaiters()
+
+	s.mu.Lock()
+	clean := s.writeErr == nil && s.indexErr == nil
+	s.mu.Unlock()
+	var errAbort error
+	if clean && errFlush == nil && errDisp == nil && errCkpt == nil {
+		if err := os.Remove(s.abortPath()); err != nil && !os.IsNotExist(err) {
+			errAbort = err
+		} else {
+			errAbort = syncDir(s.cfg.Dir)
+		}
+	}
+	s.pre.discard()
+	s.ckptMu.Lock()
+	s.shut = true // a racing Flush must not write a checkpoint any more
+	s.ckptMu.Unlock()
+	s.retMu.Lock() // nor may a racing DeleteExpired still be running
+	s.closeFiles()
+	s.retMu.Unlock()
+	s.unlockDir()
+	return errors.Join(errFlush, errDisp, errCkpt, errAbort)
+}
+
+// closeFiles drops the segment list's references and closes index files.
+func (s *Store) closeFiles() {
+	s.segsMu.Lock()
+	l := s.segs.Load()
+	s.segs.Store(&segList{})
+	s.segsMu.Unlock()
+	for _, g := range l.segs {
+		g.release()
+	}
+	s.files.closeAll()
+	if s.keys != nil {
+		s.keys.close()
+	}
+}
+
+// validTopic reports whether a topic can be stored: 1..255 bytes and safe as a
+// directory name (the broker enforces the stricter DESIGN §2 charset).
+func validTopic(t string) bool {
+	if len(t) == 0 || len(t) > 255 || t == "." || t == ".." {
+		return false
+	}
+	return !strings.ContainsAny(t, "/\x00")
+}
+
+// topicLocked returns (creating) the shared state of topic; s.partsMu must be
+// held for writing.
+func (s *Store) topicLocked(topic string) *topicState {
+	t := s.topics[topic]
+	if t == nil {
+		t = &topicState{name: topic, dir: filepath.Join(s.indexDir, topic), parts: make(map[int32]*partition)}
+		s.topics[topic] = t
+	}
+	return t
+}
+
+// partition returns the shared state of topic/part, creating it when create
+// is set (no files are created until the dispatcher writes a unit).
+func (s *Store) partition(topic string, part int32, create bool) *partition {
+	s.partsMu.RLock()
+	if t := s.topics[topic]; t != nil {
+		if p := t.parts[part]; p != nil {
+			s.partsMu.RUnlock()
+			return p
+		}
+	}
+	s.partsMu.RUnlock()
+	if !create {
+		return nil
+	}
+	s.partsMu.Lock()
+	defer s.partsMu.Unlock()
+	t := s.topicLocked(topic)
+	p := t.parts[part]
+	if p == nil {
+		p = newPartition(t, part)
+		t.parts[part] = p
+	}
+	return p
+}
+
+// partitionBytes is partition for a topic held as bytes (dispatcher, recovery);
+// it does not allocate when the partition exists.
+func (s *Store) partitionBytes(topic []byte, part int32) *partition {
+	s.partsMu.RLock()
+	if t := s.topics[string(topic)]; t != nil {
+		if p := t.parts[part]; p != nil {
+			s.partsMu.RUnlock()
+			return p
+		}
+	}
+	s.partsMu.RUnlock()
+	return s.partition(string(topic), part, true)
+}
+
+// allPartitions returns a snapshot of every partition.
+func (s *Store) allPartitions() []*partition {
+	s.partsMu.RLock()
+	defer s.partsMu.RUnlock()
+	var ps []*partition
+	for _, t := range s.topics {
+		for _, p := range t.parts {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// syncDir fsyncs a directory so that entries created, renamed or removed in
+// it are durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

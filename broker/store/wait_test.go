@@ -1,0 +1,73 @@
+package store
+
+import (
+	"runtime"
+	"testing"
+	"time"
+)
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestWait(t *testing.T) {
+	s := mustOpen(t, testConfig(t, ""))
+	goroutines := runtime.NumGoroutine()
+	// Many waiters on a never-written partition share one channel; no goroutines.
+	chs := make([]<-chan struct{}, 100)
+	for i := range chs {
+		chs[i] = s.Wait("w", 3, 0)
+	}
+	if chs[0] != chs[99] || isClosed(chs[0]) {
+		t.Fatal("waiters should share one open channel")
+	}
+	if runtime.NumGoroutine() > goroutines {
+		t.Fatal("Wait started goroutines")
+	}
+	other := s.Wait("w", 4, 0)
+	mustAppend(t, s, &Message{Topic: "w", Partition: 3, Data: []byte("x")})
+	select {
+	case <-chs[0]:
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken")
+	}
+	if isClosed(other) {
+		t.Fatal("another partition's waiter woke")
+	}
+	// Already readable: closed at once.
+	if !isClosed(s.Wait("w", 3, 0)) {
+		t.Fatal("Wait on a readable offset should be closed")
+	}
+	// Waiting for the next offset.
+	next := s.Wait("w", 3, 1)
+	if isClosed(next) {
+		t.Fatal("offset 1 is not readable yet")
+	}
+	mustAppend(t, s, &Message{Topic: "w", Partition: 3, Data: []byte("y")})
+	<-next
+	r, _ := s.Read("w", 3, 1, 100, nil)
+	if r.Status != ReadFound {
+		t.Fatalf("after wake: %v", r.Status)
+	}
+	r.Release()
+	// Close wakes everyone.
+	mustClose(t, s)
+	<-other
+	if !isClosed(s.Wait("w", 9, 0)) {
+		t.Fatal("Wait on a closed store should be closed")
+	}
+	if _, err := s.Read("w", 3, 0, 100, nil); err != ErrClosed {
+		t.Fatalf("Read after Close: %v", err)
+	}
+	if _, err := s.Append(&Message{Topic: "w"}); err != ErrClosed {
+		t.Fatalf("Append after Close: %v", err)
+	}
+	if err := s.Close(); err != ErrClosed {
+		t.Fatalf("second Close: %v", err)
+	}
+}

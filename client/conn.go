@@ -1,0 +1,721 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// A brokerConn is one TCP connection to a broker, shared by every request to
+// that broker. Callers append encoded requests to a write buffer under mu
+// (assigning an opaque and registering the call as pending); a writer
+// goroutine swaps the buffer out and writes it in one syscall, so requests
+// that arrive while a write is in progress are batched into the next one. A
+// reader goroutine reads replies (protocol.ReplyReader) and completes the
+// pending call with the reply's opaque; replies may come in any order. At most
+// window requests are in flight. Every call has a deadline, enforced by the
+// connection's ticker; a call that timed out (or whose waiter gave up) leaves
+// the pending map, and its late reply is dropped. An idle connection sends
+// `version` as a heartbeat. When the connection fails, every pending call
+// fails with a *ConnError and the connection is re-dialled with backoff;
+// while it is down, new calls fail at once (only the very first dial is
+// waited for).
+
+type connConfig struct {
+	dialTimeout    time.Duration
+	writeTimeout   time.Duration
+	heartbeat      time.Duration
+	requestTimeout time.Duration
+	backoffMin     time.Duration
+	backoffMax     time.Duration
+	window         int
+	maxReplyBody   int
+	log            *slog.Logger
+}
+
+type connState uint8
+
+const (
+	stateConnecting connState = iota // first dial in progress: calls wait for it
+	stateUp
+	stateDown // calls fail fast with downErr
+	stateClosed
+)
+
+type callKind uint8
+
+const (
+	kindOther callKind = iota // body copied
+	kindPut                   // success body parsed into msgID/partition/offset
+	kindGet                   // body copied into a fresh buffer the caller keeps
+	kindHeartbeat
+)
+
+// call is one request in flight. Calls are pooled; a call is owned by its
+// sender until it is registered, then by the connection until it completes
+// (finish), then by its sender again.
+type call struct {
+	opaque   int32
+	kind     callKind
+	deadline int64 // unix nanos (coarse clock)
+
+	// result
+	code      int
+	value     bool
+	body      []byte
+	msgID     int64
+	partition int32
+	offset    int64
+	err       error
+
+	done   chan struct{} // cap 1: signalled by finish when onDone is nil
+	onDone func(*call)   // async completion, run by whoever completes the call
+
+	// async put state (producer)
+	send sendState
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+func getCall(kind callKind) *call {
+	cl := callPool.Get().(*call)
+	cl.kind = kind
+	return cl
+}
+
+func putCall(cl *call) {
+	cl.code, cl.value, cl.err, cl.onDone = 0, false, nil, nil
+	cl.msgID, cl.partition, cl.offset = 0, 0, 0
+	if cap(cl.body) > 64<<10 {
+		cl.body = nil
+	}
+	cl.body = cl.body[:0]
+	cl.send = sendState{props: cl.send.props[:0]}
+	callPool.Put(cl)
+}
+
+func (cl *call) finish() {
+	if cl.onDone != nil {
+		cl.onDone(cl)
+		return
+	}
+	cl.done <- struct{}{}
+}
+
+// setReply stores a reply in the call (on the reader goroutine; rep.Body is
+// only valid until the next reply is read).
+func (cl *call) setReply(addr string, rep *protocol.Reply) {
+	cl.code, cl.value = rep.Code, rep.Kind == protocol.ReplyValue
+	switch {
+	case cl.kind == kindPut && rep.Code == protocol.StatusSuccess:
+		var err error
+		cl.msgID, cl.partition, cl.offset, err = protocol.ParsePutResult(rep.Body)
+		if err != nil {
+			cl.err = &ConnError{Addr: addr, Err: err}
+		}
+	case cl.kind == kindGet && cl.value:
+		cl.body = append(make([]byte, 0, len(rep.Body)), rep.Body...)
+	default:
+		cl.body = append(cl.body[:0], rep.Body...)
+	}
+}
+
+// generation is one TCP connection of a brokerConn's life.
+type generation struct {
+	nc     net.Conn
+	dead   chan struct{} // closed when the connection failed
+	wkick  chan struct{} // cap 1: the write buffer has data
+	failed bool          // guarded by brokerConn.mu
+	wg     sync.WaitGroup
+}
+
+type brokerConn struct {
+	addr string
+	cfg  *connConfig
+	log  *slog.Logger
+
+	window  chan struct{} // a slot per call in flight
+	closing chan struct{}
+	dialCtx context.Context
+	cancel  context.CancelFunc
+	runDone chan struct{}
+	once    sync.Once
+
+	up        atomic.Bool  // mirrors state == stateUp || stateConnecting, for lock-free reads
+	clock     atomic.Int64 // coarse unix nanos, updated by the ticker
+	activity  atomic.Bool  // a reply arrived since the last tick
+	hbPending atomic.Bool
+	hbDone    func(*call)
+
+	mu       sync.Mutex
+	state    connState
+	ready    chan struct{} // closed once the first dial finished
+	downErr  error
+	cur      *generation
+	pending  map[int32]*call
+	nextOp   int32
+	wbuf     []byte
+	spare    []byte
+	closeErr error
+}
+
+func newBrokerConn(addr string, cfg *connConfig) *brokerConn {
+	c := &brokerConn{
+		addr:    addr,
+		cfg:     cfg,
+		log:     cfg.log.With("broker", addr),
+		window:  make(chan struct{}, cfg.window),
+		closing: make(chan struct{}),
+		runDone: make(chan struct{}),
+		ready:   make(chan struct{}),
+		pending: make(map[int32]*call),
+		wbuf:    make([]byte, 0, 64<<10),
+		spare:   make([]byte, 0, 64<<10),
+	}
+	c.dialCtx, c.cancel = context.WithCancel(context.Background())
+	c.up.Store(true)
+	c.clock.Store(time.Now().UnixNano())
+	c.hbDone = c.heartbeatDone
+	go c.run()
+	return c
+}
+
+// healthy reports whether the connection is up (or still being made for the
+// first time).
+func (c *brokerConn) healthy() bool { return c.up.Load() }
+
+// deadlineFor is the call deadline: ctx's deadline or now+timeout, the
+// earlier.
+func (c *brokerConn) deadlineFor(ctx context.Context, timeout time.Duration) int64 {
+	d := c.clock.Load() + int64(timeout)
+	if t, ok := ctx.Deadline(); ok {
+		d = min(d, t.UnixNano())
+	}
+	return d
+}
+
+// begin reserves a window slot and registers cl as pending with a fresh
+// opaque. On success it returns with c.mu held: the caller appends the
+// request (with cl.opaque) to c.wbuf and calls end.
+func (c *brokerConn) begin(ctx context.Context, cl *call, deadline int64) error {
+	select {
+	case c.window <- struct{}{}:
+	default:
+		select {
+		case c.window <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.closing:
+			return c.closedErr()
+		}
+	}
+	return c.register(ctx, cl, deadline)
+}
+
+// register is begin after the window slot was taken (it gives the slot back
+// on failure).
+func (c *brokerConn) register(ctx context.Context, cl *call, deadline int64) error {
+	c.mu.Lock()
+	if c.state == stateConnecting {
+		ready := c.ready
+		c.mu.Unlock()
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			<-c.window
+			return ctx.Err()
+		case <-c.closing:
+		}
+		c.mu.Lock()
+	}
+	if c.state != stateUp {
+		err := c.downErr
+		if c.state == stateClosed {
+			err = c.closeErr
+		}
+		c.mu.Unlock()
+		<-c.window
+		return err
+	}
+	for {
+		c.nextOp++
+		if c.nextOp <= 0 || c.nextOp == math.MaxInt32 {
+			c.nextOp = 1
+		}
+		if _, busy := c.pending[c.nextOp]; !busy {
+			break
+		}
+	}
+	cl.opaque = c.nextOp
+	cl.deadline = deadline
+	c.pending[cl.opaque] = cl
+	return nil
+}
+
+// end releases c.mu after begin and wakes the writer.
+func (c *brokerConn) end() {
+	g := c.cur
+	c.mu.Unlock()
+	select {
+	case g.wkick <- struct{}{}:
+	default:
+	}
+}
+
+// abandon removes cl from the pending calls; false when it already completed
+// (or is completing: its finish is on the way).
+func (c *brokerConn) abandon(cl *call) bool {
+	c.mu.Lock()
+	if c.pending[cl.opaque] != cl {
+		c.mu.Unlock()
+		return false
+	}
+	delete(c.pending, cl.opaque)
+	c.mu.Unlock()
+	<-c.window
+	return true
+}
+
+// wait waits for a call registered without onDone.
+func (c *brokerConn) wait(ctx context.Context, cl *call) error {
+	select {
+	case <-cl.done:
+	case <-ctx.Done():
+		if c.abandon(cl) {
+			return ctx.Err()
+		}
+		<-cl.done
+	}
+	return cl.err
+}
+
+func (c *brokerConn) closedErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closeErr != nil {
+		return c.closeErr
+	}
+	return ErrClosed
+}
+
+// --- requests -------------------------------------------------------------
+
+// startPut registers and queues a put. With cl.onDone nil the caller waits
+// with c.wait; otherwise onDone runs on completion.
+func (c *brokerConn) startPut(ctx context.Context, cl *call, deadline int64, topic string, partition int32, d *dataBlock, checksum bool) error {
+	sum := protocol.ChecksumNone
+	if checksum {
+		sum = d.checksum()
+	}
+	if err := c.begin(ctx, cl, deadline); err != nil {
+		return err
+	}
+	c.wbuf = protocol.AppendPutHeader(c.wbuf, topic, partition, d.size(), d.flag, sum, "", cl.opaque)
+	c.wbuf = d.appendTo(c.wbuf)
+	c.end()
+	return nil
+}
+
+// do sends a request built by enc and waits for its reply. The returned
+// call must be released with putCall.
+func (c *brokerConn) do(ctx context.Context, kind callKind, timeout time.Duration, enc func(dst []byte, opaque int32) []byte) (*call, error) {
+	cl := getCall(kind)
+	if err := c.begin(ctx, cl, c.deadlineFor(ctx, timeout)); err != nil {
+		putCall(cl)
+		return nil, err
+	}
+	c.wbuf = enc(c.wbuf, cl.opaque)
+	c.end()
+	if err := c.wait(ctx, cl); err != nil {
+		putCall(cl)
+		return nil, err
+	}
+	return cl, nil
+}
+
+// --- connection life ------------------------------------------------------
+
+func (c *brokerConn) run() {
+	defer close(c.runDone)
+	backoff := c.cfg.backoffMin
+	failures := 0
+	for {
+		d := net.Dialer{Timeout: c.cfg.dialTimeout, KeepAlive: 30 * time.Second}
+		nc, err := d.DialContext(c.dialCtx, "tcp", c.addr)
+		if err != nil {
+			if c.isClosing() {
+				return
+			}
+			failures++
+			c.setDown(&ConnError{Addr: c.addr, Err: err})
+			if failures == 1 || failures&(failures-1) == 0 { // 1, 2, 4, 8 … failures
+				c.log.Warn("metaq client: cannot connect to broker; retrying with backoff", "err", err, "attempts", failures, "backoff", backoff)
+			}
+			if !c.sleep(backoff) {
+				return
+			}
+			backoff = min(backoff*2, c.cfg.backoffMax)
+			continue
+		}
+		if failures > 0 {
+			c.log.Info("metaq client: connected to broker again", "attempts", failures)
+		}
+		failures = 0
+		started := time.Now()
+		err = c.serve(nc)
+		if c.isClosing() {
+			return
+		}
+		c.log.Warn("metaq client: broker connection lost; reconnecting", "err", err)
+		if time.Since(started) > 2*time.Second {
+			backoff = c.cfg.backoffMin
+		}
+		if !c.sleep(backoff) {
+			return
+		}
+		backoff = min(backoff*2, c.cfg.backoffMax)
+	}
+}
+
+func (c *brokerConn) isClosing() bool {
+	select {
+	case <-c.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *brokerConn) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.closing:
+		return false
+	}
+}
+
+func (c *brokerConn) setDown(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == stateClosed {
+		return
+	}
+	if c.state == stateConnecting {
+		close(c.ready)
+	}
+	c.state, c.downErr = stateDown, err
+	c.up.Store(false)
+}
+
+// serve runs one connection until it fails or the brokerConn closes.
+func (c *brokerConn) serve(nc net.Conn) error {
+	g := &generation{nc: nc, dead: make(chan struct{}), wkick: make(chan struct{}, 1)}
+	c.mu.Lock()
+	if c.state == stateClosed {
+		c.mu.Unlock()
+		nc.Close()
+		return ErrClosed
+	}
+	if c.state == stateConnecting {
+		close(c.ready)
+	}
+	c.state, c.downErr, c.cur = stateUp, nil, g
+	c.up.Store(true)
+	c.wbuf = c.wbuf[:0]
+	c.mu.Unlock()
+	c.clock.Store(time.Now().UnixNano())
+
+	var failErr atomic.Value
+	fail := func(err error) {
+		if c.fail(g, &ConnError{Addr: c.addr, Err: err}) {
+			failErr.Store(err)
+		}
+	}
+	g.wg.Add(2)
+	go c.reader(g, fail)
+	go c.writer(g, fail)
+
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	idleSince := time.Now()
+	for {
+		select {
+		case <-g.dead:
+			g.wg.Wait()
+			err, _ := failErr.Load().(error)
+			if err == nil {
+				err = io.EOF
+			}
+			return err
+		case <-c.closing:
+			c.fail(g, c.closedErr())
+			g.wg.Wait()
+			return ErrClosed
+		case now := <-tick.C:
+			c.clock.Store(now.UnixNano())
+			c.sweep(now.UnixNano())
+			if c.activity.Swap(false) {
+				idleSince = now
+			} else if now.Sub(idleSince) >= c.cfg.heartbeat && !c.hbPending.Load() {
+				c.heartbeat()
+				idleSince = now
+			}
+		}
+	}
+}
+
+// fail ends generation g: every pending call fails with err. It reports
+// whether this call did it (false when g had already failed).
+func (c *brokerConn) fail(g *generation, err error) bool {
+	c.mu.Lock()
+	if g.failed {
+		c.mu.Unlock()
+		return false
+	}
+	g.failed = true
+	close(g.dead)
+	if c.cur == g {
+		c.cur = nil
+	}
+	if c.state == stateUp {
+		c.state, c.downErr = stateDown, err
+		c.up.Store(false)
+	}
+	if c.state == stateClosed {
+		err = c.closeErr
+	}
+	var calls []*call
+	for op, cl := range c.pending {
+		calls = append(calls, cl)
+		delete(c.pending, op)
+	}
+	c.wbuf = c.wbuf[:0]
+	c.mu.Unlock()
+	g.nc.Close()
+	for _, cl := range calls {
+		<-c.window
+		cl.err = err
+		cl.finish()
+	}
+	return true
+}
+
+// sweep fails the calls whose deadline passed.
+func (c *brokerConn) sweep(now int64) {
+	var expired []*call
+	c.mu.Lock()
+	for op, cl := range c.pending {
+		if cl.deadline > 0 && now >= cl.deadline {
+			expired = append(expired, cl)
+			delete(c.pending, op)
+		}
+	}
+	c.mu.Unlock()
+	for _, cl := range expired {
+		<-c.window
+		cl.err = ErrTimeout
+		cl.finish()
+	}
+}
+
+func (c *brokerConn) heartbeat() {
+	cl := getCall(kindHeartbeat)
+	cl.onDone = c.hbDone
+	select {
+	case c.window <- struct{}{}:
+	default:
+		putCall(cl) // the window is full: the connection is anything but idle
+		return
+	}
+	c.hbPending.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // never wait for the first dial: the serve loop must not block
+	err := c.register(ctx, cl, c.clock.Load()+int64(c.cfg.requestTimeout))
+	if err != nil {
+		c.hbPending.Store(false)
+		putCall(cl)
+		return
+	}
+	c.wbuf = protocol.AppendVersion(c.wbuf, cl.opaque)
+	c.end()
+}
+
+func (c *brokerConn) heartbeatDone(cl *call) {
+	err := cl.err
+	putCall(cl)
+	c.hbPending.Store(false)
+	if errors.Is(err, ErrTimeout) {
+		c.mu.Lock()
+		g := c.cur
+		c.mu.Unlock()
+		if g != nil {
+			c.log.Warn("metaq client: broker does not answer heartbeats; closing the connection")
+			c.fail(g, &ConnError{Addr: c.addr, Err: errors.New("heartbeat timed out")})
+		}
+	}
+}
+
+func (c *brokerConn) reader(g *generation, fail func(error)) {
+	defer g.wg.Done()
+	rr := protocol.NewReplyReader(g.nc, c.cfg.maxReplyBody)
+	for {
+		rep, err := rr.Next()
+		if err != nil {
+			fail(err)
+			return
+		}
+		c.activity.Store(true)
+		c.mu.Lock()
+		cl := c.pending[rep.Opaque]
+		if cl != nil {
+			delete(c.pending, rep.Opaque)
+		}
+		c.mu.Unlock()
+		if cl == nil {
+			continue // timed out or abandoned: a late reply
+		}
+		<-c.window
+		cl.setReply(c.addr, &rep)
+		cl.finish()
+	}
+}
+
+func (c *brokerConn) writer(g *generation, fail func(error)) {
+	defer g.wg.Done()
+	for {
+		select {
+		case <-g.wkick:
+		case <-g.dead:
+			return
+		}
+		for {
+			c.mu.Lock()
+			if g.failed {
+				c.mu.Unlock()
+				return
+			}
+			if len(c.wbuf) == 0 {
+				c.mu.Unlock()
+				break
+			}
+			buf := c.wbuf
+			c.wbuf, c.spare = c.spare[:0], nil
+			c.mu.Unlock()
+			_ = g.nc.SetWriteDeadline(time.Now().Add(c.cfg.writeTimeout))
+			_, err := g.nc.Write(buf)
+			c.activity.Store(true)
+			if cap(buf) > 4<<20 {
+				buf = make([]byte, 0, 64<<10)
+			}
+			c.mu.Lock()
+			c.spare = buf[:0]
+			c.mu.Unlock()
+			if err != nil {
+				fail(err)
+				return
+			}
+		}
+	}
+}
+
+// close closes the connection; pending calls fail with err (ErrClosed when
+// nil). It waits for the connection's goroutines.
+func (c *brokerConn) close(err error) {
+	if err == nil {
+		err = ErrClosed
+	}
+	c.once.Do(func() {
+		c.mu.Lock()
+		if c.state == stateConnecting {
+			close(c.ready)
+		}
+		c.state, c.closeErr = stateClosed, err
+		c.up.Store(false)
+		c.mu.Unlock()
+		close(c.closing)
+		c.cancel()
+	})
+	<-c.runDone
+}
+
+// --- pool -------------------------------------------------------------------
+
+// connPool holds one brokerConn per broker address.
+type connPool struct {
+	cfg    *connConfig
+	mu     sync.Mutex
+	conns  map[string]*brokerConn
+	closed bool
+}
+
+func newConnPool(cfg *connConfig) *connPool {
+	return &connPool{cfg: cfg, conns: map[string]*brokerConn{}}
+}
+
+// get returns the connection to addr, dialling it on first use; nil after
+// close.
+func (p *connPool) get(addr string) *brokerConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	c := p.conns[addr]
+	if c == nil {
+		c = newBrokerConn(addr, p.cfg)
+		p.conns[addr] = c
+	}
+	return c
+}
+
+// retain removes the connections to addresses not in keep (brokers that
+// left) and returns them; the caller closes them with closeGone, without
+// holding locks their failing calls' completions may need.
+func (p *connPool) retain(keep map[string]bool) []*brokerConn {
+	var gone []*brokerConn
+	p.mu.Lock()
+	for addr, c := range p.conns {
+		if !keep[addr] {
+			gone = append(gone, c)
+			delete(p.conns, addr)
+		}
+	}
+	p.mu.Unlock()
+	return gone
+}
+
+// closeGone closes connections removed by retain: their pending calls fail
+// with ErrBrokerGone (retriable).
+func closeGone(gone []*brokerConn) {
+	for _, c := range gone {
+		c.close(&ConnError{Addr: c.addr, Err: ErrBrokerGone})
+	}
+}
+
+func (p *connPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	conns := p.conns
+	p.conns = map[string]*brokerConn{}
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.close(ErrClosed)
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,378 @@
+package client
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/metaqgo/metaq/protocol"
+	"github.com/metaqgo/metaq/zkmeta"
+)
+
+// Message is a message to send or a message received.
+//
+// Producers fill Topic, Body and optionally Tag, Keys, ShardKey, Attribute,
+// Properties, DelayLevel and Flag; a message and its Body must not be changed
+// until Send returns or SendAsync's callback ran. Consumers get every field
+// filled in; a received Message and its Body stay valid after the handler
+// returns (they are not reused).
+type Message struct {
+	Topic string
+	Body  []byte
+	// Tag is the message's tag: consumers subscribe to tags (`a||b`), the
+	// broker filters on it. Sent as the `tag` property.
+	Tag string
+	// Keys are business keys (order ids …) the broker indexes for
+	// `query key`; they must not contain spaces. Sent as the `keys` property.
+	// HashByKey orders by Keys[0] unless ShardKey is set.
+	Keys []string
+	// ShardKey, when set, is the key HashByKey hashes (producer only; not
+	// sent).
+	ShardKey string
+	// Attribute is MetaQ's message attribute (flag bit 0: the data starts
+	// with its 4-byte length); "" sends none.
+	Attribute string
+	// Properties are extra properties sent in the properties line (a URL
+	// query string). The well-known keys tag, keys and delay are taken from
+	// the fields above when those are set.
+	Properties map[string]string
+	// DelayLevel asks for delayed delivery, sent as the `delay` property.
+	// The broker honours it once delayed messages land (a later issue); until
+	// then the message is delivered at once.
+	DelayLevel int
+	// Flag is MetaQ's user flag; bits 0 (attribute) and 1 (properties) are
+	// managed by the client.
+	Flag int32
+
+	// Filled in on received messages.
+	MsgID          int64     // brokerId<<48 | physical offset: unique in the cluster
+	Partition      Partition // broker id and partition
+	Offset         int64     // queue offset in the partition
+	StoreTime      time.Time // when the broker stored it
+	BornTime       time.Time // when the producer sent it (the store time when unknown)
+	ReconsumeTimes int       // how often it came back through the retry topic
+	SysFlag        uint16    // protocol.SysFlag*
+}
+
+func (m *Message) String() string {
+	return fmt.Sprintf("%s %s@%d id=%d tag=%q %d bytes", m.Topic, m.Partition, m.Offset, m.MsgID, m.Tag, len(m.Body))
+}
+
+// SendResult is what the broker answered to a put.
+type SendResult struct {
+	MsgID     int64     // brokerId<<48 | physical offset
+	Partition Partition // where the message went
+	Offset    int64     // its queue offset in the partition
+}
+
+// validate checks what the broker would reject, before anything is sent.
+func (m *Message) validate(maxSize int) error {
+	if m == nil {
+		return errors.New("metaq client: nil message")
+	}
+	if !protocol.ValidName(m.Topic) {
+		return fmt.Errorf("%w: topic %q", zkmeta.ErrBadName, m.Topic)
+	}
+	for _, k := range m.Keys {
+		if k == "" || strings.ContainsAny(k, " \t\r\n") {
+			return fmt.Errorf("metaq client: message key %q is empty or contains white space", k)
+		}
+	}
+	if n := m.dataLenWithoutProps(); n > maxSize {
+		return fmt.Errorf("metaq client: message of %d bytes exceeds MaxMessageSize %d", n, maxSize)
+	}
+	return nil
+}
+
+func (m *Message) dataLenWithoutProps() int {
+	n := len(m.Body)
+	if m.Attribute != "" {
+		n += 4 + len(m.Attribute)
+	}
+	return n
+}
+
+// appendProps appends the properties line (without its '\n') to dst.
+func appendProps(dst []byte, m *Message) []byte {
+	start := len(dst)
+	sep := func(dst []byte) []byte {
+		if len(dst) > start {
+			dst = append(dst, '&')
+		}
+		return dst
+	}
+	if m.Tag != "" {
+		dst = append(dst, "tag="...)
+		dst = appendEscaped(dst, m.Tag)
+	}
+	if len(m.Keys) > 0 {
+		dst = sep(dst)
+		dst = append(dst, "keys="...)
+		for i, k := range m.Keys {
+			if i > 0 {
+				dst = append(dst, "%20"...)
+			}
+			dst = appendEscaped(dst, k)
+		}
+	}
+	if m.DelayLevel > 0 {
+		dst = sep(dst)
+		dst = append(dst, "delay="...)
+		dst = strconv.AppendInt(dst, int64(m.DelayLevel), 10)
+	}
+	for k, v := range m.Properties {
+		switch {
+		case k == "":
+			continue
+		case k == protocol.PropTag && m.Tag != "",
+			k == protocol.PropKeys && len(m.Keys) > 0,
+			k == protocol.PropDelay && m.DelayLevel > 0:
+			continue
+		}
+		dst = sep(dst)
+		dst = appendEscaped(dst, k)
+		dst = append(dst, '=')
+		dst = appendEscaped(dst, v)
+	}
+	return dst
+}
+
+const hexDigits = "0123456789ABCDEF"
+
+// appendEscaped URL-escapes s (RFC 3986 unreserved characters are kept;
+// everything else, space included, becomes %XX).
+func appendEscaped(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '-' || c == '_' || c == '.' || c == '~' {
+			dst = append(dst, c)
+			continue
+		}
+		dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&15])
+	}
+	return dst
+}
+
+// unescape decodes a URL-escaped value ('+' is a space); bad escapes are kept.
+func unescape(raw []byte) string {
+	plain := true
+	for _, c := range raw {
+		if c == '%' || c == '+' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return string(raw)
+	}
+	b := make([]byte, 0, len(raw))
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch c {
+		case '+':
+			c = ' '
+		case '%':
+			if i+2 < len(raw) {
+				hi, lo := unhex(raw[i+1]), unhex(raw[i+2])
+				if hi >= 0 && lo >= 0 {
+					c = byte(hi<<4 | lo)
+					i += 2
+				}
+			}
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}
+
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c - 'a' + 10)
+	case 'A' <= c && c <= 'F':
+		return int(c - 'A' + 10)
+	}
+	return -1
+}
+
+// dataBlock describes a put's data block: [props '\n'] [attrLen attr] body.
+type dataBlock struct {
+	props   []byte
+	attr    string
+	hasAttr bool
+	body    []byte
+	flag    int32
+}
+
+func newDataBlock(m *Message, props []byte) dataBlock {
+	d := dataBlock{props: props, attr: m.Attribute, hasAttr: m.Attribute != "", body: m.Body}
+	d.flag = m.Flag &^ (protocol.FlagHasAttribute | protocol.FlagHasProperties)
+	if len(props) > 0 {
+		d.flag |= protocol.FlagHasProperties
+	}
+	if d.hasAttr {
+		d.flag |= protocol.FlagHasAttribute
+	}
+	return d
+}
+
+func (d *dataBlock) size() int {
+	n := len(d.body)
+	if len(d.props) > 0 {
+		n += len(d.props) + 1
+	}
+	if d.hasAttr {
+		n += 4 + len(d.attr)
+	}
+	return n
+}
+
+var newline = []byte{'\n'}
+
+// checksum is MetaQ's put checksum, CRC32-IEEE(data) & 0x7FFFFFFF, computed
+// over the pieces without assembling them.
+func (d *dataBlock) checksum() int32 {
+	var crc uint32
+	if len(d.props) > 0 {
+		crc = crc32.Update(crc, crc32.IEEETable, d.props)
+		crc = crc32.Update(crc, crc32.IEEETable, newline)
+	}
+	if d.hasAttr {
+		var l [4]byte
+		binary.BigEndian.PutUint32(l[:], uint32(len(d.attr)))
+		crc = crc32.Update(crc, crc32.IEEETable, l[:])
+		crc = crc32.Update(crc, crc32.IEEETable, []byte(d.attr))
+	}
+	crc = crc32.Update(crc, crc32.IEEETable, d.body)
+	return int32(crc & 0x7FFFFFFF)
+}
+
+func (d *dataBlock) appendTo(dst []byte) []byte {
+	if len(d.props) > 0 {
+		dst = append(dst, d.props...)
+		dst = append(dst, '\n')
+	}
+	if d.hasAttr {
+		dst = binary.BigEndian.AppendUint32(dst, uint32(len(d.attr)))
+		dst = append(dst, d.attr...)
+	}
+	return append(dst, d.body...)
+}
+
+// decoder turns records into Messages, caching tag strings (a partition's
+// messages usually carry a handful of tags).
+type decoder struct {
+	topic    string
+	brokerID int
+	tags     map[string]string
+}
+
+// decode fills m from r. Body and Attribute alias r.Data (a buffer that is
+// never reused).
+func (d *decoder) decode(m *Message, r *protocol.Record) {
+	m.Topic = d.topic
+	if m.Topic == "" || m.Topic != string(r.Topic) {
+		m.Topic = string(r.Topic)
+	}
+	m.MsgID = r.MsgID
+	bid := d.brokerID
+	if bid < 0 {
+		bid, _ = protocol.SplitMsgID(r.MsgID)
+	}
+	m.Partition = Partition{BrokerID: bid, Partition: int(r.Partition)}
+	m.Offset = r.QueueOffset
+	m.StoreTime = time.UnixMilli(r.StoreTime)
+	m.BornTime = time.UnixMilli(r.BornTime)
+	m.ReconsumeTimes = int(r.ReconsumeTimes)
+	m.SysFlag = r.SysFlag
+	m.Flag = r.Flag
+	m.Body = r.Data
+	if r.Flag&protocol.FlagHasAttribute != 0 {
+		if attr, payload, err := protocol.AttributeOf(r.Flag, r.Data); err == nil {
+			m.Attribute = string(attr)
+			m.Body = payload
+		}
+	}
+	if len(r.Properties) > 0 {
+		d.decodeProps(m, r.Properties)
+	}
+}
+
+func (d *decoder) decodeProps(m *Message, props []byte) {
+	for len(props) > 0 {
+		var pair []byte
+		if i := indexByte(props, '&'); i >= 0 {
+			pair, props = props[:i], props[i+1:]
+		} else {
+			pair, props = props, nil
+		}
+		k, v := pair, []byte(nil)
+		if i := indexByte(pair, '='); i >= 0 {
+			k, v = pair[:i], pair[i+1:]
+		}
+		switch string(k) {
+		case protocol.PropTag:
+			m.Tag = d.tag(v)
+		case protocol.PropKeys:
+			m.Keys = strings.Fields(unescape(v))
+		case protocol.PropDelay:
+			m.DelayLevel, _ = strconv.Atoi(unescape(v))
+		case "":
+		default:
+			if m.Properties == nil {
+				m.Properties = make(map[string]string, 2)
+			}
+			m.Properties[unescape(k)] = unescape(v)
+		}
+	}
+}
+
+func (d *decoder) tag(raw []byte) string {
+	if t, ok := d.tags[string(raw)]; ok {
+		return t
+	}
+	t := unescape(raw)
+	if d.tags == nil || len(d.tags) >= 256 {
+		d.tags = make(map[string]string)
+	}
+	d.tags[string(raw)] = t
+	return t
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// decodeBlock decodes a value block into messages (one allocation for the
+// Message structs). Records are verified (CRC); a bad one ends the block
+// with an error after the good ones before it.
+func (d *decoder) decodeBlock(block []byte) ([]Message, error) {
+	n := 0
+	for b := block; len(b) >= protocol.BlankMinSize; {
+		size, _, _ := protocol.PeekRecord(b)
+		if size < protocol.BlankMinSize || size > len(b) {
+			break
+		}
+		n++
+		b = b[size:]
+	}
+	msgs := make([]Message, 0, n)
+	it := protocol.NewRecordIterator(block)
+	for it.Next() {
+		msgs = append(msgs, Message{})
+		d.decode(&msgs[len(msgs)-1], it.Record())
+	}
+	return msgs, it.Err()
+}

@@ -1,0 +1,496 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// partWorker consumes one partition: it claims the owner node (clustering),
+// loads the start offset, fetches with long polling and hands messages to the
+// handler — itself in ordered mode, through the shared pool in concurrent
+// mode — tracking which offsets are finished so that commits never pass an
+// unfinished message.
+type partWorker struct {
+	c   *Consumer
+	key partKey
+	sub *subscription
+
+	ctx    context.Context // cancelled on stop
+	cancel context.CancelFunc
+	done   chan struct{} // run returned: no fetch, no dispatch, no handler in flight
+
+	claimed atomic.Bool
+	running atomic.Bool // offset loaded, fetching
+	tasks   sync.WaitGroup
+
+	tr tracker
+
+	commitMu      sync.Mutex
+	lastCommitted Offset
+	final         bool
+}
+
+// batch is one fetched block (or an offset move when msgs is empty).
+type batch struct {
+	msgs []Message
+	next int64
+}
+
+// task is a message for the concurrent pool.
+type task struct {
+	w   *partWorker
+	m   *Message
+	seq uint64
+}
+
+func (c *Consumer) newWorker(k partKey) *partWorker {
+	w := &partWorker{c: c, key: k, sub: c.subs[k.topic], done: make(chan struct{})}
+	w.ctx, w.cancel = context.WithCancel(c.ctx)
+	return w
+}
+
+func (w *partWorker) logArgs(args ...any) []any {
+	return append([]any{"topic", w.key.topic, "partition", w.key.p.String()}, args...)
+}
+
+func (w *partWorker) run() {
+	defer close(w.done)
+	c := w.c
+	if !c.opts.Broadcast && !w.claim() {
+		return
+	}
+	off, ok := w.initOffset()
+	if !ok {
+		return
+	}
+	w.running.Store(true)
+	defer w.running.Store(false)
+	batches := make(chan *batch, c.opts.Prefetch)
+	var dispatched sync.WaitGroup
+	dispatched.Add(1)
+	go func() {
+		defer dispatched.Done()
+		w.dispatch(batches)
+	}()
+	w.fetch(off, batches)
+	close(batches)
+	dispatched.Wait()
+	w.tasks.Wait()
+}
+
+// stop ends the worker and, when commit, commits its position and releases
+// the owner node.
+func (w *partWorker) stop(commit bool) {
+	w.cancel()
+	<-w.done
+	c := w.c
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
+	defer cancel()
+	if commit && !c.noCommit.Load() {
+		if err := w.commit(ctx); err != nil {
+			c.log.Warn("metaq client: committing offset of a released partition", w.logArgs("err", err)...)
+		}
+	}
+	w.commitMu.Lock()
+	w.final = true
+	w.commitMu.Unlock()
+	if w.claimed.Load() && !c.noCommit.Load() {
+		if err := c.zk.ReleasePartition(ctx, c.group, w.key.topic, w.key.p, c.id); err != nil {
+			c.log.Warn("metaq client: releasing partition", w.logArgs("err", err)...)
+		}
+	}
+}
+
+// claim creates the owner node, retrying with capped backoff while the
+// previous owner still holds it (it releases after committing).
+func (w *partWorker) claim() bool {
+	c := w.c
+	b := backoff{min: c.opts.ClaimBackoff, max: c.opts.MaxClaimBackoff}
+	for attempt := 1; ; attempt++ {
+		ok, holder, err := c.zk.ClaimPartition(w.ctx, c.group, w.key.topic, w.key.p, c.id)
+		if ok {
+			w.claimed.Store(true)
+			return true
+		}
+		if w.ctx.Err() != nil {
+			return false
+		}
+		if err != nil {
+			c.log.Warn("metaq client: claiming partition", w.logArgs("err", err)...)
+		} else if attempt == 20 {
+			c.log.Warn("metaq client: partition still owned by another consumer; waiting for it", w.logArgs("owner", holder)...)
+		}
+		if !sleepCtx(w.ctx, b.next()) {
+			return false
+		}
+	}
+}
+
+// initOffset loads the committed offset or resolves the start position (and
+// commits it at once, so that a rebalance before the first commit does not
+// move a FromLatest group forward).
+func (w *partWorker) initOffset() (int64, bool) {
+	c := w.c
+	b := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
+	for {
+		off, err := w.loadOffset()
+		if err == nil {
+			return off, true
+		}
+		if w.ctx.Err() != nil {
+			return 0, false
+		}
+		c.log.Warn("metaq client: cannot load the start offset; retrying", w.logArgs("err", err)...)
+		if !sleepCtx(w.ctx, b.next()) {
+			return 0, false
+		}
+	}
+}
+
+func (w *partWorker) loadOffset() (int64, error) {
+	c := w.c
+	ctx, cancel := context.WithTimeout(w.ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	o, ok, err := c.store.Load(ctx, w.key.topic, w.key.p)
+	if err != nil {
+		return 0, err
+	}
+	if ok {
+		w.tr.init(o)
+		w.setCommitted(o)
+		return o.Offset, nil
+	}
+	addr := c.addrOf(w.key)
+	conn := c.pool.get(addr)
+	if addr == "" || conn == nil {
+		return 0, fmt.Errorf("no broker address for partition %s", w.key.p)
+	}
+	var off int64
+	part := w.key.p.Partition
+	switch c.opts.From.kind {
+	case startLatest:
+		off, err = offsetOn(ctx, conn, w.key.topic, c.group, part, math.MaxInt64, c.cfg.RequestTimeout)
+	case startTime:
+		off, err = seekOn(ctx, conn, w.key.topic, part, c.opts.From.t.UnixMilli(), c.cfg.RequestTimeout)
+	default:
+		off, err = offsetOn(ctx, conn, w.key.topic, c.group, part, 0, c.cfg.RequestTimeout)
+	}
+	if err != nil {
+		return 0, err
+	}
+	o = Offset{MsgID: -1, Offset: off}
+	w.tr.init(o)
+	if !c.noCommit.Load() {
+		if err := c.store.Commit(ctx, w.key.topic, w.key.p, o); err != nil {
+			return 0, err
+		}
+		if err := c.store.Flush(ctx); err != nil {
+			return 0, err
+		}
+	}
+	w.setCommitted(o)
+	c.log.Debug("metaq client: new position", w.logArgs("from", c.opts.From.String(), "offset", off)...)
+	return off, nil
+}
+
+func (w *partWorker) setCommitted(o Offset) {
+	w.commitMu.Lock()
+	w.lastCommitted = o
+	w.commitMu.Unlock()
+}
+
+// commit stores the worker's committable position when it moved.
+func (w *partWorker) commit(ctx context.Context) error {
+	w.commitMu.Lock()
+	defer w.commitMu.Unlock()
+	if w.final || !w.tr.ready() || w.c.noCommit.Load() {
+		return nil
+	}
+	o := w.tr.committable()
+	if o == w.lastCommitted {
+		return nil
+	}
+	if err := w.c.store.Commit(ctx, w.key.topic, w.key.p, o); err != nil {
+		return fmt.Errorf("%s/%s: %w", w.key.topic, w.key.p, err)
+	}
+	w.lastCommitted = o
+	return nil
+}
+
+// fetch long-polls the partition and queues batches until stopped.
+func (w *partWorker) fetch(off int64, out chan<- *batch) {
+	c := w.c
+	req := FetchRequest{
+		Topic:     w.key.topic,
+		Group:     c.group,
+		Partition: w.key.p.Partition,
+		MaxBytes:  c.opts.MaxFetchBytes,
+		MaxWait:   c.opts.MaxWait,
+		Tags:      w.sub.getTags,
+	}
+	dec := decoder{topic: w.key.topic, brokerID: w.key.p.BrokerID}
+	errBackoff := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
+	missBackoff := backoff{min: 50 * time.Millisecond, max: time.Second}
+	failures := 0
+	for w.ctx.Err() == nil {
+		addr := c.addrOf(w.key)
+		if addr == "" { // the partition is going away: a rebalance follows
+			if !sleepCtx(w.ctx, missBackoff.next()) {
+				return
+			}
+			continue
+		}
+		conn := c.pool.get(addr)
+		if conn == nil {
+			return
+		}
+		req.Offset = off
+		start := time.Now()
+		res, err := fetchOn(w.ctx, conn, &req, c.cfg.RequestTimeout, &dec)
+		if err != nil && (res == nil || len(res.Messages) == 0) {
+			if w.ctx.Err() != nil {
+				return
+			}
+			failures++
+			if failures == 1 || failures&(failures-1) == 0 {
+				c.log.Warn("metaq client: fetch failed; retrying", w.logArgs("offset", off, "err", err, "failures", failures)...)
+			}
+			if !sleepCtx(w.ctx, errBackoff.next()) {
+				return
+			}
+			continue
+		}
+		if err != nil {
+			c.log.Error("metaq client: bad record from broker; the rest of the block is fetched again", w.logArgs("err", err)...)
+		}
+		failures = 0
+		errBackoff.reset()
+		var b *batch
+		switch {
+		case res.Moved:
+			c.log.Info("metaq client: offset moved by the broker", w.logArgs("from", off, "to", res.NextOffset)...)
+			b = &batch{next: res.NextOffset}
+		case len(res.Messages) == 0:
+			// Nothing new. A 404 long before MaxWait (a topic the broker does
+			// not accept, a broker shutting down) must not become a busy loop.
+			if time.Since(start) < c.opts.MaxWait/2 {
+				if !sleepCtx(w.ctx, missBackoff.next()) {
+					return
+				}
+			} else {
+				missBackoff.reset()
+			}
+			continue
+		default:
+			missBackoff.reset()
+			b = &batch{msgs: res.Messages, next: res.NextOffset}
+		}
+		select {
+		case out <- b:
+		case <-w.ctx.Done():
+			return
+		}
+		off = res.NextOffset
+	}
+}
+
+// dispatch hands the batches' messages to the handler, in order.
+func (w *partWorker) dispatch(in <-chan *batch) {
+	c := w.c
+	f := w.sub.filter
+	for b := range in {
+		for i := range b.msgs {
+			if w.ctx.Err() != nil {
+				return
+			}
+			m := &b.msgs[i]
+			if !f.All() && !f.MatchTag(m.Tag) { // a tag-hash collision
+				w.tr.skip(m.Offset + 1)
+				continue
+			}
+			seq := w.tr.push(m.Offset, m.MsgID)
+			if c.tasks == nil {
+				if !w.handle(m) {
+					return
+				}
+				w.tr.finish(seq)
+				continue
+			}
+			w.tasks.Add(1)
+			select {
+			case c.tasks <- task{w: w, m: m, seq: seq}:
+			case <-w.ctx.Done():
+				w.tasks.Done()
+				return
+			}
+		}
+		w.tr.skip(b.next)
+	}
+}
+
+// poolWorker runs concurrent-mode tasks.
+func (c *Consumer) poolWorker() {
+	defer c.wg.Done()
+	for t := range c.tasks {
+		if t.w.ctx.Err() == nil && t.w.handle(t.m) {
+			t.w.tr.finish(t.seq)
+		}
+		t.w.tasks.Done()
+	}
+}
+
+// handle runs the handler until it succeeds or the retry policy takes the
+// message; false when the worker was stopped first (the message is then not
+// finished and not committed).
+func (w *partWorker) handle(m *Message) bool {
+	c := w.c
+	for attempt := 1; ; attempt++ {
+		err := w.call(m)
+		if err == nil {
+			return true
+		}
+		if w.ctx.Err() != nil {
+			return false
+		}
+		d := c.opts.RetryPolicy.OnFailure(w.ctx, m, attempt, err)
+		if d.Done {
+			if attempt > 1 || d.Delay == 0 {
+				c.log.Warn("metaq client: handler failed; the retry policy took the message", w.logArgs("offset", m.Offset, "msgId", m.MsgID, "attempts", attempt, "err", err)...)
+			}
+			return true
+		}
+		if attempt == 1 || attempt&(attempt-1) == 0 {
+			c.log.Warn("metaq client: handler failed; redelivering", w.logArgs("offset", m.Offset, "msgId", m.MsgID, "attempt", attempt, "retryIn", d.Delay, "err", err)...)
+		}
+		if !sleepCtx(w.ctx, d.Delay) {
+			return false
+		}
+	}
+}
+
+// HandlerPanic is the error a panicking handler is turned into.
+type HandlerPanic struct {
+	Value any
+	Stack []byte
+}
+
+func (p *HandlerPanic) Error() string {
+	return fmt.Sprintf("metaq client: handler panicked: %v", p.Value)
+}
+
+func (w *partWorker) call(m *Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &HandlerPanic{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return w.sub.handler(w.ctx, m)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// --- offset tracking ------------------------------------------------------------
+
+// tracker follows the messages of one partition between fetch and commit.
+// Messages are pushed in offset order before they are handed out and
+// finished when handled; the committable position is the lowest unfinished
+// offset, or — when nothing is unfinished — the offset after everything
+// handed out or skipped. So a commit never passes a message still in a
+// handler, whatever the order handlers finish in.
+type tracker struct {
+	mu      sync.Mutex
+	inited  bool
+	next    int64 // offset after the last message pushed or skipped
+	lastID  int64 // msgId of the last message below the committable position
+	q       []slot
+	head    int
+	headSeq uint64 // seq of q[head]
+	seq     uint64 // next seq
+}
+
+type slot struct {
+	off, id int64
+	done    bool
+}
+
+func (t *tracker) init(o Offset) {
+	t.mu.Lock()
+	t.next, t.lastID, t.inited = o.Offset, o.MsgID, true
+	t.mu.Unlock()
+}
+
+func (t *tracker) ready() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.inited
+}
+
+// push registers a message about to be handled and returns its sequence.
+func (t *tracker) push(off, id int64) uint64 {
+	t.mu.Lock()
+	if t.head > 0 && t.head == len(t.q) {
+		t.q, t.head = t.q[:0], 0
+	} else if t.head > 1024 && t.head > len(t.q)/2 {
+		n := copy(t.q, t.q[t.head:])
+		t.q, t.head = t.q[:n], 0
+	}
+	if len(t.q) == t.head {
+		t.headSeq = t.seq
+	}
+	t.q = append(t.q, slot{off: off, id: id})
+	s := t.seq
+	t.seq++
+	t.next = off + 1
+	t.mu.Unlock()
+	return s
+}
+
+// skip moves the position past offsets that need no handling (filtered
+// records, an offset moved by the broker).
+func (t *tracker) skip(next int64) {
+	t.mu.Lock()
+	if t.head == len(t.q) || next > t.next {
+		t.next = next
+	}
+	t.mu.Unlock()
+}
+
+// finish marks a pushed message handled.
+func (t *tracker) finish(seq uint64) {
+	t.mu.Lock()
+	i := t.head + int(seq-t.headSeq)
+	t.q[i].done = true
+	for t.head < len(t.q) && t.q[t.head].done {
+		t.lastID = t.q[t.head].id
+		t.head++
+		t.headSeq++
+	}
+	t.mu.Unlock()
+}
+
+// committable is the position that may be committed.
+func (t *tracker) committable() Offset {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.head < len(t.q) {
+		return Offset{MsgID: t.lastID, Offset: t.q[t.head].off}
+	}
+	return Offset{MsgID: t.lastID, Offset: t.next}
+}

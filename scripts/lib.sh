@@ -1,0 +1,107 @@
+# scripts/lib.sh — helpers shared by metaq's scripts (sourced, not run).
+# shellcheck shell=bash
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PROJECT_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
+METAQ_BIN="${METAQ_BIN:-$PROJECT_ROOT/bin/metaq}"
+
+# ensure_go puts Go on PATH (/usr/local/go/bin is where the official tarball installs it).
+ensure_go() {
+	if command -v go >/dev/null 2>&1; then
+		return 0
+	fi
+	local d
+	for d in /usr/local/go/bin "$HOME/go/bin" "$HOME/sdk/go/bin"; do
+		if [[ -x "$d/go" ]]; then
+			export PATH="$PATH:$d"
+			return 0
+		fi
+	done
+	echo "$(basename "$0"): Go is not installed (no 'go' on PATH or in /usr/local/go/bin); install Go 1.26+ from https://go.dev/dl/" >&2
+	exit 1
+}
+
+# metaq_stale: bin/metaq is missing or older than a Go source, go.mod or go.sum of the main module.
+metaq_stale() {
+	[[ -x "$METAQ_BIN" ]] || return 0
+	local newer
+	newer="$(cd "$PROJECT_ROOT" && find . \( -path ./run -o -path ./bench -o -path ./.git -o -path ./bin \) -prune -o \
+		\( -name '*.go' -o -name go.mod -o -name go.sum \) -newer "$METAQ_BIN" -print -quit 2>/dev/null)"
+	[[ -n "$newer" ]]
+}
+
+# build_metaq builds bin/metaq when it is missing or stale (FORCE=1: always).
+build_metaq() {
+	if [[ "${1:-}" != force ]] && ! metaq_stale; then
+		return 0
+	fi
+	ensure_go
+	echo "$(basename "$0"): building $METAQ_BIN"
+	mkdir -p "$(dirname "$METAQ_BIN")"
+	(cd "$PROJECT_ROOT" && go build -o "$METAQ_BIN.tmp" ./tools/metaq) || {
+		echo "$(basename "$0"): go build ./tools/metaq failed" >&2
+		exit 1
+	}
+	mv -f "$METAQ_BIN.tmp" "$METAQ_BIN"
+}
+
+# ini_get <file> <section> <key> [default]: a value from a server.ini (comments and spaces
+# stripped; the last occurrence wins).
+ini_get() {
+	local file="$1" section="$2" key="$3" def="${4:-}" v
+	v="$(awk -v want="$section" -v key="$key" '
+		/^[ \t]*[;#]/ { next }
+		/^[ \t]*\[/ { s = $0; gsub(/^[ \t]*\[|\][ \t]*$/, "", s); insec = (s == want); next }
+		insec {
+			line = $0
+			i = index(line, "="); j = index(line, ":")
+			if (i == 0 || (j > 0 && j < i)) i = j
+			if (i == 0) next
+			k = substr(line, 1, i - 1); v = substr(line, i + 1)
+			gsub(/^[ \t]+|[ \t]+$/, "", k)
+			sub(/[ \t]+[;#].*$/, "", v)
+			gsub(/^[ \t]+|[ \t]+$/, "", v)
+			if (k == key) val = v
+		}
+		END { print val }' "$file")"
+	if [[ -z "$v" ]]; then v="$def"; fi
+	printf '%s\n' "$v"
+}
+
+now_ms() { date +%s%3N; }
+
+# alive <pid>: the process exists and is not a zombie.
+alive() {
+	kill -0 "$1" 2>/dev/null || return 1
+	local st=""
+	if [[ -r "/proc/$1/stat" ]]; then
+		st="$(sed -e 's/^.*) //' -e 's/ .*//' "/proc/$1/stat" 2>/dev/null || true)"
+	fi
+	[[ "$st" != Z ]]
+}
+
+# port_open <host> <port>
+port_open() {
+	(exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+}
+
+# broker_version <host> <port>: prints the broker's answer to `version` (empty when none),
+# through bash's /dev/tcp, bounded by a 2 s read timeout.
+broker_version() {
+	(
+		exec 3<>"/dev/tcp/$1/$2" || exit 0
+		printf 'version 1\r\n' >&3
+		IFS= read -r -t 2 head <&3 || exit 0
+		head="${head%$'\r'}"
+		case "$head" in
+		"result 200 "*) ;;
+		*) exit 0 ;;
+		esac
+		read -r _ _ len _ <<<"$head"
+		body=""
+		if [[ "$len" =~ ^[0-9]+$ ]] && ((len > 0)); then
+			IFS= read -r -N "$len" -t 2 body <&3 || true
+		fi
+		printf '%s\n' "${body:-?}"
+	) 2>/dev/null || true
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# scripts/test.sh — the whole check, as CI runs it: gofmt, go vet, go test -race against a
+# private ZooKeeper.
+set -euo pipefail
+
+# shellcheck source=lib.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+
+usage() {
+	cat <<EOF
+Usage: $(basename "$0") [go test arguments…]
+
+  1. installs what the tests need (Debian's zookeeper package, through scripts/zk.sh)
+  2. starts a private ZooKeeper on a free loopback port (tickTime 500 ms, no fsync, data in a
+     temporary directory), stopped again when the script ends (also on Ctrl-C)
+  3. gofmt -l (every .go file must be formatted)
+  4. go vet ./...
+  5. go test -race -count=1 -timeout \$TEST_TIMEOUT ./... [arguments] with METAQ_TEST_ZK set
+
+Exits with the tests' status (or 1 when only gofmt or vet failed). Arguments go to go test:
+  $(basename "$0") -run TestKill9 ./tools/...     # packages given replace ./...
+  $(basename "$0") -short
+
+Environment:
+  TEST_TIMEOUT   go test -timeout [45m]
+  TEST_RACE      0 to run without -race [1]
+  SKIP_LINT      1 to skip gofmt and go vet [0]
+EOF
+}
+
+case "${1:-}" in
+-h | --help | help)
+	usage
+	exit 0
+	;;
+esac
+
+TEST_TIMEOUT="${TEST_TIMEOUT:-45m}"
+TEST_RACE="${TEST_RACE:-1}"
+SKIP_LINT="${SKIP_LINT:-0}"
+
+msg() { printf '\033[1mtest.sh: %s\033[0m\n' "$*"; }
+err() { echo "test.sh: $*" >&2; }
+
+cd "$PROJECT_ROOT"
+ensure_go
+go version
+
+# A free loopback port: ask the kernel for one through a throw-away listener when python3 is
+# around, else probe random ports with bash's /dev/tcp.
+free_port() {
+	local p
+	if command -v python3 >/dev/null 2>&1; then
+		python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+		return
+	fi
+	for _ in $(seq 1 100); do
+		p=$((20000 + RANDOM % 30000))
+		if ! port_open 127.0.0.1 "$p"; then
+			echo "$p"
+			return
+		fi
+	done
+	err "no free port found"
+	exit 1
+}
+
+TMP_ROOT="$(mktemp -d "${TMPDIR:-/tmp}/metaq-test.XXXXXX")"
+ZK_TEST_PORT="$(free_port)"
+export ZK_PORT="$ZK_TEST_PORT" ZK_DIR="$TMP_ROOT/zk" ZK_TICK_MS=500 ZK_FORCE_SYNC=no ZK_PREALLOC_KB=4096 ZK_HEAP_MB=256
+
+cleanup() {
+	local rc=$?
+	"$SCRIPT_DIR/zk.sh" stop >/dev/null 2>&1 || "$SCRIPT_DIR/zk.sh" stop || true
+	rm -rf "$TMP_ROOT"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+msg "starting a private ZooKeeper on 127.0.0.1:$ZK_TEST_PORT"
+"$SCRIPT_DIR/zk.sh" start
+export METAQ_TEST_ZK="127.0.0.1:$ZK_TEST_PORT"
+# Tests of other packages start ZooKeepers of their own with zktest.StartZooKeeper; they only
+# need the package, which zk.sh start just made sure of.
+
+status=0
+lint_status=0
+start_all=$(now_ms)
+
+if [[ "$SKIP_LINT" != 1 ]]; then
+	msg "gofmt -l"
+	unformatted="$(find . \( -path ./run -o -path ./.git -o -path ./bin \) -prune -o -name '*.go' -print0 | xargs -0 gofmt -l)"
+	if [[ -n "$unformatted" ]]; then
+		err "these files need gofmt -w:"
+		printf '  %s\n' $unformatted >&2
+		lint_status=1
+	fi
+	msg "go vet ./..."
+	if ! go vet ./...; then
+		lint_status=1
+	fi
+fi
+
+args=("$@")
+has_pkg=0
+for a in "${args[@]}"; do
+	case "$a" in ./* | github.com/*) has_pkg=1 ;; esac
+done
+if ((has_pkg == 0)); then args+=(./...); fi
+race=()
+if [[ "$TEST_RACE" != 0 ]]; then race=(-race); fi
+
+msg "go test ${race[*]} -count=1 -timeout $TEST_TIMEOUT ${args[*]}   (METAQ_TEST_ZK=$METAQ_TEST_ZK)"
+start_tests=$(now_ms)
+go test "${race[@]}" -count=1 -timeout "$TEST_TIMEOUT" "${args[@]}" || status=$?
+msg "go test finished in $((($(now_ms) - start_tests) / 1000))s with status $status (everything: $((($(now_ms) - start_all) / 1000))s)"
+
+if ((status == 0 && lint_status != 0)); then
+	err "tests passed, but gofmt or go vet failed"
+	status=1
+fi
+exit "$status"

@@ -1,0 +1,170 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/metaqgo/metaq/broker"
+	"github.com/metaqgo/metaq/conf"
+)
+
+func newBrokerCommand(app *App) *cobra.Command {
+	var (
+		confPath    string
+		localZK     bool
+		localZKDir  string
+		logLevel    string
+		logFormat   string
+		stopTimeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "broker -c <server.ini>",
+		Short: "Run a broker (MetaQ's metaServer)",
+		Long: `Run a broker configured by a MetaQ server.ini (see docs/configuration.md): it opens the store
+in dataPath, listens on serverPort and registers itself and its topics in ZooKeeper.
+
+SIGTERM or SIGINT (Ctrl-C) stops it gracefully, in MetaQ's order: unregister from ZooKeeper,
+wait zk.zkSyncTimeMs, answer in-flight requests, flush and close the store (the abort marker is
+removed, so the next start skips crash recovery). A second signal forces an immediate exit
+(code 1; the next start runs crash recovery).
+
+--local-zk (MetaQ's -l) also runs a standalone ZooKeeper as a child process, from Debian's
+zookeeper package (scripts/zk.sh start installs it), on the port of zk.zkConnect, with its data
+in --local-zk-dir. It is stopped after the broker, and dies with the broker.
+
+Exit codes: 0 stopped gracefully, 1 failed to start / stop error / forced exit, 2 bad flags or
+invalid server.ini.`,
+		Example: `  metaq broker -c conf/server.ini
+  metaq broker -c conf/server.ini --local-zk
+  metaq broker -f conf/server.ini --log-level debug --log-format json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if confPath == "" {
+				return usageErr("no configuration: metaq broker -c <server.ini> (sample: conf/server.ini)")
+			}
+			logger, err := newLogger(app.Stderr, logLevel, logFormat)
+			if err != nil {
+				return err
+			}
+			cfg, err := conf.Load(confPath)
+			if err != nil {
+				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("invalid configuration %s:\n%v", confPath, err)}
+			}
+			if stopTimeout <= 0 {
+				return usageErr("--stop-timeout must be > 0")
+			}
+			return runBroker(cmd.Context(), app, cfg, logger, localZK, localZKDir, stopTimeout)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&confPath, "config", "c", "", "the broker's server.ini (required)")
+	f.StringVarP(&confPath, "file", "f", "", "same as -c (MetaQ's flag)")
+	f.BoolVarP(&localZK, "local-zk", "l", false, "also run a local ZooKeeper child process on zk.zkConnect's port (MetaQ's -l)")
+	f.StringVar(&localZKDir, "local-zk-dir", "", "data and logs of --local-zk (default <dataPath>-zk)")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
+	f.DurationVar(&stopTimeout, "stop-timeout", 30*time.Second, "longest graceful stop before connections are cut")
+	return cmd
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageErr("bad --log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usageErr("bad --log-format %q: want text or json", format)
+}
+
+func runBroker(ctx context.Context, app *App, cfg *conf.Config, log *slog.Logger, localZK bool, localZKDir string, stopTimeout time.Duration) error {
+	// Subscribe before starting anything, so that no signal is lost in between.
+	sigs, stopSigs := app.signals()
+	defer stopSigs()
+
+	var lz *localZooKeeper
+	if localZK {
+		if !cfg.ZK.Enable {
+			return usageErr("--local-zk: zk.zkEnable=false in %s, nothing would use the ZooKeeper", cfg.Path)
+		}
+		dir := localZKDir
+		if dir == "" {
+			dir = strings.TrimRight(cfg.System.DataPath, string(os.PathSeparator)) + "-zk"
+		}
+		var err error
+		lz, err = startLocalZooKeeper(ctx, cfg.ZK.Connect, dir, log)
+		if err != nil {
+			return err
+		}
+		defer lz.Stop()
+	}
+
+	b, err := broker.Start(cfg, log)
+	if err != nil {
+		log.Error("broker failed to start", "err", err)
+		return silentExit{code: ExitFailure}
+	}
+
+	var zkDied <-chan struct{}
+	if lz != nil {
+		zkDied = lz.Done()
+	}
+	for waiting := true; waiting; {
+		select {
+		case s := <-sigs:
+			log.Info("received "+sigName(s)+"; stopping (send it again to force exit)", "timeout", stopTimeout)
+			waiting = false
+		case <-ctx.Done():
+			log.Info("stopping (send the signal again to force exit)", "timeout", stopTimeout)
+			waiting = false
+		case <-zkDied:
+			log.Error("the local ZooKeeper exited; the broker keeps serving and retries the registration", "log", lz.LogFile())
+			zkDied = nil
+		}
+	}
+
+	stopped := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		defer cancel()
+		stopped <- b.Stop(sctx)
+	}()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			log.Error("broker stopped with errors", "err", err)
+			return silentExit{code: ExitFailure}
+		}
+		return nil
+	case s := <-sigs:
+		log.Error("received " + sigName(s) + " again: forcing exit without a clean shutdown (the next start runs crash recovery)")
+		if lz != nil {
+			lz.Kill()
+		}
+		app.exit(ExitFailure)
+		return silentExit{code: ExitFailure}
+	}
+}
+
+func sigName(s os.Signal) string {
+	switch s {
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGINT:
+		return "SIGINT"
+	}
+	return s.String()
+}

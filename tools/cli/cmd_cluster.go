@@ -1,0 +1,274 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/metaqgo/metaq/zkmeta"
+)
+
+// ---- metaq brokers ----
+
+type brokerRow struct {
+	ID      int    `json:"id"`
+	Role    string `json:"role"` // master, slave<n>
+	Address string `json:"address"`
+	Up      bool   `json:"up"`
+	Version string `json:"version,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+func newBrokersCommand(app *App) *cobra.Command {
+	var noCheck bool
+	cmd := &cobra.Command{
+		Use:   "brokers",
+		Short: "List the brokers registered in ZooKeeper and whether they answer",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			zc, err := app.zkClient(ctx)
+			if err != nil {
+				return err
+			}
+			octx, cancel := app.opCtx(ctx)
+			bs, err := zc.Brokers(octx)
+			cancel()
+			if err != nil {
+				return zkErr(err)
+			}
+			rows := []brokerRow{}
+			for _, b := range bs {
+				if b.Master != "" {
+					rows = append(rows, brokerRow{ID: b.ID, Role: "master", Address: b.Master})
+				}
+				ids := make([]int, 0, len(b.Slaves))
+				for id := range b.Slaves {
+					ids = append(ids, id)
+				}
+				sort.Ints(ids)
+				for _, id := range ids {
+					rows = append(rows, brokerRow{ID: b.ID, Role: fmt.Sprintf("slave%d", id), Address: b.Slaves[id]})
+				}
+			}
+			if !noCheck {
+				for i := range rows {
+					r := &rows[i]
+					c, err := app.broker(ctx, r.Address)
+					if err == nil {
+						octx, cancel := app.opCtx(ctx)
+						r.Version, err = c.Version(octx)
+						cancel()
+					}
+					r.Up = err == nil
+					if err != nil {
+						r.Error = err.Error()
+					}
+				}
+			}
+			if app.JSON {
+				return app.printJSON(rows)
+			}
+			if len(rows) == 0 {
+				fmt.Fprintf(app.Stderr, "no broker registered in ZooKeeper %s (root %s)\n", app.ZK, app.ZKRoot)
+				return nil
+			}
+			tw := app.table("ID", "ROLE", "ADDRESS", "STATUS", "VERSION")
+			for _, r := range rows {
+				status := "up"
+				switch {
+				case noCheck:
+					status = "-"
+				case !r.Up:
+					status = "DOWN"
+				}
+				row(tw, r.ID, r.Role, r.Address, status, dash(r.Version))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&noCheck, "no-check", false, "do not connect to the brokers (only read ZooKeeper)")
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// ---- metaq topics ----
+
+type topicSummary struct {
+	Topic      string `json:"topic"`
+	Brokers    []int  `json:"brokers"`
+	Partitions int    `json:"partitions"`
+	Publish    bool   `json:"publish"`
+	Subscribe  bool   `json:"subscribe"`
+}
+
+type partitionInfo struct {
+	BrokerID  int    `json:"brokerId"`
+	Partition int    `json:"partition"`
+	Address   string `json:"address"`
+	Min       int64  `json:"min"`
+	Max       int64  `json:"max"`
+	Messages  int64  `json:"messages"`
+	Error     string `json:"error,omitempty"`
+}
+
+type topicDetail struct {
+	Topic      string          `json:"topic"`
+	Partitions []partitionInfo `json:"partitions"`
+	Messages   int64           `json:"messages"`
+}
+
+func newTopicsCommand(app *App) *cobra.Command {
+	list := func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		zc, err := app.zkClient(ctx)
+		if err != nil {
+			return err
+		}
+		octx, cancel := app.opCtx(ctx)
+		defer cancel()
+		topics, err := zc.Topics(octx)
+		if err != nil {
+			return zkErr(err)
+		}
+		out := []topicSummary{}
+		for _, t := range topics {
+			sub, err := zc.Partitions(octx, t, zkmeta.Subscribe)
+			if err != nil {
+				return zkErr(err)
+			}
+			pub, err := zc.Partitions(octx, t, zkmeta.Publish)
+			if err != nil {
+				return zkErr(err)
+			}
+			s := topicSummary{Topic: t, Brokers: []int{}, Publish: len(pub.Partitions) > 0, Subscribe: len(sub.Partitions) > 0}
+			parts := sub.Partitions
+			if len(parts) == 0 {
+				parts = pub.Partitions
+			}
+			s.Partitions = len(parts)
+			seen := map[int]bool{}
+			for _, p := range parts {
+				if !seen[p.BrokerID] {
+					seen[p.BrokerID] = true
+					s.Brokers = append(s.Brokers, p.BrokerID)
+				}
+			}
+			out = append(out, s)
+		}
+		if app.JSON {
+			return app.printJSON(out)
+		}
+		if len(out) == 0 {
+			fmt.Fprintf(app.Stderr, "no topic registered in ZooKeeper %s (root %s)\n", app.ZK, app.ZKRoot)
+			return nil
+		}
+		tw := app.table("TOPIC", "PARTITIONS", "BROKERS", "PUBLISH", "SUBSCRIBE")
+		for _, s := range out {
+			ids := make([]string, len(s.Brokers))
+			for i, b := range s.Brokers {
+				ids[i] = fmt.Sprint(b)
+			}
+			row(tw, s.Topic, s.Partitions, dash(strings.Join(ids, ",")), yesNo(s.Publish), yesNo(s.Subscribe))
+		}
+		return tw.Flush()
+	}
+	cmd := &cobra.Command{
+		Use:   "topics [list|describe <topic>]",
+		Short: "List topics, or show a topic's partitions with their min/max offsets",
+		Args:  cobra.NoArgs,
+		RunE:  list,
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "list",
+		Short: "List the topics registered in ZooKeeper",
+		Args:  cobra.NoArgs,
+		RunE:  list,
+	}, &cobra.Command{
+		Use:   "describe <topic>",
+		Short: "Show a topic's partitions per broker with min/max offsets and message counts",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := app.describeTopic(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if app.JSON {
+				if err := app.printJSON(d); err != nil {
+					return err
+				}
+				return partitionErrors(d.Partitions)
+			}
+			tw := app.table("PARTITION", "BROKER", "ADDRESS", "MIN", "MAX", "MESSAGES")
+			for _, p := range d.Partitions {
+				if p.Error != "" {
+					row(tw, fmt.Sprintf("%d-%d", p.BrokerID, p.Partition), p.BrokerID, p.Address, "?", "?", "error: "+p.Error)
+					continue
+				}
+				row(tw, fmt.Sprintf("%d-%d", p.BrokerID, p.Partition), p.BrokerID, p.Address, p.Min, p.Max, p.Messages)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(app.Stdout, "topic %s: %d partitions, %d messages retained\n", d.Topic, len(d.Partitions), d.Messages)
+			return partitionErrors(d.Partitions)
+		},
+	})
+	return cmd
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// describeTopic reads a topic's partitions from ZooKeeper and their offsets from the brokers.
+// A broker that cannot be asked is reported in its rows' Error.
+func (a *App) describeTopic(ctx context.Context, topic string) (*topicDetail, error) {
+	tp, err := a.topicPartitions(ctx, topic, false)
+	if err != nil {
+		return nil, err
+	}
+	if len(tp.Partitions) == 0 {
+		if tp, err = a.topicPartitions(ctx, topic, true); err != nil {
+			return nil, err
+		}
+	}
+	if len(tp.Partitions) == 0 {
+		return nil, notFoundErr("topic %s is not registered in ZooKeeper %s (root %s)", topic, a.ZK, a.ZKRoot)
+	}
+	d := &topicDetail{Topic: topic, Partitions: []partitionInfo{}}
+	for _, p := range tp.Partitions {
+		pi := partitionInfo{BrokerID: p.BrokerID, Partition: p.Partition, Address: readAddr(tp.Brokers[p.BrokerID])}
+		lo, hi, err := a.minMax(ctx, pi.Address, topic, p.Partition)
+		if err != nil {
+			pi.Error = err.Error()
+		} else {
+			pi.Min, pi.Max, pi.Messages = lo, hi, hi-lo
+			d.Messages += hi - lo
+		}
+		d.Partitions = append(d.Partitions, pi)
+	}
+	return d, nil
+}
+
+// partitionErrors: exit 4 (after the output) when some partition's broker could not be asked.
+func partitionErrors(ps []partitionInfo) error {
+	for _, p := range ps {
+		if p.Error != "" {
+			return silentExit{code: ExitUnavailable}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,408 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/metaqgo/metaq/zkmeta/zktest"
+)
+
+// brokerProc is `metaq broker -c <ini>` running as a child process.
+type brokerProc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	addr   string
+	stderr *syncBuffer
+	done   chan struct{}
+	err    error
+}
+
+// writeINI writes a server.ini for a child broker and returns its path and address.
+func writeINI(t *testing.T, dir string, sync bool, zk string, zkSyncMs int, extra string) (path, addr string) {
+	t.Helper()
+	port := freePort(t)
+	var b strings.Builder
+	fmt.Fprintf(&b, "[system]\nbrokerId=1\nhostName=127.0.0.1\nbindHost=127.0.0.1\nserverPort=%d\n", port)
+	fmt.Fprintf(&b, "dataPath=%s\nmaxSegmentSize=1048576\nindexFileSize=65536\nmaxMessageSize=65536\n", filepath.Join(dir, "data"))
+	if sync {
+		b.WriteString("unflushThreshold=0\n")
+	} else {
+		b.WriteString("unflushThreshold=1000\nunflushInterval=1000\n")
+	}
+	b.WriteString(extra)
+	if zk == "" {
+		b.WriteString("[zookeeper]\nzk.zkEnable=false\n")
+	} else {
+		fmt.Fprintf(&b, "[zookeeper]\nzk.zkConnect=%s\nzk.zkSessionTimeoutMs=6000\nzk.zkSyncTimeMs=%d\n", zk, zkSyncMs)
+	}
+	b.WriteString("[topic=dur]\nnumPartitions=4\n[topic=*]\n")
+	path = filepath.Join(dir, "server.ini")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, "127.0.0.1:" + strconv.Itoa(port)
+}
+
+func startBrokerProc(t *testing.T, addr string, args ...string) *brokerProc {
+	t.Helper()
+	bin := metaqBinary(t)
+	p := &brokerProc{t: t, addr: addr, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, append([]string{"broker"}, args...)...)
+	p.cmd.Stdout = p.stderr
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("broker stderr:\n%s", p.stderr.String())
+		}
+	})
+	p.waitReady(30 * time.Second)
+	return p
+}
+
+// waitReady waits until the broker answers `version`.
+func (p *brokerProc) waitReady(d time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		select {
+		case <-p.done:
+			p.t.Fatalf("broker exited during start-up: %v\n%s", p.err, p.stderr.String())
+		default:
+		}
+		if c, err := dialBroker(context.Background(), p.addr, time.Second); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err = c.Version(ctx)
+			cancel()
+			c.Close()
+			if err == nil {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("broker on %s not ready after %s\n%s", p.addr, d, p.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *brokerProc) signal(s os.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(s); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// wait waits for the exit and returns its code.
+func (p *brokerProc) wait(d time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		p.t.Fatalf("broker still running %s after the signal\n%s", d, p.stderr.String())
+	}
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		return ee.ExitCode()
+	}
+	if p.err != nil {
+		p.t.Fatal(p.err)
+	}
+	return 0
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestBrokerProcessSIGTERMIsGraceful(t *testing.T) {
+	dir := t.TempDir()
+	ini, addr := writeINI(t, dir, false, "", 0, "")
+	p := startBrokerProc(t, addr, "-c", ini)
+	abort := filepath.Join(dir, "data", "abort")
+	if _, err := os.Stat(abort); err != nil {
+		t.Fatalf("a running broker has no abort marker: %v", err)
+	}
+	_, errs, code := runCLI(t, context.Background(), "", "", "produce", "-t", "dur", "-m", "kept", "--partition", "3", "--broker", addr)
+	if code != 0 {
+		t.Fatalf("produce: %d %s", code, errs)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(20 * time.Second); code != 0 {
+		t.Fatalf("SIGTERM: exit %d, want 0\n%s", code, p.stderr.String())
+	}
+	if _, err := os.Stat(abort); !os.IsNotExist(err) {
+		t.Fatalf("abort marker still there after a graceful stop: %v", err)
+	}
+	if s := p.stderr.String(); !strings.Contains(s, "SIGTERM") || !strings.Contains(s, "broker stopped") {
+		t.Fatalf("stop not logged:\n%s", s)
+	}
+
+	// -f (MetaQ's flag) and JSON logs; the message is still there; SIGINT stops it too.
+	p = startBrokerProc(t, addr, "-f", ini, "--log-format", "json")
+	out, errs, code := runCLI(t, context.Background(), "", "", "consume", "-t", "dur", "--broker", addr, "-p", "3", "--from", "earliest", "--count", "1", "--timeout", "10s")
+	if code != 0 || strings.TrimSpace(out) != "kept" {
+		t.Fatalf("after restart: exit %d %q %s", code, out, errs)
+	}
+	p.signal(syscall.SIGINT)
+	if code := p.wait(20 * time.Second); code != 0 {
+		t.Fatalf("SIGINT: exit %d\n%s", code, p.stderr.String())
+	}
+	if !strings.Contains(p.stderr.String(), `"msg":"broker stopped"`) {
+		t.Fatalf("--log-format json:\n%s", p.stderr.String())
+	}
+
+	// A bad configuration is a usage error (2).
+	bad := filepath.Join(dir, "bad.ini")
+	if err := os.WriteFile(bad, []byte("[system]\nbrokerId=1\nserverPrt=1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(metaqBinary(t), "broker", "-c", bad)
+	outb, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != ExitUsage || !strings.Contains(string(outb), "serverPort") {
+		t.Fatalf("bad config: %v\n%s", err, outb)
+	}
+}
+
+func TestBrokerProcessSecondSignalForcesExit(t *testing.T) {
+	zk := zktest.Server(t)
+	dir := t.TempDir()
+	// zkSyncTimeMs=30s: a graceful stop waits that long after unregistering, so the second
+	// signal surely arrives during the stop.
+	ini, addr := writeINI(t, dir, false, zk, 30000, "")
+	p := startBrokerProc(t, addr, "-c", ini)
+	p.signal(syscall.SIGTERM)
+	waitFor(t, 10*time.Second, func() bool { return strings.Contains(p.stderr.String(), "waiting before closing") }, "the stop did not begin")
+	start := time.Now()
+	p.signal(syscall.SIGTERM)
+	code := p.wait(10 * time.Second)
+	if code != ExitFailure {
+		t.Fatalf("second signal: exit %d, want %d\n%s", code, ExitFailure, p.stderr.String())
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("forced exit took %s", el)
+	}
+	if !strings.Contains(p.stderr.String(), "forcing exit") {
+		t.Fatalf("forced exit not logged:\n%s", p.stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "abort")); err != nil {
+		t.Fatalf("a forced exit must leave the abort marker (crash recovery on the next start): %v", err)
+	}
+	// The next start recovers and serves.
+	p = startBrokerProc(t, addr, "-c", ini)
+	p.signal(syscall.SIGKILL)
+	p.wait(10 * time.Second)
+}
+
+type acked struct {
+	partition int
+	offset    int64
+	body      string
+}
+
+// TestKill9Durability: with sync flush, every acknowledged put survives kill -9 of the broker
+// at a random moment, readable at its acknowledged offset after the restart.
+func TestKill9Durability(t *testing.T) {
+	dir := t.TempDir()
+	ini, addr := writeINI(t, dir, true, "", 0, "")
+	var all []acked
+	rounds := 3
+	if testing.Short() {
+		rounds = 1
+	}
+	seq := 0
+	for round := range rounds {
+		p := startBrokerProc(t, addr, "-c", ini)
+		conn, err := dialBroker(context.Background(), addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var got []acked
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range 4 { // four producers, pipelined puts on one connection
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					mu.Lock()
+					seq++
+					body := fmt.Sprintf("r%d-w%d-%d-%s", round, w, seq, strings.Repeat("x", rand.IntN(300)))
+					mu.Unlock()
+					part := (w + i) % 4
+					ch, err := conn.sendPut("dur", part, 0, []byte(body))
+					if err != nil {
+						return
+					}
+					pr, err := conn.putReply(<-ch)
+					if err != nil {
+						return // the broker died: this put was not acknowledged
+					}
+					if pr.Partition != part {
+						t.Errorf("put to %d landed in %d", part, pr.Partition)
+					}
+					mu.Lock()
+					got = append(got, acked{partition: pr.Partition, offset: pr.Offset, body: body})
+					mu.Unlock()
+				}
+			}()
+		}
+		// Kill it mid-stream: once puts are flowing, at a random moment.
+		waitFor(t, 20*time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(got) >= 50
+		}, "no puts acknowledged")
+		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
+		p.signal(syscall.SIGKILL)
+		p.wait(10 * time.Second)
+		close(stop)
+		wg.Wait()
+		conn.Close()
+		mu.Lock()
+		if len(got) == 0 {
+			t.Fatalf("round %d: nothing was acknowledged before the kill", round)
+		}
+		t.Logf("round %d: %d puts acknowledged before kill -9", round, len(got))
+		all = append(all, got...)
+		mu.Unlock()
+	}
+
+	p := startBrokerProc(t, addr, "-c", ini)
+	conn, err := dialBroker(context.Background(), addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	seen := map[[2]int64]bool{}
+	for _, a := range all {
+		k := [2]int64{int64(a.partition), a.offset}
+		if seen[k] {
+			t.Fatalf("two acknowledged puts share partition %d offset %d", a.partition, a.offset)
+		}
+		seen[k] = true
+		res, err := conn.Get(ctx, "dur", "check", a.partition, a.offset, 1024, 0, "")
+		if err != nil {
+			t.Fatalf("get %d@%d: %v", a.partition, a.offset, err)
+		}
+		if len(res.Msgs) == 0 {
+			t.Fatalf("acknowledged message %d@%d (%.20s…) lost after kill -9: %+v", a.partition, a.offset, a.body, res)
+		}
+		m := res.Msgs[0]
+		if m.Offset != a.offset || string(m.Body) != a.body {
+			t.Fatalf("at %d@%d: got offset %d body %.20q, want %.20q", a.partition, a.offset, m.Offset, m.Body, a.body)
+		}
+	}
+	// Appends continue after recovery.
+	ch, err := conn.sendPut("dur", 0, 0, []byte("after"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.putReply(<-ch); err != nil {
+		t.Fatalf("put after recovery: %v", err)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(20 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	t.Logf("%d acknowledged messages verified after %d kill -9", len(all), rounds)
+}
+
+func TestBrokerLocalZooKeeper(t *testing.T) {
+	if _, err := os.Stat(zkJar); err != nil {
+		if os.Getenv(zktest.EnvVar) == "" {
+			t.Skip("Debian's zookeeper package is not installed (scripts/zk.sh start installs it)")
+		}
+		t.Fatalf("zookeeper is not installed: %v", err)
+	}
+	dir := t.TempDir()
+	zkPort := freePort(t)
+	zk := "127.0.0.1:" + strconv.Itoa(zkPort)
+	ini, addr := writeINI(t, dir, false, zk, 100, "")
+	zkDir := filepath.Join(dir, "zk")
+	p := startBrokerProc(t, addr, "-c", ini, "--local-zk", "--local-zk-dir", zkDir)
+
+	brokerUp := func() bool {
+		out, _, code := runCLI(t, context.Background(), zk, "", "brokers", "--json", "--connect-timeout", "2s")
+		return code == 0 && strings.Contains(out, addr) && strings.Contains(out, `"up": true`)
+	}
+	waitFor(t, 30*time.Second, brokerUp, "the broker did not register in the local ZooKeeper")
+	if _, err := os.Stat(filepath.Join(zkDir, "zoo.cfg")); err != nil {
+		t.Fatal(err)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.stderr.String())
+	}
+	if zkRuok(zk, 500*time.Millisecond) || portOpen(zk) {
+		t.Fatal("the local ZooKeeper still runs after the broker stopped")
+	}
+	if !strings.Contains(p.stderr.String(), "local ZooKeeper stopped") {
+		t.Fatalf("log:\n%s", p.stderr.String())
+	}
+
+	// A broker killed with SIGKILL takes its ZooKeeper with it (Pdeathsig).
+	p = startBrokerProc(t, addr, "-c", ini, "-l", "--local-zk-dir", zkDir)
+	waitFor(t, 30*time.Second, brokerUp, "the broker did not register after a restart")
+	p.signal(syscall.SIGKILL)
+	p.wait(10 * time.Second)
+	waitFor(t, 15*time.Second, func() bool {
+		c, err := net.DialTimeout("tcp", zk, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	}, "the local ZooKeeper survived the broker's kill -9")
+
+	// --local-zk refuses a port that is already in use.
+	l, err := net.Listen("tcp", zk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	out, err := exec.Command(metaqBinary(t), "broker", "-c", ini, "--local-zk", "--local-zk-dir", zkDir).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != ExitFailure || !strings.Contains(string(out), "already in use") {
+		t.Fatalf("--local-zk on a busy port: %v\n%s", err, out)
+	}
+}
