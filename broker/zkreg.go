@@ -147,3 +147,14 @@ func (z *zkRegistration) close() {
 		client.Close()
 	}
 }
+
+// ZK returns the broker's ZooKeeper client (nil in standalone mode or before
+// it started); for tests and diagnostics.
+func (b *Broker) ZK() *zkmeta.Client {
+	if b.zk == nil {
+		return nil
+	}
+	b.zk.mu.Lock()
+	defer b.zk.mu.Unlock()
+	return b.zk.client
+}

@@ -33,6 +33,7 @@ type Options struct {
 	Server    func(*broker.Options) // last-minute changes
 	StoreConf func(*store.Config)
 	Logger    *slog.Logger
+	SegSize   int64  // maxSegmentSize; default 1 MiB
 	ZK        string // zk.zkConnect; "" = standalone (zk.zkEnable=false)
 	ZKRoot    string // zk.zkRoot; default /meta
 }
@@ -50,7 +51,11 @@ type Broker struct {
 func INI(o Options) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[system]\nbrokerId=%d\nserverPort=0\nhostName=127.0.0.1\nbindHost=127.0.0.1\n", o.BrokerID)
-	fmt.Fprintf(&b, "dataPath=%s\nmaxSegmentSize=1048576\nmaxMessageSize=524288\nindexFileSize=65536\n", o.Dir)
+	seg := o.SegSize
+	if seg == 0 {
+		seg = 1 << 20
+	}
+	fmt.Fprintf(&b, "dataPath=%s\nmaxSegmentSize=%d\nmaxMessageSize=524288\nindexFileSize=65536\n", o.Dir, seg)
 	if o.Sync {
 		b.WriteString("unflushThreshold=0\n")
 	} else {
