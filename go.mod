@@ -14,3 +14,4 @@ require (
 	golang.org/x/sys v0.50.0 // indirect
 	gopkg.in/ini.v1 v1.68.0 // indirect
 )
+replace github.com/go-zookeeper/zk => ./third_party/go-zookeeper-zk

@@ -51,10 +51,20 @@ step "Starting a broker on 127.0.0.1:$PORT (scripts/broker.sh start conf/server.
 
 export METAQ_ZK=127.0.0.1:2181
 # The broker registers its topics in ZooKeeper right after it starts.
-for _ in $(seq 1 100); do
-	if "$METAQ_BIN" topics describe test >/dev/null 2>&1; then break; fi
+registered=0
+for _ in $(seq 1 300); do
+	if "$METAQ_BIN" topics describe test >/dev/null 2>&1; then
+		registered=1
+		break
+	fi
 	sleep 0.1
 done
+if ((registered == 0)); then
+	echo "quickstart.sh: the broker did not register topic 'test' in ZooKeeper 127.0.0.1:2181 within 30s;" >&2
+	echo "quickstart.sh: zk.zkConnect in conf/server.ini is $(ini_get "$CONF" zookeeper zk.zkConnect); the broker's log says:" >&2
+	tail -n 15 "$PROJECT_ROOT/run/broker-$PORT.log" >&2 || true
+	exit 1
+fi
 
 step "The cluster as ZooKeeper sees it (metaq brokers, metaq topics)"
 "$METAQ_BIN" brokers

@@ -10,7 +10,8 @@ usage() {
 	cat <<EOF
 Usage: $(basename "$0") [go test arguments…]
 
-  1. installs what the tests need (Debian's zookeeper package, through scripts/zk.sh)
+  1. installs what the tests need: Debian's zookeeper package (through scripts/zk.sh) and, for
+     -race (cgo), gcc when there is no C compiler
   2. starts a private ZooKeeper on a free loopback port (tickTime 500 ms, no fsync, data in a
      temporary directory), stopped again when the script ends (also on Ctrl-C)
   3. gofmt -l (every .go file must be formatted)
@@ -46,22 +47,43 @@ cd "$PROJECT_ROOT"
 ensure_go
 go version
 
-# A free loopback port: ask the kernel for one through a throw-away listener when python3 is
-# around, else probe random ports with bash's /dev/tcp.
-free_port() {
-	local p
-	if command -v python3 >/dev/null 2>&1; then
-		python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-		return
+# -race needs cgo, hence a C compiler: install Debian's gcc when there is none (or run without
+# -race, saying so, when it cannot be installed).
+ensure_cc() {
+	[[ "$TEST_RACE" == 0 ]] && return 0
+	if command -v "$(go env CC)" >/dev/null 2>&1; then
+		return 0
 	fi
-	for _ in $(seq 1 100); do
-		p=$((20000 + RANDOM % 30000))
+	msg "no C compiler for go test -race (cgo); installing gcc"
+	local sudo=()
+	if [[ "$(id -u)" != 0 ]] && command -v sudo >/dev/null 2>&1; then sudo=(sudo); fi
+	export DEBIAN_FRONTEND=noninteractive
+	if command -v apt-get >/dev/null 2>&1 &&
+		{ "${sudo[@]}" apt-get install -y gcc libc6-dev || { "${sudo[@]}" apt-get update && "${sudo[@]}" apt-get install -y gcc libc6-dev; }; }; then
+		return 0
+	fi
+	err "could not install gcc: running the tests without -race"
+	TEST_RACE=0
+}
+ensure_cc
+
+# A free loopback port for ZooKeeper, below the kernel's ephemeral range (a port in that range can
+# be taken at any moment as the local end of an outgoing connection, and then ZooKeeper's bind
+# fails): probe random ports with bash's /dev/tcp until one refuses connections.
+free_port() {
+	local lo=32768 p
+	if [[ -r /proc/sys/net/ipv4/ip_local_port_range ]]; then
+		read -r lo _ </proc/sys/net/ipv4/ip_local_port_range || lo=32768
+	fi
+	((lo > 12000)) || lo=32768
+	for _ in $(seq 1 200); do
+		p=$((10000 + RANDOM % (lo - 10000)))
 		if ! port_open 127.0.0.1 "$p"; then
 			echo "$p"
 			return
 		fi
 	done
-	err "no free port found"
+	err "no free port found below $lo"
 	exit 1
 }
 

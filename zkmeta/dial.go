@@ -53,6 +53,9 @@ func (c *Client) dial(network, address string, timeout time.Duration) (net.Conn,
 		// The previous connection closed before the server answered the handshake (a server
 		// starting up, or refusing our session): pace like a failed dial.
 		c.dialFails++
+		if c.dialFails == 1 {
+			c.downSince = time.Now()
+		}
 		c.refusals++
 		if c.refusals == 3 {
 			c.log.Printf("zkmeta: ZooKeeper %s keeps closing the connection before answering our session request; "+

@@ -327,9 +327,48 @@ func (a *App) produce(cmd *cobra.Command, o *produceOpts) error {
 
 	var data []byte
 	var flag int32
+	// Read on a goroutine, so that Ctrl-C ends the command even while it waits for a line.
+	type item struct {
+		body []byte
+		err  error
+	}
+	items := make(chan item, 1024)
+	readerDone := make(chan struct{})
+	defer close(readerDone)
+	go func() {
+		for {
+			b, err := src()
+			select {
+			case items <- item{b, err}:
+			case <-readerDone:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 loop:
 	for {
-		body, err := src()
+		var it item
+		select {
+		case it = <-items:
+		case <-ctx.Done():
+			break loop
+		default:
+			// No input ready (a terminal, a slow pipe): finish what is in flight and show
+			// it before waiting for more.
+			for len(queue) > 0 {
+				complete()
+			}
+			_ = out.Flush()
+			select {
+			case it = <-items:
+			case <-ctx.Done():
+				break loop
+			}
+		}
+		body, err := it.body, it.err
 		if errors.Is(err, io.EOF) {
 			break
 		}

@@ -406,3 +406,72 @@ func TestBrokerLocalZooKeeper(t *testing.T) {
 		t.Fatalf("--local-zk on a busy port: %v\n%s", err, out)
 	}
 }
+
+// Ctrl-C ends produce even while it waits for a line on stdin (exit 130), and ends a consume
+// without --count normally (exit 0).
+func TestCLIProcessInterrupt(t *testing.T) {
+	dir := t.TempDir()
+	ini, addr := writeINI(t, dir, false, "", 0, "")
+	startBrokerProc(t, addr, "-c", ini)
+	bin := metaqBinary(t)
+
+	prod := exec.Command(bin, "produce", "--broker", addr, "-t", "dur", "-p", "1")
+	stdin, err := prod.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &syncBuffer{}
+	prod.Stdout, prod.Stderr = out, out
+	if err := prod.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	if _, err := stdin.Write([]byte("line one\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		return strings.Contains(out.String(), " 0-1 0") || strings.Contains(out.String(), "-1 0\n")
+	}, "the first line was not sent")
+	if err := prod.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	code := exitCode(t, prod, 10*time.Second)
+	if code != ExitInterrupted {
+		t.Fatalf("produce interrupted while reading stdin: exit %d, want %d\n%s", code, ExitInterrupted, out.String())
+	}
+
+	cons := exec.Command(bin, "consume", "--broker", addr, "-t", "dur", "--from", "earliest")
+	cout := &syncBuffer{}
+	cons.Stdout, cons.Stderr = cout, cout
+	if err := cons.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return strings.Contains(cout.String(), "line one") }, "consume printed nothing")
+	if err := cons.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, cons, 10*time.Second); code != 0 {
+		t.Fatalf("consume without --count interrupted: exit %d, want 0\n%s", code, cout.String())
+	}
+}
+
+func exitCode(t *testing.T, cmd *exec.Cmd, d time.Duration) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(d):
+		_ = cmd.Process.Kill()
+		t.Fatalf("%s still running %s after the signal", cmd.Args[1], d)
+		return -1
+	}
+}

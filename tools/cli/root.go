@@ -157,11 +157,21 @@ func Run(ctx context.Context, app *App, args []string) int {
 	return code
 }
 
-// Main runs the metaq command as a process (os.Args, standard streams, SIGINT/SIGTERM cancel
+// Main runs the metaq command as a process (os.Args, standard streams; SIGINT/SIGTERM cancel
 // the command's context) and returns the exit code for os.Exit.
 func Main() int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		// The first signal asks the command to finish (consume commits its offsets); after it
+		// the default action is back, so a second Ctrl-C ends a command that does not stop.
+		// (metaq broker subscribes to the signals itself and forces its exit on the second.)
+		signal.Stop(sigs)
+		cancel()
+	}()
 	return Run(ctx, NewApp(), os.Args[1:])
 }
 

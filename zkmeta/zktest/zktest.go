@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -403,12 +404,28 @@ func (z *ZooKeeper) run(t testing.TB, cmd string) error {
 
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("zktest: %v", err)
+	// Below the kernel's ephemeral port range: a port inside it can be taken
+	// at any moment as the local end of an outgoing connection, and then
+	// ZooKeeper's bind fails.
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 12000 {
+				lo = v
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	for i := 0; i < 200; i++ {
+		p := 10000 + mrand.IntN(lo-10000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return p
+	}
+	t.Fatalf("zktest: no free port below %d", lo)
+	return 0
 }
 
 // zkScript locates scripts/zk.sh: next to this source file's module, else above the working
