@@ -159,6 +159,12 @@ func (c *conn) readLoop() {
 		if idle > 0 {
 			_ = c.nc.SetReadDeadline(time.Now().Add(idle))
 		}
+		// Shutdown sets shuttingDown, then the read deadline to now. Checking
+		// the flag after re-arming the deadline means either we see it here or
+		// Shutdown's deadline lands after ours and wakes the Read below.
+		if c.srv.shuttingDown.Load() {
+			return
+		}
 		n, err := c.nc.Read(buf)
 		if n > 0 {
 			perr := c.parser.Parse(buf[:n], c.handle)

@@ -254,7 +254,9 @@ func TestHeartbeatTimeout(t *testing.T) {
 	}
 	var accepted atomic.Int64
 	var conns sync.WaitGroup
+	acceptDone := make(chan struct{})
 	go func() {
+		defer close(acceptDone)
 		for {
 			nc, err := ln.Accept()
 			if err != nil {
@@ -269,7 +271,7 @@ func TestHeartbeatTimeout(t *testing.T) {
 			}()
 		}
 	}()
-	defer func() { ln.Close(); conns.Wait() }()
+	defer func() { ln.Close(); <-acceptDone; conns.Wait() }()
 	a, err := NewAdmin(Config{Logger: testLogger(), HeartbeatInterval: 100 * time.Millisecond, RequestTimeout: 200 * time.Millisecond, ReconnectBackoff: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -309,3 +309,35 @@ func TestBackoffDelay(t *testing.T) {
 		t.Fatalf("%v", got)
 	}
 }
+
+func TestSubscribeTags(t *testing.T) {
+	c, err := NewConsumer(Config{ZKConnect: "127.0.0.1:1", ZKConnectionTimeout: 300 * time.Millisecond, Logger: testLogger()}, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h := func(context.Context, *Message) error { return nil }
+	for _, tc := range []struct{ topic, expr, get string }{
+		{"t1", "*", ""}, {"t2", "", ""}, {"t3", " paid || refunded ", "paid||refunded"}, {"t4", "a b||c", ""}, {"t5", "x||*", ""},
+	} {
+		if err := c.Subscribe(tc.topic, tc.expr, h); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.subs[tc.topic].getTags; got != tc.get {
+			t.Fatalf("%q: get tags %q, want %q", tc.expr, got, tc.get)
+		}
+	}
+	if c.subs["t4"].filter.MatchTag("a") || !c.subs["t4"].filter.MatchTag("a b") {
+		t.Fatal("client-side filter of a tag with a space")
+	}
+	if err := c.Subscribe("t1", "*", h); err == nil {
+		t.Fatal("subscribed twice")
+	}
+	if err := c.Subscribe("t6", "a\nb", h); err == nil {
+		t.Fatal("control character accepted")
+	}
+	if err := c.Start(context.Background()); err == nil || c.Subscribe("t7", "*", h) != ErrStarted {
+		// Start fails (no ZooKeeper at 127.0.0.1:1) but counts as started.
+		t.Fatalf("start without ZooKeeper: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,7 +91,6 @@ type Consumer struct {
 	subs    map[string]*subscription
 	started bool
 	closed  bool
-	regNode *zkmeta.EphemeralNode
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -165,18 +165,15 @@ func (c *Consumer) Subscribe(topic, tagExpr string, handler Handler) error {
 	if handler == nil {
 		return errors.New("metaq client: nil handler")
 	}
-	for _, ch := range tagExpr {
-		if ch < 0x20 || ch == ' ' || ch == 0x7f {
-			if ch == ' ' {
-				continue
-			}
+	for i := 0; i < len(tagExpr); i++ {
+		if ch := tagExpr[i]; ch < 0x20 || ch == 0x7f {
 			return fmt.Errorf("metaq client: control character in tag expression %q", tagExpr)
 		}
 	}
 	f := protocol.ParseTagFilter(tagExpr)
 	s := &subscription{topic: topic, filter: f, handler: handler}
-	if !f.All() {
-		s.getTags = f.String()
+	if expr := f.String(); !f.All() && !strings.ContainsAny(expr, " \t") {
+		s.getTags = expr // a tag with a space cannot travel in a get line: client-side filtering only
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -216,13 +213,10 @@ func (c *Consumer) Start(ctx context.Context) error {
 	sort.Strings(topics)
 
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.ZKConnectionTimeout)
-	node, err := c.zk.RegisterConsumer(rctx, c.group, c.id, topics)
+	// zkmeta keeps the node (re-created after a session expiry) until the
+	// session ends at Close.
+	_, err := c.zk.RegisterConsumer(rctx, c.group, c.id, topics)
 	cancel()
-	if node != nil {
-		c.mu.Lock()
-		c.regNode = node
-		c.mu.Unlock()
-	}
 	if err != nil {
 		c.closeBalancerless()
 		return fmt.Errorf("metaq client: registering consumer %s: %w", c.node, err)
@@ -291,7 +285,6 @@ func (c *Consumer) shutdown(graceful bool) error {
 	}
 	c.closed = true
 	started := c.started
-	node := c.regNode
 	c.mu.Unlock()
 	if !graceful {
 		c.noCommit.Store(true)
@@ -309,17 +302,10 @@ func (c *Consumer) shutdown(graceful bool) error {
 	c.wg.Wait()
 	var err error
 	if graceful {
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
-		if ferr := c.store.Close(); ferr != nil {
-			err = ferr
-		}
-		if node != nil {
-			_ = node.Remove(ctx)
-		}
-		cancel()
+		err = c.store.Close()
 	}
 	c.pool.close()
-	c.zk.Close()
+	c.zk.Close() // ends the session: the consumer node goes with it
 	return err
 }
 
@@ -412,14 +398,19 @@ func (c *Consumer) balance() {
 
 func (c *Consumer) updateAddrs(parts map[string]zkmeta.TopicPartitions) {
 	m := map[partKey]string{}
+	keep := map[string]bool{}
 	for topic, tp := range parts {
 		for _, p := range tp.Partitions {
 			if addr := brokerAddr(tp.Brokers[p.BrokerID]); addr != "" {
 				m[partKey{topic, p}] = addr
+				keep[addr] = true
 			}
 		}
 	}
 	c.addrs.Store(&m)
+	if len(parts) == len(c.subs) { // every topic known: connections to brokers that left can go
+		closeGone(c.pool.retain(keep))
+	}
 }
 
 func (c *Consumer) addrOf(k partKey) string { return (*c.addrs.Load())[k] }
@@ -559,7 +550,9 @@ func (c *Consumer) committer() {
 		case <-c.ctx.Done():
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RequestTimeout)
+			// Not derived from c.ctx: an abandoned ZooKeeper write still lands,
+			// possibly after the final commit of Close.
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
 			if err := c.commitAll(ctx); err != nil && c.ctx.Err() == nil {
 				c.log.Warn("metaq client: committing offsets", "err", err)
 			}

@@ -72,6 +72,13 @@ func TestBroadcast(t *testing.T) {
 	if sum != 30 {
 		t.Fatalf("offsets in the file sum to %d, want 30", sum)
 	}
+	// An anonymous consumer: broadcast with offsets in memory.
+	anon := newCollector()
+	ca := cl.consumer("anon-1", "news", "*", anon.handler, func(c *Config) {
+		c.Consumer.Broadcast, c.Consumer.OffsetStore, c.Consumer.From = true, NewMemoryOffsetStore(), FromEarliest
+	})
+	anon.waitDistinct(t, 30, 10*time.Second)
+	ca.Close()
 	if got := cl.committed("readers", "news"); len(got) != 0 {
 		t.Fatalf("broadcast consumers committed to ZooKeeper: %v", got)
 	}

@@ -100,7 +100,7 @@ func (cl *cluster) zkClient() *zkmeta.Client {
 func (cl *cluster) config() Config {
 	return Config{
 		ZKConnect:        cl.zk,
-		ZKSessionTimeout: 4 * time.Second,
+		ZKSessionTimeout: 10 * time.Second,
 		Logger:           testLogger(),
 		Consumer: ConsumerOptions{
 			CommitInterval: 200 * time.Millisecond,

@@ -198,3 +198,32 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	return nil
 }
+
+// NewMemoryOffsetStore keeps offsets in memory only: a consumer that starts
+// again begins at its StartPosition. With Broadcast it makes an "anonymous"
+// consumer (tools: `metaq consume` without a group of record).
+func NewMemoryOffsetStore() OffsetStore {
+	return &memOffsetStore{m: map[partKey]Offset{}}
+}
+
+type memOffsetStore struct {
+	mu sync.Mutex
+	m  map[partKey]Offset
+}
+
+func (s *memOffsetStore) Load(_ context.Context, topic string, p Partition) (Offset, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.m[partKey{topic, p}]
+	return o, ok, nil
+}
+
+func (s *memOffsetStore) Commit(_ context.Context, topic string, p Partition, o Offset) error {
+	s.mu.Lock()
+	s.m[partKey{topic, p}] = o
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *memOffsetStore) Flush(context.Context) error { return nil }
+func (s *memOffsetStore) Close() error                { return nil }

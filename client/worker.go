@@ -68,6 +68,7 @@ func (w *partWorker) run() {
 	if !ok {
 		return
 	}
+	c.log.Debug("metaq client: consuming", w.logArgs("offset", off)...)
 	w.running.Store(true)
 	defer w.running.Store(false)
 	batches := make(chan *batch, c.opts.Prefetch)
@@ -99,7 +100,9 @@ func (w *partWorker) stop(commit bool) {
 	w.commitMu.Lock()
 	w.final = true
 	w.commitMu.Unlock()
-	if w.claimed.Load() && !c.noCommit.Load() {
+	// Release even when no claim succeeded: a claim that timed out may
+	// still have created the node (ReleasePartition deletes only our own).
+	if !c.opts.Broadcast && !c.noCommit.Load() {
 		if err := c.zk.ReleasePartition(ctx, c.group, w.key.topic, w.key.p, c.id); err != nil {
 			c.log.Warn("metaq client: releasing partition", w.logArgs("err", err)...)
 		}
@@ -107,23 +110,32 @@ func (w *partWorker) stop(commit bool) {
 }
 
 // claim creates the owner node, retrying with capped backoff while the
-// previous owner still holds it (it releases after committing).
+// previous owner still holds it (it releases after committing). Each attempt
+// runs to completion even when the worker is stopped meanwhile: an attempt
+// abandoned half-way could still create the node in ZooKeeper, and a node we
+// do not know we hold would never be released (stop always releases).
 func (w *partWorker) claim() bool {
 	c := w.c
 	b := backoff{min: c.opts.ClaimBackoff, max: c.opts.MaxClaimBackoff}
 	for attempt := 1; ; attempt++ {
-		ok, holder, err := c.zk.ClaimPartition(w.ctx, c.group, w.key.topic, w.key.p, c.id)
-		if ok {
-			w.claimed.Store(true)
-			return true
-		}
 		if w.ctx.Err() != nil {
 			return false
 		}
-		if err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
+		ok, holder, err := c.zk.ClaimPartition(ctx, c.group, w.key.topic, w.key.p, c.id)
+		cancel()
+		if ok {
+			w.claimed.Store(true)
+			c.log.Debug("metaq client: claimed", w.logArgs("attempts", attempt)...)
+			return w.ctx.Err() == nil
+		}
+		switch {
+		case err != nil:
 			c.log.Warn("metaq client: claiming partition", w.logArgs("err", err)...)
-		} else if attempt == 20 {
+		case attempt == 20:
 			c.log.Warn("metaq client: partition still owned by another consumer; waiting for it", w.logArgs("owner", holder)...)
+		default:
+			c.log.Debug("metaq client: partition owned by another consumer", w.logArgs("owner", holder)...)
 		}
 		if !sleepCtx(w.ctx, b.next()) {
 			return false
@@ -186,10 +198,14 @@ func (w *partWorker) loadOffset() (int64, error) {
 	o = Offset{MsgID: -1, Offset: off}
 	w.tr.init(o)
 	if !c.noCommit.Load() {
-		if err := c.store.Commit(ctx, w.key.topic, w.key.p, o); err != nil {
-			return 0, err
+		// Not w.ctx: a write abandoned half-way still lands later.
+		cctx, ccancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
+		err := c.store.Commit(cctx, w.key.topic, w.key.p, o)
+		if err == nil {
+			err = c.store.Flush(cctx)
 		}
-		if err := c.store.Flush(ctx); err != nil {
+		ccancel()
+		if err != nil {
 			return 0, err
 		}
 	}
@@ -273,7 +289,16 @@ func (w *partWorker) fetch(off int64, out chan<- *batch) {
 		var b *batch
 		switch {
 		case res.Moved:
-			c.log.Info("metaq client: offset moved by the broker", w.logArgs("from", off, "to", res.NextOffset)...)
+			// Routine with a tag filter (a stretch of other tags) or after
+			// retention; backwards means the broker lost messages.
+			if res.NextOffset < off {
+				c.log.Warn("metaq client: offset beyond the partition's end; moved back by the broker", w.logArgs("from", off, "to", res.NextOffset)...)
+			} else {
+				c.log.Debug("metaq client: offset moved by the broker", w.logArgs("from", off, "to", res.NextOffset)...)
+			}
+			if res.NextOffset == off && !sleepCtx(w.ctx, missBackoff.next()) {
+				return
+			}
 			b = &batch{next: res.NextOffset}
 		case len(res.Messages) == 0:
 			// Nothing new. A 404 long before MaxWait (a topic the broker does
