@@ -265,6 +265,10 @@ func (c *Client) WatchPartitions(ctx context.Context, topic string, kind Partiti
 // consumer id string). ok is true when we own it (also when we already did); otherwise holder is
 // the current owner's data, and the caller retries later (its node goes when its session does).
 // Owner nodes are not re-created after a session expiry: rebalance on OnSessionExpired.
+//
+// When ctx ends while the request is in flight, ZooKeeper may still apply it: a cancelled claim
+// may have created the owner node. Treat it as possibly held and call ReleasePartition (which
+// only deletes our own node) when giving the partition up; the same holds for CommitOffset.
 func (c *Client) ClaimPartition(ctx context.Context, group, topic string, p Partition, consumerID string) (ok bool, holder string, err error) {
 	full := c.FullPath(c.paths.Owner(group, topic, p))
 	me := ConsumerNodeName(group, consumerID)
