@@ -86,6 +86,11 @@ func TestLongPoll(t *testing.T) {
 				t.Fatalf("long poll reply %+v", r)
 			}
 			t.Logf("put → parked get answered in %v", lat)
+			// Pushed, not polled: far below the 10 s deadline (the bound is
+			// generous so a loaded CI machine cannot make it flaky).
+			if lat > 2*time.Second {
+				t.Fatalf("parked get answered %v after the put", lat)
+			}
 			// Deadline: 404.
 			start = time.Now()
 			consumer.Send("get test g 2 1 65536 2 200\r\n")

@@ -217,6 +217,11 @@ func TestGetOffsetsAndMoved(t *testing.T) {
 	// transaction and sync: parsed, not supported yet.
 	c.Send("transaction TX:1:1 sess BEGIN 16\r\n")
 	expect(t, c.Reply(), protocol.ReplyResult, 503, 16, "not supported")
+	c.Send("sync test 0 3 0 12345 17\r\nabc")
+	expect(t, c.Reply(), protocol.ReplyResult, 503, 17, "not supported")
+	// The stream is still framed after sync's data: the next command works.
+	c.Send("version 18\r\n")
+	expect(t, c.Reply(), protocol.ReplyResult, 200, 18, "")
 }
 
 func TestStats(t *testing.T) {

@@ -51,6 +51,9 @@ func benchAppendAsync(b *testing.B, partitions int) {
 		}
 	}
 	waitDispatched(s)
+	if err := s.Flush(); err != nil { // writes buffered index units: creates the files
+		b.Fatal(err)
+	}
 	b.SetBytes(100)
 	b.ReportAllocs()
 	b.ResetTimer()

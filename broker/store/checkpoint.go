@@ -152,8 +152,12 @@ func (s *Store) checkpointNow(syncIndex bool) error {
 	if last != nil && !syncIndex && s.files.dirtyCount() > syncfsThreshold && s.ckptCount%indexSyncEvery != 0 {
 		c.dispatched = min(last.dispatched, c.dispatched)
 	} else {
-		// Everything dispatched below c.dispatched was written before it
-		// was published; sync it before the checkpoint claims it.
+		// Everything dispatched below c.dispatched was added to the index
+		// before it was published: write the buffered units out and sync
+		// the files before the checkpoint claims it.
+		if err := s.flushTails(); err != nil {
+			return err
+		}
 		if err := s.files.syncDirty(s.indexDir); err != nil {
 			return err
 		}

@@ -46,8 +46,8 @@ func (s *Store) Append(m *Message) (AppendResult, error) {
 // (the caller must not acknowledge before); in async mode it is nil. It does
 // not allocate (one Flush is allocated per group-commit round, not per call).
 func (s *Store) AppendAsync(m *Message) (AppendResult, *Flush, error) {
-	if !validTopic(m.Topic) {
-		return AppendResult{}, nil, ErrBadTopic
+	if len(m.Topic) == 0 || len(m.Topic) > maxTopicLen {
+		return AppendResult{}, nil, ErrBadTopic // the rest of validTopic: when first seen
 	}
 	if m.Partition < 0 {
 		return AppendResult{}, nil, ErrBadPartition
@@ -62,14 +62,17 @@ func (s *Store) AppendAsync(m *Message) (AppendResult, *Flush, error) {
 	now := s.now().UnixMilli()
 
 	s.mu.Lock()
+	p := s.appendParts.get(m.Topic, m.Partition)
+	if p == nil {
+		if p = s.appendPartitionLocked(m.Topic, m.Partition); p == nil {
+			s.mu.Unlock()
+			return AppendResult{}, nil, ErrBadTopic
+		}
+	}
 	if err := s.appendErrLocked(); err != nil {
 		s.putErrors++
 		s.mu.Unlock()
 		return AppendResult{}, nil, err
-	}
-	p := s.appendParts[pkey{m.Topic, m.Partition}]
-	if p == nil {
-		p = s.appendPartitionLocked(m.Topic, m.Partition)
 	}
 	if err := s.makeRoomLocked(size); err != nil {
 		s.putErrors++
@@ -166,10 +169,15 @@ func (s *Store) appendErrLocked() error {
 	return nil
 }
 
-// appendPartitionLocked fills the appender's private partition cache.
+// appendPartitionLocked fills the appender's private partition cache the
+// first time a partition is appended to; it validates the topic name then
+// (nil when invalid), so the hot path does not.
 func (s *Store) appendPartitionLocked(topic string, part int32) *partition {
+	if !validTopic(topic) {
+		return nil
+	}
 	p := s.partition(topic, part, true)
-	s.appendParts[pkey{p.topic.name, part}] = p
+	s.appendParts.put(p)
 	return p
 }
 

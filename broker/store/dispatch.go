@@ -11,26 +11,27 @@ import (
 // the key index from the commit log. It scans from s.dispatched up to the
 // visible limit (flushed in sync mode, written in async mode), is woken by
 // appends (sync mode: by the flusher) through a non-blocking signal, and
-// sleeps otherwise. Units of one batch are accumulated per partition and each
-// partition's run is written with one pwrite, so 10,000 partitions fed
-// round-robin still cost one pwrite per partition per batch, not per unit.
-// After a partition's run is written its readable count is published and
-// its long-poll waiters are woken; after the whole batch, s.dispatched.
+// sleeps otherwise. Units of one batch are accumulated per partition; at the
+// end of the batch each partition's run is added to its index: whole 4 KiB
+// blocks are pwritten (one call per partition per batch), a partial block is
+// kept in the partition's in-memory tail until it fills (indextail.go), so
+// 10,000 partitions fed round-robin cost one pwrite per 256 units, not one
+// per partition per batch. After a partition's run is added its readable
+// count is published and its long-poll waiters are woken; after the whole
+// batch, s.dispatched.
 type dispatcher struct {
 	s      *Store
-	topics map[string]*dispTopic // private partition cache
+	parts  partCache    // private partition cache (partcache.go)
 	batch  []*partition          // partitions with pending units
 	warned int                   // offset-mismatch warnings logged
 }
-
-type dispTopic struct{ parts map[int32]*partition }
 
 // dispatchBatchBytes bounds one batch (readers see new units at least every
 // this many commit-log bytes).
 const dispatchBatchBytes = 16 << 20
 
 func newDispatcher(s *Store) *dispatcher {
-	return &dispatcher{s: s, topics: make(map[string]*dispTopic)}
+	return &dispatcher{s: s, parts: newPartCache()}
 }
 
 // dispatchLoop is the dispatcher goroutine.
@@ -166,18 +167,11 @@ func (d *dispatcher) batchTo(limit int64) error {
 // partition looks a record's partition up in the private cache (no
 // allocation on a hit).
 func (d *dispatcher) partition(topic []byte, part int32) *partition {
-	if t := d.topics[string(topic)]; t != nil {
-		if p := t.parts[part]; p != nil {
-			return p
-		}
+	if p := d.parts.getBytes(topic, part); p != nil {
+		return p
 	}
 	p := d.s.partitionBytes(topic, part)
-	t := d.topics[p.topic.name]
-	if t == nil {
-		t = &dispTopic{parts: make(map[int32]*partition)}
-		d.topics[p.topic.name] = t
-	}
-	t.parts[part] = p
+	d.parts.put(p)
 	return p
 }
 
@@ -211,15 +205,15 @@ func (d *dispatcher) warnOffset(p *partition, want, got int64) {
 	}
 }
 
-// writeRun writes p's pending run and publishes its readable count.
+// writeRun adds p's pending run to its index (indextail.go: whole blocks
+// to the file, the rest to the tail) and publishes its readable count.
 func (d *dispatcher) writeRun(p *partition) error {
 	if len(p.pend) == 0 {
 		return nil
 	}
-	if err := d.s.writeUnits(p, p.pendStart, p.pend); err != nil {
+	if err := d.s.appendUnits(p, p.pendStart, p.pend); err != nil {
 		return err
 	}
-	d.s.counters.indexWrites.Add(1)
 	if end := p.pendStart + int64(len(p.pend)/unitSize); end > p.indexed.Load() {
 		p.indexed.Store(end)
 	}

@@ -144,6 +144,14 @@ func (s *Store) flushOnce() error {
 		s.counters.rounds.Add(1)
 		f.err = err
 		close(f.done)
+		if expRoundPop {
+			s.mu.Lock()
+			s.lastRound = f.n
+			if s.pending != nil {
+				s.lastRound += s.pending.n
+			}
+			s.mu.Unlock()
+		}
 	}
 	return err
 }

@@ -61,8 +61,13 @@ type partition struct {
 	dir   string
 
 	next    atomic.Int64 // next queue offset to assign (MaxOffset); stored under s.mu
-	indexed atomic.Int64 // units below this are written and readable; dispatcher
+	indexed atomic.Int64 // units below this are readable (file or tail); dispatcher
+	filed   atomic.Int64 // units below this are in the index file (indextail.go)
 	min     atomic.Int64 // MinOffset; recovery and retention
+
+	// The newest units, not yet written to the file (indextail.go).
+	tailMu sync.Mutex
+	tail   indexTail
 
 	ixMu  sync.Mutex
 	files []*ixFile // sorted by base; guarded by ixMu
@@ -168,9 +173,16 @@ func (s *Store) writeUnits(p *partition, q int64, units []byte) error {
 }
 
 // readUnits reads units from queue offset q into buf (a multiple of 16
-// bytes), stopping at the end of the file holding q. It returns the bytes
-// read; errGone when that file does not exist (deleted by retention).
+// bytes), stopping at the end of the file holding q, and at the partition's
+// tail: units not yet written to the file are copied from memory
+// (indextail.go). It returns the bytes read; errGone when the file holding q
+// does not exist (deleted by retention).
 func (s *Store) readUnits(p *partition, q int64, buf []byte) (int, error) {
+	if filed := p.filed.Load(); q < filed {
+		buf = buf[:min(int64(len(buf)), (filed-q)*unitSize)]
+	} else if n := s.readTail(p, q, buf); n > 0 {
+		return n, nil
+	}
 	x, err := s.ixFileFor(p, q, false)
 	if err != nil {
 		return 0, err
@@ -197,14 +209,22 @@ func (s *Store) readUnit(p *partition, q int64) (phys int64, size int32, tag uin
 }
 
 // unitSpan returns the first unit of the stream's first file and the end of
-// its last file (in units); 0, 0 when the partition has no file.
+// its last file (in units), extended by the units buffered in the tail;
+// 0, 0 when the partition has neither.
 func (p *partition) unitSpan(ifs int64) (first, end int64) {
+	p.tailMu.Lock()
+	tstart, tend := p.tail.start, p.tail.end()
+	p.tailMu.Unlock()
 	p.ixMu.Lock()
 	defer p.ixMu.Unlock()
 	if len(p.files) == 0 {
+		if tend > tstart {
+			return tstart, tend
+		}
 		return 0, 0
 	}
-	return p.files[0].base / unitSize, (p.files[len(p.files)-1].base + ifs) / unitSize
+	first, end = p.files[0].base/unitSize, (p.files[len(p.files)-1].base+ifs)/unitSize
+	return first, max(end, tend)
 }
 
 // searchUnits returns the first queue offset in [lo, hi) whose unit satisfies

@@ -488,6 +488,9 @@ func (s *Store) recoverPartition(p *partition, cut, end int64, cutAlways bool) (
 		}
 	}
 	p.indexed.Store(count)
+	p.tailMu.Lock()
+	s.setTailStartLocked(p, count)
+	p.tailMu.Unlock()
 	p.min.Store(start)
 	return lost, redo, nil
 }

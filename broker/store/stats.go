@@ -40,6 +40,7 @@ type Stats struct {
 	AvgFsync          time.Duration // mean fsync round duration
 	DispatchedRecords int64         // records indexed since open
 	IndexWrites       int64         // index pwrites since open
+	IndexBufferBytes  int64         // memory holding partitions' newest units (indextail.go)
 	OpenIndexFiles    int
 	Checkpoints       int64
 	CorruptReads      int64 // records refused by read verification, since open
@@ -90,6 +91,7 @@ func (s *Store) Stats() Stats {
 	}
 	st.DispatchedRecords = s.counters.dispatchedRecords.Load()
 	st.IndexWrites = s.counters.indexWrites.Load()
+	st.IndexBufferBytes = s.tailBytesHeld()
 	st.OpenIndexFiles = s.files.openCount()
 	st.Checkpoints = s.counters.checkpoints.Load()
 	st.CorruptReads = s.counters.corruptReads.Load()

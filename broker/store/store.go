@@ -39,9 +39,11 @@
 //  5. s.segsMu — replacing the segment list (roll, retention, recovery);
 //     readers load s.segs atomically without it.
 //  6. s.partsMu — the shared topic/partition maps (s.topics, topic.parts).
-//  7. p.ixMu (a partition's index file list; held while creating a file).
-//  8. leaf locks, never held while taking another: s.files.mu (open index
-//     file LRU), p.waitMu, s.progMu, s.pre.mu, s.keys.mu.
+//  7. p.tailMu (a partition's buffered index units, indextail.go; held
+//     across the pwrite that writes them out).
+//  8. p.ixMu (a partition's index file list; held while creating a file).
+//  9. leaf locks, never held while taking another: s.files.mu (open index
+//     file LRU), s.tails.mu, p.waitMu, s.progMu, s.pre.mu, s.keys.mu.
 package store
 
 import (
@@ -92,6 +94,11 @@ type Config struct {
 	// 1 Mi slots, 4 Mi entries: 84 MiB, sparse).
 	KeyIndexSlots   int
 	KeyIndexEntries int
+	// IndexBufferSize bounds the memory that holds partitions' newest index
+	// units until they fill a 4 KiB block (4 KiB per partition with buffered
+	// units; default 64 MiB, enough for 16,384 partitions; negative = no
+	// buffering). Partitions beyond it write their units through.
+	IndexBufferSize int64
 
 	hooks *faultHooks // tests only: injected I/O failures (faults.go)
 }
@@ -150,7 +157,7 @@ type Store struct {
 	indexErr    error // sticky: index write failure (cleared by a successful retry)
 	rollErr     error // sticky: segment preallocation failed (cleared by a successful retry)
 	closed      bool
-	appendParts map[pkey]*partition
+	appendParts partCache // the appender's partition cache (partcache.go)
 	puts        int64
 	putBytes    int64
 	putErrors   int64
@@ -180,6 +187,7 @@ type Store struct {
 	topics  map[string]*topicState
 
 	files *fileCache
+	tails *tailPool
 	pre   *preallocator
 	keys  *keyIndex
 	disp  *dispatcher
@@ -197,12 +205,6 @@ type Store struct {
 	wg          sync.WaitGroup
 
 	counters counters
-}
-
-// pkey names a partition.
-type pkey struct {
-	topic string
-	part  int32
 }
 
 // topicState is one topic's partitions.
@@ -231,7 +233,7 @@ func Open(cfg Config) (*Store, error) {
 		indexDir:    filepath.Join(cfg.Dir, "index"),
 		keyDir:      filepath.Join(cfg.Dir, "keyindex"),
 		lastRecord:  -1,
-		appendParts: make(map[pkey]*partition),
+		appendParts: newPartCache(),
 		topics:      make(map[string]*topicState),
 		flushKick:   make(chan struct{}, 1),
 		roundFull:   make(chan struct{}, 1),
@@ -240,6 +242,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s.log = s.log.With("component", "store", "dir", cfg.Dir)
 	s.files = newFileCache(cfg.MaxOpenIndexFiles, s.hooks)
+	s.tails = newTailPool(cfg.IndexBufferSize)
 	s.segs.Store(&segList{})
 	s.disp = newDispatcher(s)
 	for _, d := range []string{cfg.Dir, s.logDir, s.indexDir, s.keyDir} {
@@ -309,6 +312,9 @@ func (c *Config) fill() error {
 	}
 	if c.KeyIndexEntries <= 0 {
 		c.KeyIndexEntries = DefaultKeyIndexEntries
+	}
+	if c.IndexBufferSize == 0 {
+		c.IndexBufferSize = DefaultIndexBufferSize
 	}
 	return nil
 }
@@ -411,10 +417,13 @@ func (s *Store) closeFiles() {
 	}
 }
 
+// maxTopicLen is the longest topic name (its length is stored in one byte).
+const maxTopicLen = 255
+
 // validTopic reports whether a topic can be stored: 1..255 bytes and safe as a
 // directory name (the broker enforces the stricter DESIGN §2 charset).
 func validTopic(t string) bool {
-	if len(t) == 0 || len(t) > 255 || t == "." || t == ".." {
+	if len(t) == 0 || len(t) > maxTopicLen || t == "." || t == ".." {
 		return false
 	}
 	return !strings.ContainsAny(t, "/\x00")

@@ -1,0 +1,87 @@
+package store
+
+// partCache is a private (single-goroutine or lock-guarded) lookup of
+// partitions by topic and id, for the two hot paths that resolve a partition
+// per message: the appender (guarded by s.mu) and the dispatcher (its own
+// goroutine). A topic is found through a one-entry "last topic" cache (a
+// string compare; messages usually come in runs of one topic) or a map;
+// partitions of a topic are found in a slice indexed by id (ids below
+// denseParts) or a map. With 10,000 partitions this avoids hashing a
+// (topic, partition) key into a 10,000-entry map for every message.
+type partCache struct {
+	last   *partSet
+	topics map[string]*partSet
+}
+
+// denseParts bounds the partition ids kept in a partSet's slice (8 bytes
+// per id up to the largest seen); larger ids go to its map.
+const denseParts = 1 << 16
+
+type partSet struct {
+	name   string // the topic, shared with topicState.name
+	dense  []*partition
+	sparse map[int32]*partition
+}
+
+func newPartCache() partCache { return partCache{topics: make(map[string]*partSet)} }
+
+// get returns the cached partition, or nil.
+func (c *partCache) get(topic string, id int32) *partition {
+	t := c.last
+	if t == nil || t.name != topic {
+		if t = c.topics[topic]; t == nil {
+			return nil
+		}
+		c.last = t
+	}
+	return t.get(id)
+}
+
+// getBytes is get for a topic held as bytes (no allocation).
+func (c *partCache) getBytes(topic []byte, id int32) *partition {
+	t := c.last
+	if t == nil || t.name != string(topic) {
+		if t = c.topics[string(topic)]; t == nil {
+			return nil
+		}
+		c.last = t
+	}
+	return t.get(id)
+}
+
+func (t *partSet) get(id int32) *partition {
+	if uint32(id) < uint32(len(t.dense)) {
+		return t.dense[id]
+	}
+	if id >= denseParts && t.sparse != nil {
+		return t.sparse[id]
+	}
+	return nil
+}
+
+// put caches p.
+func (c *partCache) put(p *partition) {
+	name := p.topic.name
+	t := c.topics[name]
+	if t == nil {
+		t = &partSet{name: name}
+		c.topics[name] = t
+	}
+	c.last = t
+	id := p.id
+	if id < denseParts {
+		if int(id) >= len(t.dense) {
+			n := max(int(id)+1, 2*len(t.dense))
+			n = min(n, denseParts)
+			d := make([]*partition, n)
+			copy(d, t.dense)
+			t.dense = d
+		}
+		t.dense[id] = p
+		return
+	}
+	if t.sparse == nil {
+		t.sparse = make(map[int32]*partition)
+	}
+	t.sparse[id] = p
+}
