@@ -3,7 +3,6 @@ package broker
 import (
 	"errors"
 	"net"
-	"strconv"
 	"time"
 
 	"github.com/metaqgo/metaq/protocol"
@@ -140,13 +139,9 @@ func (w *writer) appendResultBytes(code int, body []byte, opaque int32) {
 
 // appendPutResult renders MetaQ's put reply: result 200 <len> <opaque>\r\n<msgId> <partition> <offset>.
 func (w *writer) appendPutResult(r *reply) {
-	var body [64]byte
-	b := strconv.AppendInt(body[:0], r.msgID, 10)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, int64(r.partition), 10)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, r.offset, 10)
-	w.appendResultBytes(protocol.StatusSuccess, b, r.opaque)
+	start := len(w.buf)
+	w.buf = protocol.AppendPutResult(w.buf, r.msgID, r.partition, r.offset, r.opaque)
+	w.addBuf(start)
 }
 
 // flush writes every rendered segment and releases the read results they
