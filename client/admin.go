@@ -311,17 +311,11 @@ func (a *Admin) Version(ctx context.Context, addr string) (string, error) {
 }
 
 func statsOn(ctx context.Context, c *brokerConn, item string, timeout time.Duration) ([]protocol.Stat, error) {
-	cl, err := c.do(ctx, kindOther, timeout, func(dst []byte, op int32) []byte {
-		return protocol.AppendStats(dst, item, op)
-	})
+	body, err := statsBodyOn(ctx, c, item, timeout)
 	if err != nil {
 		return nil, err
 	}
-	defer putCall(cl)
-	if cl.code != protocol.StatusSuccess {
-		return nil, brokerErr(c.addr, cl.code, cl.body)
-	}
-	return protocol.ParseStats(cl.body)
+	return protocol.ParseStats(body)
 }
 
 func offsetOn(ctx context.Context, c *brokerConn, topic, group string, partition int, offset int64, timeout time.Duration) (int64, error) {

@@ -164,7 +164,7 @@ func TestDirectMode(t *testing.T) {
 	}
 }
 
-// Per-call deadlines: a timed-out call leaves the pending map, its late
+// Per-call deadlines: a timed-out call leaves the pending table, its late
 // reply is dropped and the connection goes on; async sends block on a full
 // window instead of failing.
 func TestCallDeadlinesAndWindow(t *testing.T) {
@@ -182,7 +182,7 @@ func TestCallDeadlinesAndWindow(t *testing.T) {
 		t.Fatalf("long poll past its context: %v", err)
 	}
 	c := a.pool.get(b.Addr)
-	pending := func() int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.pending) }
+	pending := func() int { c.mu.Lock(); defer c.mu.Unlock(); return c.pending.len() }
 	if n := pending(); n != 0 {
 		t.Fatalf("%d calls still pending after the timeout", n)
 	}
@@ -206,7 +206,7 @@ func TestCallDeadlinesAndWindow(t *testing.T) {
 	c.nextOp = math.MaxInt32 - 3
 	c.window <- struct{}{}
 	stuck := &call{opaque: 1, done: make(chan struct{}, 1)}
-	c.pending[1] = stuck
+	c.pending.put(stuck)
 	c.mu.Unlock()
 	for i := 0; i < 6; i++ {
 		if _, err := a.Version(ctx, b.Addr); err != nil {
@@ -215,7 +215,7 @@ func TestCallDeadlinesAndWindow(t *testing.T) {
 	}
 	c.mu.Lock()
 	next := c.nextOp
-	delete(c.pending, 1)
+	c.pending.take(1)
 	c.mu.Unlock()
 	<-c.window
 	if next != 5 { // MaxInt32-2, MaxInt32-1, (MaxInt32 and pending 1 skipped) 2, 3, 4, 5

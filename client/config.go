@@ -62,7 +62,7 @@ type Config struct {
 	MaxReconnectBackoff time.Duration
 	// MaxInFlight bounds the requests in flight on one broker connection;
 	// SendAsync blocks (bounded by its context) when the window is full
-	// (default 1024).
+	// (default 1024, at most 1,048,576).
 	MaxInFlight int
 
 	Producer ProducerOptions

@@ -23,7 +23,7 @@ import (
 // pending call with the reply's opaque; replies may come in any order. At most
 // window requests are in flight. Every call has a deadline, enforced by the
 // connection's ticker; a call that timed out (or whose waiter gave up) leaves
-// the pending map, and its late reply is dropped. An idle connection sends
+// the pending table, and its late reply is dropped. An idle connection sends
 // `version` as a heartbeat. When the connection fails, every pending call
 // fails with a *ConnError and the connection is re-dialled with backoff;
 // while it is down, new calls fail at once (only the very first dial is
@@ -128,6 +128,92 @@ func (cl *call) setReply(addr string, rep *protocol.Reply) {
 	}
 }
 
+// maxWindow bounds a connection's window (Config.MaxInFlight), and so the
+// size of its pending table.
+const maxWindow = 1 << 20
+
+// pendingTable holds the calls in flight on a connection (guarded by
+// brokerConn.mu). Opaques are handed out in sequence, so a call lives in slot
+// opaque&mask of a ring at least twice the window: no hashing, no allocation.
+// An opaque whose slot is still taken (a call older than the whole ring) is
+// skipped when opaques are handed out.
+type pendingTable struct {
+	slots []*call
+	mask  int32
+	n     int
+}
+
+func newPendingTable(window int) pendingTable {
+	size := 64
+	for size < 2*min(window, maxWindow) {
+		size <<= 1
+	}
+	return pendingTable{slots: make([]*call, size), mask: int32(size - 1)}
+}
+
+// busy reports whether opaque's slot is taken.
+func (t *pendingTable) busy(opaque int32) bool { return t.slots[opaque&t.mask] != nil }
+
+// put registers cl under cl.opaque, whose slot must be free (!busy).
+func (t *pendingTable) put(cl *call) {
+	t.slots[cl.opaque&t.mask] = cl
+	t.n++
+}
+
+// get returns the call registered under opaque (nil when none).
+func (t *pendingTable) get(opaque int32) *call {
+	if cl := t.slots[opaque&t.mask]; cl != nil && cl.opaque == opaque {
+		return cl
+	}
+	return nil
+}
+
+// take removes and returns the call registered under opaque (nil when none).
+func (t *pendingTable) take(opaque int32) *call {
+	i := opaque & t.mask
+	cl := t.slots[i]
+	if cl == nil || cl.opaque != opaque {
+		return nil
+	}
+	t.slots[i] = nil
+	t.n--
+	return cl
+}
+
+// len is the number of calls in flight.
+func (t *pendingTable) len() int { return t.n }
+
+// takeAll removes every call, appending them to dst.
+func (t *pendingTable) takeAll(dst []*call) []*call {
+	for i := 0; t.n > 0 && i < len(t.slots); i++ {
+		if cl := t.slots[i]; cl != nil {
+			dst = append(dst, cl)
+			t.slots[i] = nil
+			t.n--
+		}
+	}
+	return dst
+}
+
+// takeExpired removes the calls whose deadline is at or before now,
+// appending them to dst.
+func (t *pendingTable) takeExpired(dst []*call, now int64) []*call {
+	left := t.n
+	for i := 0; left > 0 && i < len(t.slots); i++ {
+		cl := t.slots[i]
+		if cl == nil {
+			continue
+		}
+		left--
+		if cl.deadline > 0 && now >= cl.deadline {
+			dst = append(dst, cl)
+			t.slots[i] = nil
+			t.n--
+		}
+	}
+	return dst
+}
+
 // generation is one TCP connection of a brokerConn's life.
 type generation struct {
 	nc     net.Conn
@@ -160,7 +246,7 @@ type brokerConn struct {
 	ready    chan struct{} // closed once the first dial finished
 	downErr  error
 	cur      *generation
-	pending  map[int32]*call
+	pending  pendingTable
 	nextOp   int32
 	wbuf     []byte
 	spare    []byte
@@ -172,11 +258,11 @@ func newBrokerConn(addr string, cfg *connConfig) *brokerConn {
 		addr:    addr,
 		cfg:     cfg,
 		log:     cfg.log.With("broker", addr),
-		window:  make(chan struct{}, cfg.window),
+		window:  make(chan struct{}, min(cfg.window, maxWindow)),
 		closing: make(chan struct{}),
 		runDone: make(chan struct{}),
 		ready:   make(chan struct{}),
-		pending: make(map[int32]*call),
+		pending: newPendingTable(cfg.window),
 		wbuf:    make([]byte, 0, 64<<10),
 		spare:   make([]byte, 0, 64<<10),
 	}
@@ -250,13 +336,13 @@ func (c *brokerConn) register(ctx context.Context, cl *call, deadline int64) err
 		if c.nextOp <= 0 || c.nextOp == math.MaxInt32 {
 			c.nextOp = 1
 		}
-		if _, busy := c.pending[c.nextOp]; !busy {
+		if !c.pending.busy(c.nextOp) {
 			break
 		}
 	}
 	cl.opaque = c.nextOp
 	cl.deadline = deadline
-	c.pending[cl.opaque] = cl
+	c.pending.put(cl)
 	return nil
 }
 
@@ -274,11 +360,11 @@ func (c *brokerConn) end() {
 // (or is completing: its finish is on the way).
 func (c *brokerConn) abandon(cl *call) bool {
 	c.mu.Lock()
-	if c.pending[cl.opaque] != cl {
+	if c.pending.get(cl.opaque) != cl {
 		c.mu.Unlock()
 		return false
 	}
-	delete(c.pending, cl.opaque)
+	c.pending.take(cl.opaque)
 	c.mu.Unlock()
 	<-c.window
 	return true
@@ -495,11 +581,7 @@ func (c *brokerConn) fail(g *generation, err error) bool {
 	if c.state == stateClosed {
 		err = c.closeErr
 	}
-	var calls []*call
-	for op, cl := range c.pending {
-		calls = append(calls, cl)
-		delete(c.pending, op)
-	}
+	calls := c.pending.takeAll(nil)
 	c.wbuf = c.wbuf[:0]
 	c.mu.Unlock()
 	g.nc.Close()
@@ -515,12 +597,7 @@ func (c *brokerConn) fail(g *generation, err error) bool {
 func (c *brokerConn) sweep(now int64) {
 	var expired []*call
 	c.mu.Lock()
-	for op, cl := range c.pending {
-		if cl.deadline > 0 && now >= cl.deadline {
-			expired = append(expired, cl)
-			delete(c.pending, op)
-		}
-	}
+	expired = c.pending.takeExpired(expired, now)
 	c.mu.Unlock()
 	for _, cl := range expired {
 		<-c.window
@@ -577,10 +654,7 @@ func (c *brokerConn) reader(g *generation, fail func(error)) {
 		}
 		c.activity.Store(true)
 		c.mu.Lock()
-		cl := c.pending[rep.Opaque]
-		if cl != nil {
-			delete(c.pending, rep.Opaque)
-		}
+		cl := c.pending.take(rep.Opaque)
 		c.mu.Unlock()
 		if cl == nil {
 			continue // timed out or abandoned: a late reply

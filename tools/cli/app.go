@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/metaqgo/metaq/client"
 	"github.com/metaqgo/metaq/zkmeta"
 )
 
@@ -28,7 +30,8 @@ const (
 )
 
 // App holds what every command shares: the I/O streams, the global flags, and the
-// connections opened so far (closed when the command ends).
+// connections opened so far (closed when the command ends): a ZooKeeper session and a
+// client.Admin holding one connection per broker asked.
 type App struct {
 	Stdin  io.Reader
 	Stdout io.Writer
@@ -48,9 +51,9 @@ type App struct {
 	Verbose        bool
 	ConnectTimeout time.Duration
 
-	mu      sync.Mutex
-	zk      *zkmeta.Client
-	brokers map[string]*brokerConn
+	mu  sync.Mutex
+	zk  *zkmeta.Client
+	adm *client.Admin
 }
 
 // NewApp returns an App on the process's standard streams.
@@ -86,9 +89,9 @@ func (a *App) exit(code int) {
 func (a *App) close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for k, c := range a.brokers {
-		c.Close()
-		delete(a.brokers, k)
+	if a.adm != nil {
+		_ = a.adm.Close()
+		a.adm = nil
 	}
 	if a.zk != nil {
 		a.zk.Close()
@@ -137,34 +140,51 @@ func (a *App) zkClient(ctx context.Context) (*zkmeta.Client, error) {
 		if errors.Is(err, context.Canceled) {
 			return nil, err
 		}
-		return nil, unavailableErr("cannot reach ZooKeeper at %s within %s (set --zk or %s): %v", a.ZK, a.ConnectTimeout, EnvZK, err)
+		return nil, a.zkUnreachable(err)
 	}
 	a.zk = c
 	return c, nil
 }
 
-// broker returns a (shared) connection to the broker at addr.
-func (a *App) broker(ctx context.Context, addr string) (*brokerConn, error) {
+func (a *App) zkUnreachable(err error) error {
+	return unavailableErr("cannot reach ZooKeeper at %s within %s (set --zk or %s): %v", a.ZK, a.ConnectTimeout, EnvZK, err)
+}
+
+// clientConfig is the configuration of the client library objects a command creates: the
+// global flags' ZooKeeper and timeouts, and their logs on stderr from level up (everything,
+// timestamped, with --verbose).
+func (a *App) clientConfig(level slog.Level) client.Config {
+	if a.Verbose {
+		level = slog.LevelDebug
+	}
+	h := slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, at slog.Attr) slog.Attr {
+		if at.Key == slog.TimeKey && !a.Verbose {
+			return slog.Attr{}
+		}
+		return at
+	}})
+	return client.Config{
+		ZKConnect:           a.ZK,
+		ZKRoot:              a.ZKRoot,
+		ZKSessionTimeout:    10 * time.Second,
+		ZKConnectionTimeout: a.ConnectTimeout,
+		Logger:              slog.New(h),
+		DialTimeout:         a.ConnectTimeout,
+		RequestTimeout:      a.ConnectTimeout,
+	}
+}
+
+// admin returns the command's client.Admin (created on first use, without ZooKeeper: the
+// addresses come from zkClient or the command line). Safe for concurrent use.
+func (a *App) admin() *client.Admin {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if c, ok := a.brokers[addr]; ok {
-		c.mu.Lock()
-		broken := c.err != nil
-		c.mu.Unlock()
-		if !broken {
-			return c, nil
-		}
-		delete(a.brokers, addr)
+	if a.adm == nil {
+		cfg := a.clientConfig(slog.LevelError)
+		cfg.ZKConnect = ""
+		a.adm, _ = client.NewAdmin(cfg) // fails only for a bad ZKConnect, and there is none
 	}
-	c, err := dialBroker(ctx, addr, a.ConnectTimeout)
-	if err != nil {
-		return nil, err
-	}
-	if a.brokers == nil {
-		a.brokers = map[string]*brokerConn{}
-	}
-	a.brokers[addr] = c
-	return c, nil
+	return a.adm
 }
 
 // opCtx bounds one administrative request.

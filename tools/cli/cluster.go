@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
+	"github.com/metaqgo/metaq/client"
 	"github.com/metaqgo/metaq/zkmeta"
 )
 
@@ -96,32 +96,27 @@ func (a *App) topicPartitions(ctx context.Context, topic string, pub bool) (zkme
 	return tp, nil
 }
 
-// readAddr is the address to read a partition from: the broker's master, else a slave.
-func readAddr(bi zkmeta.BrokerInfo) string {
-	if bi.Master != "" {
-		return bi.Master
-	}
-	for _, s := range bi.Slaves {
-		return s
-	}
-	return ""
-}
-
-// brokerByID finds a registered broker's master address.
-func (a *App) brokerByID(ctx context.Context, id int) (string, error) {
+// brokerList reads the registered brokers from ZooKeeper.
+func (a *App) brokerList(ctx context.Context) ([]zkmeta.BrokerInfo, error) {
 	zc, err := a.zkClient(ctx)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
 	bs, err := zc.Brokers(octx)
+	return bs, zkErr(err)
+}
+
+// brokerByID finds a registered broker's address (client.FetchAddr: its master, else a slave).
+func (a *App) brokerByID(ctx context.Context, id int) (string, error) {
+	bs, err := a.brokerList(ctx)
 	if err != nil {
-		return "", zkErr(err)
+		return "", err
 	}
 	for _, b := range bs {
 		if b.ID == id {
-			if addr := readAddr(b); addr != "" {
+			if addr := client.FetchAddr(b); addr != "" {
 				return addr, nil
 			}
 		}
@@ -151,40 +146,4 @@ func zkErr(err error) error {
 		return unavailableErr("ZooKeeper did not answer in time")
 	}
 	return fmt.Errorf("ZooKeeper: %w", err)
-}
-
-// minMax asks a partition's broker for its min and max offsets.
-func (a *App) minMax(ctx context.Context, addr, topic string, partition int) (int64, int64, error) {
-	c, err := a.broker(ctx, addr)
-	if err != nil {
-		return 0, 0, err
-	}
-	octx, cancel := a.opCtx(ctx)
-	defer cancel()
-	return c.MinMax(octx, topic, partition)
-}
-
-// parseTime reads a --from/--to time: RFC 3339 (2026-11-29T12:00:00Z, with or without
-// fractional seconds; a local time without zone is also accepted), "-<duration>" meaning that
-// long ago (-10m), or unix milliseconds with an "@" prefix (@1764417600000).
-func parseTime(s string, now time.Time) (time.Time, error) {
-	s = strings.TrimSpace(s)
-	if strings.HasPrefix(s, "-") {
-		d, err := time.ParseDuration(s[1:])
-		if err == nil && d >= 0 {
-			return now.Add(-d), nil
-		}
-	}
-	if strings.HasPrefix(s, "@") {
-		ms, err := strconv.ParseInt(s[1:], 10, 64)
-		if err == nil && ms >= 0 {
-			return time.UnixMilli(ms), nil
-		}
-	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02"} {
-		if t, err := time.ParseInLocation(layout, s, time.Local); err == nil {
-			return t, nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("bad time %q: want RFC 3339 (2006-01-02T15:04:05Z07:00), -<duration> (-10m) or @<unix ms>", s)
 }

@@ -7,16 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/metaqgo/metaq/client"
 	"github.com/metaqgo/metaq/protocol"
-	"github.com/metaqgo/metaq/zkmeta"
 )
 
 type produceOpts struct {
@@ -83,174 +80,10 @@ For every message it prints "<msgId> <brokerId>-<partition> <offset>" (JSON line
 	return cmd
 }
 
-// messageProps builds the properties line of a message (tag, keys).
-func messageProps(tag string, keys []string) (string, error) {
-	var parts []string
-	esc := func(s string) string { return strings.ReplaceAll(url.QueryEscape(s), "+", "%20") }
-	if tag != "" {
-		parts = append(parts, "tag="+esc(tag))
-	}
-	if len(keys) > 0 {
-		for _, k := range keys {
-			if k == "" || strings.ContainsAny(k, " \t\r\n") {
-				return "", usageErr("bad --key %q: keys are single words", k)
-			}
-		}
-		parts = append(parts, "keys="+esc(strings.Join(keys, " ")))
-	}
-	return strings.Join(parts, "&"), nil
-}
-
-// route picks the broker and partition of every message.
-type route struct {
-	addr      string
-	brokerID  int
-	partition int // -1: the broker picks
-}
-
-type router struct {
-	routes []route
-	next   int
-}
-
-func (r *router) pick() route {
-	rt := r.routes[r.next%len(r.routes)]
-	r.next++
-	return rt
-}
-
-func (a *App) produceRouter(ctx context.Context, o *produceOpts) (*router, error) {
-	ps, err := parsePartitionSpec(o.partition)
-	if err != nil {
-		return nil, err
-	}
-	if o.broker != "" {
-		rt := route{addr: o.broker, brokerID: -1, partition: -1}
-		if ps.Set {
-			if ps.BrokerID >= 0 {
-				return nil, usageErr("with --broker, --partition is the broker's partition number, not %s", ps)
-			}
-			rt.partition = ps.Partition
-		}
-		return &router{routes: []route{rt}}, nil
-	}
-	tp, err := a.topicPartitions(ctx, o.topic, true)
-	if err != nil {
-		return nil, err
-	}
-	if len(tp.Partitions) > 0 {
-		parts := tp.Partitions
-		if ps.Set {
-			p, err := ps.resolve(o.topic, parts)
-			if err != nil {
-				return nil, err
-			}
-			parts = []zkmeta.Partition{p}
-		}
-		r := &router{next: rand.IntN(len(parts))}
-		for _, p := range parts {
-			r.routes = append(r.routes, route{addr: tp.Brokers[p.BrokerID].Master, brokerID: p.BrokerID, partition: p.Partition})
-		}
-		return r, nil
-	}
-	// Not registered yet: a wildcard topic registers on its first put. Let a broker pick.
-	zc, err := a.zkClient(ctx)
-	if err != nil {
-		return nil, err
-	}
-	octx, cancel := a.opCtx(ctx)
-	defer cancel()
-	bs, err := zc.Brokers(octx)
-	if err != nil {
-		return nil, zkErr(err)
-	}
-	r := &router{}
-	for _, b := range bs {
-		if b.Master != "" {
-			r.routes = append(r.routes, route{addr: b.Master, brokerID: b.ID, partition: -1})
-		}
-	}
-	if len(r.routes) == 0 {
-		return nil, unavailableErr("no broker registered in ZooKeeper %s (root %s); start one (scripts/broker.sh start) or use --broker", a.ZK, a.ZKRoot)
-	}
-	if ps.Set {
-		if ps.BrokerID < 0 && len(r.routes) > 1 {
-			return nil, usageErr("topic %s is not registered yet; write --partition <brokerId>-<partition>", o.topic)
-		}
-		var picked []route
-		for _, rt := range r.routes {
-			if ps.BrokerID < 0 || rt.brokerID == ps.BrokerID {
-				rt.partition = ps.Partition
-				picked = append(picked, rt)
-			}
-		}
-		if len(picked) == 0 {
-			return nil, notFoundErr("broker %d is not registered", ps.BrokerID)
-		}
-		r.routes = picked
-	}
-	a.logf("topic %s is not registered in ZooKeeper yet; sending to %d broker(s), the broker picks the partition", o.topic, len(r.routes))
-	r.next = rand.IntN(len(r.routes))
-	return r, nil
-}
-
-// messageSource yields message bodies.
-type messageSource func() ([]byte, error) // io.EOF at the end
-
-func (a *App) produceSource(o *produceOpts) (messageSource, func(), error) {
-	if len(o.messages) > 0 {
-		if o.file != "" {
-			return nil, nil, usageErr("use either --message or --file")
-		}
-		i := 0
-		return func() ([]byte, error) {
-			if i >= len(o.messages) {
-				return nil, io.EOF
-			}
-			i++
-			return []byte(o.messages[i-1]), nil
-		}, func() {}, nil
-	}
-	var r io.Reader = a.Stdin
-	closeFn := func() {}
-	if (o.file == "" || o.file == "-") && isTerminal(a.Stdin) {
-		fmt.Fprintln(a.Stderr, "metaq: reading messages from the terminal, one per line; end with Ctrl-D")
-	}
-	if o.file != "" && o.file != "-" {
-		f, err := os.Open(o.file)
-		if err != nil {
-			return nil, nil, usageErr("--file: %v", err)
-		}
-		r, closeFn = f, func() { f.Close() }
-	}
-	if r == nil {
-		return nil, nil, usageErr("nothing to send: give --message, --file or stdin")
-	}
-	if o.whole {
-		done := false
-		return func() ([]byte, error) {
-			if done {
-				return nil, io.EOF
-			}
-			done = true
-			return io.ReadAll(r)
-		}, closeFn, nil
-	}
-	br := bufio.NewReaderSize(r, 64<<10)
-	return func() ([]byte, error) {
-		line, err := br.ReadBytes('\n')
-		if len(line) == 0 && err != nil {
-			return nil, err
-		}
-		line = []byte(strings.TrimRight(string(line), "\r\n"))
-		return line, nil
-	}, closeFn, nil
-}
-
-type inflight struct {
-	ch   <-chan wireResult
-	conn *brokerConn
-	rt   route
+// sendResult is a put's outcome, handed from the producer's callback to the printer.
+type sendResult struct {
+	res client.SendResult
+	err error
 }
 
 func (a *App) produce(cmd *cobra.Command, o *produceOpts) error {
@@ -263,9 +96,10 @@ func (a *App) produce(cmd *cobra.Command, o *produceOpts) error {
 	if !protocol.ValidName(o.topic) {
 		return usageErr("bad topic name %q: 1-255 characters of A-Z a-z 0-9 _ . %% -", o.topic)
 	}
-	props, err := messageProps(o.tag, o.keys)
-	if err != nil {
-		return err
+	for _, k := range o.keys {
+		if k == "" || strings.ContainsAny(k, " \t\r\n") {
+			return usageErr("bad --key %q: keys are single words", k)
+		}
 	}
 	ctx := cmd.Context()
 	src, closeSrc, err := a.produceSource(o)
@@ -273,16 +107,17 @@ func (a *App) produce(cmd *cobra.Command, o *produceOpts) error {
 		return err
 	}
 	defer closeSrc()
-	r, err := a.produceRouter(ctx, o)
+	snd, err := a.newSender(ctx, o)
 	if err != nil {
 		return err
 	}
+	defer snd.p.Close()
 	prog := a.newProgress("produce "+o.topic+":", o.quiet)
 	defer prog.finish()
 
 	start := time.Now()
 	var sent int64
-	var queue []inflight
+	var queue []chan sendResult // in send order: results are printed in that order
 	out := bufio.NewWriter(a.Stdout)
 	defer out.Flush()
 	enc := json.NewEncoder(out)
@@ -291,18 +126,17 @@ func (a *App) produce(cmd *cobra.Command, o *produceOpts) error {
 
 	// complete waits for the oldest put and prints its result.
 	complete := func() {
-		f := queue[0]
+		ch := queue[0]
 		queue = queue[1:]
-		var res wireResult
+		var r sendResult
 		select {
-		case res = <-f.ch:
+		case r = <-ch:
 		case <-ctx.Done():
-			res = wireResult{err: ctx.Err()}
+			r.err = ctx.Err()
 		}
-		pr, err := f.conn.putReply(res)
-		if err != nil {
+		if r.err != nil {
 			if firstErr == nil {
-				firstErr = err
+				firstErr = r.err
 			}
 			return
 		}
@@ -311,22 +145,17 @@ func (a *App) produce(cmd *cobra.Command, o *produceOpts) error {
 		if o.quiet {
 			return
 		}
-		brokerID := f.rt.brokerID
-		if brokerID < 0 {
-			brokerID, _ = protocol.SplitMsgID(pr.MsgID)
-		}
+		pr := r.res
 		if a.JSON {
-			_ = enc.Encode(sentRow{MsgID: pr.MsgID, Topic: o.topic, BrokerID: brokerID, Partition: pr.Partition, Offset: pr.Offset})
+			_ = enc.Encode(sentRow{MsgID: pr.MsgID, Topic: o.topic, BrokerID: pr.Partition.BrokerID, Partition: pr.Partition.Partition, Offset: pr.Offset})
 		} else {
-			fmt.Fprintf(out, "%d %d-%d %d\n", pr.MsgID, brokerID, pr.Partition, pr.Offset)
+			fmt.Fprintf(out, "%d %s %d\n", pr.MsgID, pr.Partition, pr.Offset)
 		}
 		if len(queue) == 0 {
 			_ = out.Flush()
 		}
 	}
 
-	var data []byte
-	var flag int32
 	// Read on a goroutine, so that Ctrl-C ends the command even while it waits for a line.
 	type item struct {
 		body []byte
@@ -375,23 +204,14 @@ loop:
 		if err != nil {
 			return fmt.Errorf("reading messages: %w", err)
 		}
-		data, flag = protocol.AppendMessageData(data[:0], 0, []byte(props), nil, false, body)
+		msg := &client.Message{Topic: o.topic, Body: body, Tag: o.tag, Keys: o.keys} // never modified: shared by its --count sends
 		for range o.count {
 			if firstErr != nil || ctx.Err() != nil {
 				break loop
 			}
-			rt := r.pick()
-			c, err := a.broker(ctx, rt.addr)
-			if err != nil {
-				firstErr = err
-				break loop
-			}
-			ch, err := c.sendPut(o.topic, rt.partition, flag, data)
-			if err != nil {
-				firstErr = err
-				break loop
-			}
-			queue = append(queue, inflight{ch: ch, conn: c, rt: rt})
+			ch := make(chan sendResult, 1)
+			snd.send(ctx, msg, func(res client.SendResult, err error) { ch <- sendResult{res, err} })
+			queue = append(queue, ch)
 			for len(queue) >= o.window {
 				complete()
 			}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/metaqgo/metaq/client"
 )
 
 // Exit codes of the metaq command. Scripts can rely on them; they are listed in
@@ -55,6 +58,12 @@ func unavailableErr(format string, args ...any) error {
 }
 func refusedErr(format string, args ...any) error { return withCode(ExitRefused, format, args...) }
 
+// errText is an error as the CLI shows it: after "metaq: " (or in a table), without the client
+// library's own "metaq client: " prefixes.
+func errText(err error) string {
+	return strings.ReplaceAll(err.Error(), "metaq client: ", "")
+}
+
 // silentExit ends the command with code and no further message (it was printed already).
 type silentExit struct{ code int }
 
@@ -73,7 +82,7 @@ func ExitCode(err error) int {
 	if errors.As(err, &e) {
 		return e.Code
 	}
-	var be *BrokerError
+	var be *client.BrokerError
 	if errors.As(err, &be) {
 		switch be.Code {
 		case 404:
@@ -86,10 +95,9 @@ func ExitCode(err error) int {
 	if errors.Is(err, context.Canceled) {
 		return ExitInterrupted
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errUnavailable) {
-		return ExitUnavailable
+	var ce *client.ConnError
+	if errors.As(err, &ce) || errors.Is(err, context.DeadlineExceeded) {
+		return ExitUnavailable // client.ErrTimeout is a DeadlineExceeded too
 	}
 	return ExitFailure
 }
-
-var errUnavailable = errors.New("unavailable")

@@ -5,70 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/metaqgo/metaq/client"
 	"github.com/metaqgo/metaq/protocol"
 )
-
-// message is a decoded record, owning its bytes.
-type message struct {
-	MsgID          int64
-	Topic          string
-	BrokerID       int
-	Partition      int
-	Offset         int64
-	PhysicalOffset int64
-	StoreTime      int64 // unix ms
-	BornTime       int64 // unix ms
-	Flag           int32
-	SysFlag        uint16
-	ReconsumeTimes uint16
-	Properties     string
-	Tag            string
-	Keys           []string
-	Attribute      []byte
-	HasAttribute   bool
-	Body           []byte // payload (attribute split off)
-}
-
-func decodeMessages(block []byte) ([]message, error) {
-	var out []message
-	it := protocol.NewRecordIterator(block)
-	for it.Next() {
-		r := it.Record()
-		m := message{
-			MsgID:          r.MsgID,
-			Topic:          string(r.Topic),
-			Partition:      int(r.Partition),
-			Offset:         r.QueueOffset,
-			PhysicalOffset: r.PhysicalOffset,
-			StoreTime:      r.StoreTime,
-			BornTime:       r.BornTime,
-			Flag:           r.Flag,
-			SysFlag:        r.SysFlag,
-			ReconsumeTimes: r.ReconsumeTimes,
-			Properties:     string(r.Properties),
-			Tag:            protocol.Property(r.Properties, protocol.PropTag),
-			Keys:           protocol.Keys(r.Properties),
-		}
-		m.BrokerID, _ = protocol.SplitMsgID(r.MsgID)
-		attr, payload, err := protocol.AttributeOf(r.Flag, r.Data)
-		if err != nil {
-			payload = r.Data // not MetaQ's attribute framing after all: show the data as is
-		} else if r.Flag&protocol.FlagHasAttribute != 0 {
-			m.HasAttribute = true
-			m.Attribute = append([]byte{}, attr...)
-		}
-		m.Body = append([]byte{}, payload...)
-		out = append(out, m)
-	}
-	if err := it.Err(); err != nil {
-		return out, fmt.Errorf("decoding records: %w", err)
-	}
-	return out, nil
-}
 
 // messageJSON is the --format json view of a message (one JSON object per line).
 type messageJSON struct {
@@ -90,16 +37,16 @@ type messageJSON struct {
 	BodyBase64     *string  `json:"bodyBase64,omitempty"`
 }
 
-func (m *message) json() messageJSON {
+func toJSON(m *client.Message) messageJSON {
 	j := messageJSON{
-		MsgID: m.MsgID, Topic: m.Topic, BrokerID: m.BrokerID, Partition: m.Partition, Offset: m.Offset,
-		Tag: m.Tag, Keys: m.Keys, StoreTime: formatMs(m.StoreTime), StoreTimeMs: m.StoreTime,
-		BornTimeMs: m.BornTime, Flag: m.Flag, Properties: m.Properties, ReconsumeTimes: m.ReconsumeTimes,
+		MsgID: m.MsgID, Topic: m.Topic, BrokerID: m.Partition.BrokerID, Partition: m.Partition.Partition, Offset: m.Offset,
+		Tag: m.Tag, Keys: m.Keys, StoreTime: formatMs(m.StoreTime.UnixMilli()), StoreTimeMs: m.StoreTime.UnixMilli(),
+		BornTimeMs: m.BornTime.UnixMilli(), Flag: m.Flag, Properties: propertiesLine(m), ReconsumeTimes: uint16(m.ReconsumeTimes),
 	}
-	if m.HasAttribute {
-		a := string(m.Attribute)
-		if !utf8.Valid(m.Attribute) {
-			a = base64.StdEncoding.EncodeToString(m.Attribute)
+	if hasAttribute(m) {
+		a := m.Attribute
+		if !utf8.ValidString(a) {
+			a = base64.StdEncoding.EncodeToString([]byte(a))
 		}
 		j.Attribute = &a
 	}
@@ -111,6 +58,30 @@ func (m *message) json() messageJSON {
 		j.BodyBase64 = &b
 	}
 	return j
+}
+
+func hasAttribute(m *client.Message) bool {
+	return m.Attribute != "" || m.Flag&protocol.FlagHasAttribute != 0
+}
+
+// propertiesLine shows a received message's properties as the properties line its producer
+// sends: tag, keys, delay, then the others sorted by name, URL-encoded.
+func propertiesLine(m *client.Message) string {
+	esc := func(s string) string { return strings.ReplaceAll(url.QueryEscape(s), "+", "%20") }
+	var parts []string
+	if m.Tag != "" {
+		parts = append(parts, "tag="+esc(m.Tag))
+	}
+	if len(m.Keys) > 0 {
+		parts = append(parts, "keys="+esc(strings.Join(m.Keys, " ")))
+	}
+	if m.DelayLevel > 0 {
+		parts = append(parts, "delay="+strconv.Itoa(m.DelayLevel))
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.Properties)) {
+		parts = append(parts, esc(k)+"="+esc(m.Properties[k]))
+	}
+	return strings.Join(parts, "&")
 }
 
 func formatMs(ms int64) string {
@@ -133,22 +104,22 @@ func validFormat(f string) error {
 }
 
 // printMessage writes m to w in format f.
-func printMessage(w io.Writer, f string, m *message) error {
+func printMessage(w io.Writer, f string, m *client.Message) error {
 	switch f {
 	case formatJSON:
 		enc := json.NewEncoder(w)
 		enc.SetEscapeHTML(false)
-		return enc.Encode(m.json())
+		return enc.Encode(toJSON(m))
 	case formatVerbose:
 		var sb strings.Builder
-		fmt.Fprintf(&sb, "# %s %d-%d@%d msgId=%d storeTime=%s", m.Topic, m.BrokerID, m.Partition, m.Offset, m.MsgID, formatMs(m.StoreTime))
+		fmt.Fprintf(&sb, "# %s %s@%d msgId=%d storeTime=%s", m.Topic, m.Partition, m.Offset, m.MsgID, formatMs(m.StoreTime.UnixMilli()))
 		if m.Tag != "" {
 			fmt.Fprintf(&sb, " tag=%s", m.Tag)
 		}
 		if len(m.Keys) > 0 {
 			fmt.Fprintf(&sb, " keys=%s", strings.Join(m.Keys, ","))
 		}
-		if m.HasAttribute {
+		if hasAttribute(m) {
 			fmt.Fprintf(&sb, " attribute=%q", m.Attribute)
 		}
 		fmt.Fprintf(&sb, " bytes=%d\n", len(m.Body))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metaqgo/metaq/client"
 	"github.com/metaqgo/metaq/zkmeta/zktest"
 )
 
@@ -94,11 +96,10 @@ func (p *brokerProc) waitReady(d time.Duration) {
 			p.t.Fatalf("broker exited during start-up: %v\n%s", p.err, p.stderr.String())
 		default:
 		}
-		if c, err := dialBroker(context.Background(), p.addr, time.Second); err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_, err = c.Version(ctx)
-			cancel()
-			c.Close()
+		adm, err := client.NewAdmin(client.Config{DialTimeout: time.Second, RequestTimeout: 2 * time.Second, Logger: quietLog})
+		if err == nil {
+			_, err = adm.Version(context.Background(), p.addr)
+			adm.Close()
 			if err == nil {
 				return
 			}
@@ -108,6 +109,18 @@ func (p *brokerProc) waitReady(d time.Duration) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+var quietLog = slog.New(slog.DiscardHandler)
+
+// directProducer sends to the broker at addr without ZooKeeper.
+func directProducer(t *testing.T, addr string) *client.Producer {
+	t.Helper()
+	p, err := client.NewProducer(client.Config{Brokers: []string{addr}, DialTimeout: 5 * time.Second, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func (p *brokerProc) signal(s os.Signal) {
@@ -245,10 +258,7 @@ func TestKill9Durability(t *testing.T) {
 	seq := 0
 	for round := range rounds {
 		p := startBrokerProc(t, addr, "-c", ini)
-		conn, err := dialBroker(context.Background(), addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+		prod := directProducer(t, addr)
 		var mu sync.Mutex
 		var got []acked
 		stop := make(chan struct{})
@@ -268,19 +278,15 @@ func TestKill9Durability(t *testing.T) {
 					body := fmt.Sprintf("r%d-w%d-%d-%s", round, w, seq, strings.Repeat("x", rand.IntN(300)))
 					mu.Unlock()
 					part := (w + i) % 4
-					ch, err := conn.sendPut("dur", part, 0, []byte(body))
-					if err != nil {
-						return
-					}
-					pr, err := conn.putReply(<-ch)
+					pr, err := prod.SendToPartition(context.Background(), &client.Message{Topic: "dur", Body: []byte(body)}, client.Partition{BrokerID: -1, Partition: part})
 					if err != nil {
 						return // the broker died: this put was not acknowledged
 					}
-					if pr.Partition != part {
-						t.Errorf("put to %d landed in %d", part, pr.Partition)
+					if pr.Partition.Partition != part {
+						t.Errorf("put to %d landed in %s", part, pr.Partition)
 					}
 					mu.Lock()
-					got = append(got, acked{partition: pr.Partition, offset: pr.Offset, body: body})
+					got = append(got, acked{partition: pr.Partition.Partition, offset: pr.Offset, body: body})
 					mu.Unlock()
 				}
 			}()
@@ -296,7 +302,7 @@ func TestKill9Durability(t *testing.T) {
 		p.wait(10 * time.Second)
 		close(stop)
 		wg.Wait()
-		conn.Close()
+		prod.Close()
 		mu.Lock()
 		if len(got) == 0 {
 			t.Fatalf("round %d: nothing was acknowledged before the kill", round)
@@ -307,11 +313,11 @@ func TestKill9Durability(t *testing.T) {
 	}
 
 	p := startBrokerProc(t, addr, "-c", ini)
-	conn, err := dialBroker(context.Background(), addr, 5*time.Second)
+	adm, err := client.NewAdmin(client.Config{DialTimeout: 5 * time.Second, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer adm.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	seen := map[[2]int64]bool{}
@@ -321,24 +327,22 @@ func TestKill9Durability(t *testing.T) {
 			t.Fatalf("two acknowledged puts share partition %d offset %d", a.partition, a.offset)
 		}
 		seen[k] = true
-		res, err := conn.Get(ctx, "dur", "check", a.partition, a.offset, 1024, 0, "")
+		res, err := adm.FetchWith(ctx, addr, client.FetchRequest{Topic: "dur", Group: "check", Partition: a.partition, Offset: a.offset, MaxBytes: 1024})
 		if err != nil {
 			t.Fatalf("get %d@%d: %v", a.partition, a.offset, err)
 		}
-		if len(res.Msgs) == 0 {
+		if len(res.Messages) == 0 {
 			t.Fatalf("acknowledged message %d@%d (%.20s…) lost after kill -9: %+v", a.partition, a.offset, a.body, res)
 		}
-		m := res.Msgs[0]
+		m := res.Messages[0]
 		if m.Offset != a.offset || string(m.Body) != a.body {
 			t.Fatalf("at %d@%d: got offset %d body %.20q, want %.20q", a.partition, a.offset, m.Offset, m.Body, a.body)
 		}
 	}
 	// Appends continue after recovery.
-	ch, err := conn.sendPut("dur", 0, 0, []byte("after"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.putReply(<-ch); err != nil {
+	prod := directProducer(t, addr)
+	defer prod.Close()
+	if _, err := prod.SendToPartition(ctx, &client.Message{Topic: "dur", Body: []byte("after")}, client.Partition{BrokerID: -1, Partition: 0}); err != nil {
 		t.Fatalf("put after recovery: %v", err)
 	}
 	p.signal(syscall.SIGTERM)

@@ -4,7 +4,7 @@
 //
 // Adding a subcommand from another package or file: call AddCommand (e.g. from an init
 // function in a file of this package, or from main before Main) with a constructor that receives
-// the App (streams, global flags, ZooKeeper and broker connections):
+// the App (streams, global flags, ZooKeeper session, client.Admin):
 //
 //	func init() { cli.AddCommand(newBenchCommand) }
 //	func newBenchCommand(app *cli.App) *cobra.Command { … }
@@ -146,7 +146,7 @@ func Run(ctx context.Context, app *App, args []string) int {
 	}
 	var s silentExit
 	if !errors.As(err, &s) {
-		msg := err.Error()
+		msg := errText(err)
 		if code == ExitUsage && !strings.Contains(msg, "--help") {
 			msg += "\nRun 'metaq --help' for usage."
 		}
@@ -184,17 +184,11 @@ func newVersionCommand(app *App) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v := map[string]string{"version": Version(), "go": runtime.Version(), "platform": runtime.GOOS + "/" + runtime.GOARCH}
 			if brokerAddr != "" {
-				ctx, cancel := app.opCtx(cmd.Context())
-				defer cancel()
-				c, err := app.broker(ctx, brokerAddr)
+				bv, err := app.admin().Version(cmd.Context(), brokerAddr)
 				if err != nil {
 					return err
 				}
-				bv, err := c.Version(ctx)
-				if err != nil {
-					return err
-				}
-				v["broker"] = bv
+				v["broker"] = strings.TrimSpace(bv)
 			}
 			if app.JSON {
 				return app.printJSON(v)

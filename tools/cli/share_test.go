@@ -3,13 +3,18 @@ package cli
 import (
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"testing"
 
 	"github.com/metaqgo/metaq/client"
 	"github.com/metaqgo/metaq/zkmeta"
 )
 
+// `metaq consume --group` is a client.Consumer: its share of a group's partitions is
+// client.Assign's. It must be MetaQ's balance, so that the CLI, Go client consumers and
+// MetaQ's Java consumers can share a group.
 func TestShareIsMetaQBalance(t *testing.T) {
+	share := client.Assign
 	var parts []zkmeta.Partition
 	for b := range 2 {
 		for p := range 4 {
@@ -41,8 +46,26 @@ func TestShareIsMetaQBalance(t *testing.T) {
 	}
 }
 
-// The CLI's group consumer and the Go client's consumers may share a group: they must compute
-// the same balance.
+// metaqShare is MetaQ's balance stated another way: in name order, each consumer takes
+// ⌈remaining partitions / remaining consumers⌉ of the partitions in (broker, partition) order.
+func metaqShare(parts []zkmeta.Partition, consumers []string, me string) []zkmeta.Partition {
+	ps := append([]zkmeta.Partition(nil), parts...)
+	sort.Slice(ps, func(i, j int) bool { return ps[i].Less(ps[j]) })
+	cs := append([]string(nil), consumers...)
+	sort.Strings(cs)
+	for i, c := range cs {
+		left := len(cs) - i
+		n := (len(ps) + left - 1) / left
+		if c == me {
+			return ps[:n]
+		}
+		ps = ps[n:]
+	}
+	return nil
+}
+
+// The CLI's group consumer and the Go client's consumers may share a group: they compute the
+// same balance, MetaQ's, for any partitions and consumers.
 func TestShareMatchesClientAssign(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 500 {
@@ -58,8 +81,8 @@ func TestShareMatchesClientAssign(t *testing.T) {
 			cs = append(cs, fmt.Sprintf("g_c%d-%d", r.IntN(100), i))
 		}
 		for _, me := range cs {
-			if a, b := fmt.Sprint(share(parts, cs, me)), fmt.Sprint(client.Assign(parts, cs, me)); a != b {
-				t.Fatalf("parts %v consumers %v me %s: cli %s, client %s", parts, cs, me, a, b)
+			if a, b := fmt.Sprint(metaqShare(parts, cs, me)), fmt.Sprint(client.Assign(parts, cs, me)); a != b {
+				t.Fatalf("parts %v consumers %v me %s: MetaQ %s, client %s", parts, cs, me, a, b)
 			}
 		}
 	}

@@ -3,105 +3,13 @@ package cli
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/metaqgo/metaq/client"
 	"github.com/metaqgo/metaq/zkmeta"
 )
-
-// ---- metaq brokers ----
-
-type brokerRow struct {
-	ID      int    `json:"id"`
-	Role    string `json:"role"` // master, slave<n>
-	Address string `json:"address"`
-	Up      bool   `json:"up"`
-	Version string `json:"version,omitempty"`
-	Error   string `json:"error,omitempty"`
-}
-
-func newBrokersCommand(app *App) *cobra.Command {
-	var noCheck bool
-	cmd := &cobra.Command{
-		Use:   "brokers",
-		Short: "List the brokers registered in ZooKeeper and whether they answer",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			zc, err := app.zkClient(ctx)
-			if err != nil {
-				return err
-			}
-			octx, cancel := app.opCtx(ctx)
-			bs, err := zc.Brokers(octx)
-			cancel()
-			if err != nil {
-				return zkErr(err)
-			}
-			rows := []brokerRow{}
-			for _, b := range bs {
-				if b.Master != "" {
-					rows = append(rows, brokerRow{ID: b.ID, Role: "master", Address: b.Master})
-				}
-				ids := make([]int, 0, len(b.Slaves))
-				for id := range b.Slaves {
-					ids = append(ids, id)
-				}
-				sort.Ints(ids)
-				for _, id := range ids {
-					rows = append(rows, brokerRow{ID: b.ID, Role: fmt.Sprintf("slave%d", id), Address: b.Slaves[id]})
-				}
-			}
-			if !noCheck {
-				for i := range rows {
-					r := &rows[i]
-					c, err := app.broker(ctx, r.Address)
-					if err == nil {
-						octx, cancel := app.opCtx(ctx)
-						r.Version, err = c.Version(octx)
-						cancel()
-					}
-					r.Up = err == nil
-					if err != nil {
-						r.Error = err.Error()
-					}
-				}
-			}
-			if app.JSON {
-				return app.printJSON(rows)
-			}
-			if len(rows) == 0 {
-				fmt.Fprintf(app.Stderr, "no broker registered in ZooKeeper %s (root %s)\n", app.ZK, app.ZKRoot)
-				return nil
-			}
-			tw := app.table("ID", "ROLE", "ADDRESS", "STATUS", "VERSION")
-			for _, r := range rows {
-				status := "up"
-				switch {
-				case noCheck:
-					status = "-"
-				case !r.Up:
-					status = "DOWN"
-				}
-				row(tw, r.ID, r.Role, r.Address, status, dash(r.Version))
-			}
-			return tw.Flush()
-		},
-	}
-	cmd.Flags().BoolVar(&noCheck, "no-check", false, "do not connect to the brokers (only read ZooKeeper)")
-	return cmd
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-// ---- metaq topics ----
 
 type topicSummary struct {
 	Topic      string `json:"topic"`
@@ -250,10 +158,10 @@ func (a *App) describeTopic(ctx context.Context, topic string) (*topicDetail, er
 	}
 	d := &topicDetail{Topic: topic, Partitions: []partitionInfo{}}
 	for _, p := range tp.Partitions {
-		pi := partitionInfo{BrokerID: p.BrokerID, Partition: p.Partition, Address: readAddr(tp.Brokers[p.BrokerID])}
+		pi := partitionInfo{BrokerID: p.BrokerID, Partition: p.Partition, Address: client.FetchAddr(tp.Brokers[p.BrokerID])}
 		lo, hi, err := a.minMax(ctx, pi.Address, topic, p.Partition)
 		if err != nil {
-			pi.Error = err.Error()
+			pi.Error = errText(err)
 		} else {
 			pi.Min, pi.Max, pi.Messages = lo, hi, hi-lo
 			d.Messages += hi - lo
@@ -271,4 +179,15 @@ func partitionErrors(ps []partitionInfo) error {
 		}
 	}
 	return nil
+}
+
+// minMax asks a partition's broker for its min and max offsets (max: the next offset to be
+// written).
+func (a *App) minMax(ctx context.Context, addr, topic string, partition int) (lo, hi int64, err error) {
+	adm := a.admin()
+	if lo, err = adm.MinOffset(ctx, addr, topic, partition); err != nil {
+		return 0, 0, err
+	}
+	hi, err = adm.MaxOffset(ctx, addr, topic, partition)
+	return lo, hi, err
 }

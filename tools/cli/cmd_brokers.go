@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+type brokerRow struct {
+	ID      int    `json:"id"`
+	Role    string `json:"role"` // master, slave<n>
+	Address string `json:"address"`
+	Up      bool   `json:"up"`
+	Version string `json:"version,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+func newBrokersCommand(app *App) *cobra.Command {
+	var noCheck bool
+	cmd := &cobra.Command{
+		Use:   "brokers",
+		Short: "List the brokers registered in ZooKeeper and whether they answer",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			bs, err := app.brokerList(ctx)
+			if err != nil {
+				return err
+			}
+			rows := []brokerRow{}
+			for _, b := range bs {
+				if b.Master != "" {
+					rows = append(rows, brokerRow{ID: b.ID, Role: "master", Address: b.Master})
+				}
+				ids := make([]int, 0, len(b.Slaves))
+				for id := range b.Slaves {
+					ids = append(ids, id)
+				}
+				sort.Ints(ids)
+				for _, id := range ids {
+					rows = append(rows, brokerRow{ID: b.ID, Role: fmt.Sprintf("slave%d", id), Address: b.Slaves[id]})
+				}
+			}
+			if !noCheck {
+				for i := range rows {
+					r := &rows[i]
+					v, err := app.admin().Version(ctx, r.Address)
+					r.Version, r.Up = strings.TrimSpace(v), err == nil
+					if err != nil {
+						r.Error = errText(err)
+					}
+				}
+			}
+			if app.JSON {
+				return app.printJSON(rows)
+			}
+			if len(rows) == 0 {
+				fmt.Fprintf(app.Stderr, "no broker registered in ZooKeeper %s (root %s)\n", app.ZK, app.ZKRoot)
+				return nil
+			}
+			tw := app.table("ID", "ROLE", "ADDRESS", "STATUS", "VERSION")
+			for _, r := range rows {
+				status := "up"
+				switch {
+				case noCheck:
+					status = "-"
+				case !r.Up:
+					status = "DOWN"
+				}
+				row(tw, r.ID, r.Role, r.Address, status, dash(r.Version))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&noCheck, "no-check", false, "do not connect to the brokers (only read ZooKeeper)")
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
