@@ -122,10 +122,11 @@ func writeCheckpointFile(dir string, c *checkpointData) error {
 func (s *Store) checkpoint() error { return s.checkpointNow(true) }
 
 // indexSyncEvery: a periodic checkpoint syncs index files only every this
-// many checkpoint intervals when many files are dirty (10,000 partitions
-// would otherwise rewrite 10,000 index pages every interval); between those
-// it keeps the last synced dispatch position, so recovery re-dispatches at
-// most that much of the log.
+// many checkpoint intervals when many files are dirty or many partitions
+// hold buffered units (10,000 partitions would otherwise write and sync
+// 10,000 index pages every interval); between those it keeps the last
+// synced dispatch position, so recovery re-dispatches at most that much of
+// the log.
 const indexSyncEvery = 10
 
 // checkpointNow writes the checkpoint. When syncIndex is false (the periodic
@@ -149,13 +150,15 @@ func (s *Store) checkpointNow(syncIndex bool) error {
 		return nil
 	}
 	s.ckptCount++
-	if last != nil && !syncIndex && s.files.dirtyCount() > syncfsThreshold && s.ckptCount%indexSyncEvery != 0 {
+	if last != nil && !syncIndex && s.files.dirtyCount()+s.tails.pendingCount() > syncfsThreshold &&
+		s.ckptCount%indexSyncEvery != 0 {
 		c.dispatched = min(last.dispatched, c.dispatched)
 	} else {
 		// Everything dispatched below c.dispatched was added to the index
 		// before it was published: write the buffered units out and sync
 		// the files before the checkpoint claims it.
 		if err := s.flushTails(); err != nil {
+			s.log.Warn("checkpoint: writing buffered index units failed; keeping the previous checkpoint", "err", err)
 			return err
 		}
 		if err := s.files.syncDirty(s.indexDir); err != nil {

@@ -1,13 +1,14 @@
 package store
 
 import (
-	"golang.org/x/sys/unix"
+	"math/bits"
 	"os"
 	"sync"
 	"time"
 	"unsafe"
 
 	"github.com/metaqgo/metaq/protocol"
+	"golang.org/x/sys/unix"
 )
 
 // Message is one message to append.
@@ -62,17 +63,17 @@ func (s *Store) AppendAsync(m *Message) (AppendResult, *Flush, error) {
 	now := s.now().UnixMilli()
 
 	s.mu.Lock()
+	if err := s.appendErrLocked(); err != nil {
+		s.putErrors++
+		s.mu.Unlock()
+		return AppendResult{}, nil, err
+	}
 	p := s.appendParts.get(m.Topic, m.Partition)
 	if p == nil {
 		if p = s.appendPartitionLocked(m.Topic, m.Partition); p == nil {
 			s.mu.Unlock()
 			return AppendResult{}, nil, ErrBadTopic
 		}
-	}
-	if err := s.appendErrLocked(); err != nil {
-		s.putErrors++
-		s.mu.Unlock()
-		return AppendResult{}, nil, err
 	}
 	if err := s.makeRoomLocked(size); err != nil {
 		s.putErrors++
@@ -111,8 +112,8 @@ func (s *Store) AppendAsync(m *Message) (AppendResult, *Flush, error) {
 	s.wpos = phys + size
 	s.lastRecord = phys
 	s.written.Store(s.wpos)
-	if !s.sync && (phys^s.wpos)>>prefaultShift != 0 {
-		kick(s.pre.prefaultc) // crossed into the next chunk: prefault ahead
+	if s.pre.ahead && (phys^s.wpos)>>s.pre.shift != 0 {
+		kick(s.pre.prefaultc) // crossed into the next MiB: prefault / zero-fill ahead
 	}
 	s.puts++
 	s.putBytes += size
@@ -194,6 +195,15 @@ func (s *Store) makeRoomLocked(size int64) error {
 		}
 		g := s.active
 		if rem := g.end() - s.wpos; size == rem || size+protocol.BlankMinSize <= rem {
+			if s.wpos+size > s.fillFence {
+				// The zero-filler is writing this range (prefill.go; only
+				// when a record is larger than its distance from the writer).
+				s.counters.fillWaits.Add(1)
+				s.mu.Unlock()
+				s.pre.waitFill()
+				s.mu.Lock()
+				continue
+			}
 			return nil
 		}
 		next, err := s.pre.poll(g.end())
@@ -280,10 +290,15 @@ type preallocator struct {
 	stopped  bool
 	failures int64
 
+	filling bool // a zero-fill chunk is being written (prefill.go); guarded by mu
+
 	kickc     chan struct{}
-	prefaultc chan struct{}
-	faulted   int64 // commit-log position prefaulted up to; worker only
-	noPop     bool  // MADV_POPULATE_WRITE unsupported (kernel < 5.14)
+	prefaultc chan struct{} // the writer entered a new MiB: prefault / zero-fill ahead
+	ahead     bool          // prefaultc is used (async mode or zero-fill on); immutable
+	shift     uint          // appends kick prefaultc when entering a new 1<<shift block; immutable
+	faulted   int64         // commit-log position prefaulted up to; worker only
+	noPop     bool          // MADV_POPULATE_WRITE unsupported (kernel < 5.14)
+	fl        *filler       // zero-fill state (prefill.go); worker only
 }
 
 const (
@@ -299,6 +314,12 @@ const (
 func newPreallocator(s *Store) *preallocator {
 	p := &preallocator{s: s, wantBase: -1, kickc: make(chan struct{}, 1), prefaultc: make(chan struct{}, 1)}
 	p.cond.L = &p.mu
+	p.fl = s.newFiller()
+	p.ahead = !s.sync || p.fl.on
+	p.shift = prefaultShift
+	if c := s.cfg.prefillChunk; c > 0 {
+		p.shift = uint(bits.Len64(uint64(c)) - 1) // tests: kick per chunk
+	}
 	return p
 }
 
@@ -366,13 +387,19 @@ func (p *preallocator) run() {
 		case <-p.kickc:
 		case <-retry.C:
 		case <-p.prefaultc:
-			p.prefault()
+			if !s.sync {
+				p.prefault()
+			}
+			if p.fill() {
+				kick(p.prefaultc) // one chunk per turn: stay responsive to the other work
+			}
 			continue
 		case <-s.stop:
 			p.mu.Lock()
 			p.stopped = true
 			p.cond.Broadcast()
 			p.mu.Unlock()
+			p.fl.close()
 			return
 		}
 		p.mu.Lock()
@@ -414,6 +441,7 @@ func (p *preallocator) run() {
 			}
 			p.ready = g
 			p.err = nil
+			kick(p.prefaultc) // zero-fill it when the writer gets close
 		}
 		p.cond.Broadcast()
 		p.mu.Unlock()

@@ -41,6 +41,10 @@ func crashConfig(dir string) Config {
 		KeyIndexSlots:      64,
 		KeyIndexEntries:    512,
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// Zero-fill ahead of the writer (on in sync mode) close enough to be
+		// exercised with these small segments, fence included.
+		prefillGap:   4 << 10,
+		prefillChunk: 8 << 10,
 	}
 }
 

@@ -22,8 +22,8 @@ import (
 type dispatcher struct {
 	s      *Store
 	parts  partCache    // private partition cache (partcache.go)
-	batch  []*partition          // partitions with pending units
-	warned int                   // offset-mismatch warnings logged
+	batch  []*partition // partitions with pending units
+	warned int          // offset-mismatch warnings logged
 }
 
 // dispatchBatchBytes bounds one batch (readers see new units at least every

@@ -59,6 +59,7 @@ type faultHooks struct {
 	onFallocate func(path string) error // commit-log segment preallocation
 	onFdatasync func(path string) error // commit-log segment flush
 	onPwrite    func(path string) error // index and key-index writes
+	onZeroFill  func(path string) error // commit-log zero-fill writes (prefill.go)
 }
 
 // fallocate preallocates size bytes of f (the whole file) so that later writes

@@ -38,11 +38,13 @@ import (
 // tails whenever it syncs the indexes (every interval with few dirty files,
 // every indexSyncEvery intervals with many); Flush and Close always do.
 //
-// Memory: one 4 KiB buffer per partition with buffered units, taken from a
-// shared pool and bounded by Config.IndexBufferSize (default 64 MiB =
-// 16,384 partitions). A partition that finds the budget exhausted writes its
-// runs through (one pwrite per batch, as without tails) until a checkpoint
-// returns buffers to the pool.
+// Memory: one 4 KiB buffer per partition that received units recently, taken
+// from a shared pool and bounded by Config.IndexBufferSize (default 64 MiB =
+// 16,384 partitions). A partition keeps its buffer while it is busy and
+// returns it at the first tail flush (checkpoint) that finds it got no unit
+// since the previous one. A partition that finds the budget exhausted writes
+// its runs through (one pwrite per batch, as without tails) until buffers are
+// returned.
 const (
 	tailUnits = 256 // units per tail block (4 KiB)
 	tailBytes = tailUnits * unitSize
@@ -55,6 +57,7 @@ type indexTail struct {
 	buf   *[tailBytes]byte // nil when n == 0 and the buffer was returned
 	start int64            // queue offset of buf[0:16]
 	n     int              // units held
+	used  bool             // units were added since the last flushTails
 }
 
 func (t *indexTail) end() int64 { return t.start + int64(t.n) }
@@ -110,6 +113,7 @@ func (s *Store) appendUnits(p *partition, q int64, units []byte) error {
 	p.tailMu.Lock()
 	defer p.tailMu.Unlock()
 	t := &p.tail
+	t.used = true
 	if t.n > 0 && q != t.end() {
 		// Not contiguous with the tail (a batch redone after an error, or
 		// damage): write the tail out and start over at q.
@@ -190,38 +194,35 @@ func (s *Store) flushTailLocked(p *partition) error {
 	return nil
 }
 
-// flushTails writes every partition's buffered units to its index file and
-// returns the buffers to the pool (checkpoint, Close). Units dispatched
-// before the call are in the files when it returns without error.
+// flushTails writes every partition's buffered units to its index file
+// (checkpoint, Close). Units dispatched before the call are in the files
+// when it returns without error. Partitions that got no unit since the
+// previous call return their buffer to the pool; busy ones keep it.
 func (s *Store) flushTails() error {
 	s.tails.mu.Lock()
 	ps := make([]*partition, 0, len(s.tails.pending))
 	for p := range s.tails.pending {
 		ps = append(ps, p)
 	}
-	clear(s.tails.pending)
 	s.tails.mu.Unlock()
-	var firstErr error
-	for i, p := range ps {
+	for _, p := range ps {
 		p.tailMu.Lock()
+		t := &p.tail
 		err := s.flushTailLocked(p)
-		if err == nil && p.tail.buf != nil {
-			s.tails.put(p.tail.buf)
-			p.tail.buf = nil
+		if err == nil && t.buf != nil && !t.used {
+			s.tails.put(t.buf)
+			t.buf = nil
+			s.tails.mu.Lock()
+			delete(s.tails.pending, p)
+			s.tails.mu.Unlock()
 		}
+		t.used = false
 		p.tailMu.Unlock()
 		if err != nil {
-			// Keep the rest registered for the next attempt.
-			s.tails.mu.Lock()
-			for _, q := range ps[i:] {
-				s.tails.pending[q] = struct{}{}
-			}
-			s.tails.mu.Unlock()
-			firstErr = err
-			break
+			return err // the rest stay registered for the next attempt
 		}
 	}
-	return firstErr
+	return nil
 }
 
 // readTail copies units from q out of p's tail into buf; it returns the
@@ -235,6 +236,13 @@ func (s *Store) readTail(p *partition, q int64, buf []byte) int {
 		return copy(buf, t.buf[off:t.n*unitSize])
 	}
 	return 0
+}
+
+// pendingCount returns how many partitions hold buffered units.
+func (tp *tailPool) pendingCount() int {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return len(tp.pending)
 }
 
 // tailBytesHeld returns the memory held by index tails.

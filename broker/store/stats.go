@@ -16,6 +16,8 @@ type counters struct {
 	checkpoints       atomic.Int64
 	segmentsDeleted   atomic.Int64
 	corruptReads      atomic.Int64
+	zeroFilled        atomic.Int64
+	fillWaits         atomic.Int64 // appends that waited for a zero-fill chunk (tests)
 }
 
 // Stats are counters for MetaQ's `stats` command and for metrics. Counters
@@ -34,6 +36,7 @@ type Stats struct {
 	Segments           int   // commit-log segment files
 	SegmentRolls       int64 // since open
 	SegmentsDeleted    int64 // by retention, since open
+	ZeroFilledBytes    int64 // commit-log bytes zero-filled ahead of the writer, since open (prefill.go)
 
 	Fsyncs            int64         // commit-log flush rounds that synced, since open
 	GroupCommits      int64         // completed group-commit rounds (sync mode), since open
@@ -84,6 +87,7 @@ func (s *Store) Stats() Stats {
 	st.UnflushedBytes = max(0, st.CommitLogMax-st.FlushedPosition)
 	st.Segments = len(s.segs.Load().segs)
 	st.SegmentsDeleted = s.counters.segmentsDeleted.Load()
+	st.ZeroFilledBytes = s.counters.zeroFilled.Load()
 	st.Fsyncs = s.counters.fsyncs.Load()
 	st.GroupCommits = s.counters.rounds.Load()
 	if st.Fsyncs > 0 {

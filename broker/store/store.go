@@ -15,7 +15,8 @@
 //
 // Exactly four per Store, whatever the number of partitions: the flusher
 // (flush.go), the dispatcher (dispatch.go), the segment preallocator
-// (commitlog.go) and the housekeeper (checkpoints and retention,
+// (commitlog.go; it also prefaults and zero-fills ahead of the writer,
+// prefill.go) and the housekeeper (checkpoints and retention,
 // retention.go). Close stops them all.
 //
 // # Lock rules
@@ -50,6 +51,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,8 +101,15 @@ type Config struct {
 	// units; default 64 MiB, enough for 16,384 partitions; negative = no
 	// buffering). Partitions beyond it write their units through.
 	IndexBufferSize int64
+	// ZeroFill selects when the commit log is zero-filled ahead of the
+	// writer so that group-commit fsyncs do not convert unwritten extents
+	// (prefill.go). Default ZeroFillAuto: in sync-flush mode only.
+	ZeroFill ZeroFill
 
-	hooks *faultHooks // tests only: injected I/O failures (faults.go)
+	hooks        *faultHooks // tests only: injected I/O failures (faults.go)
+	prefillGap   int64       // tests only: filler distance from the writer
+	prefillChunk int64       // tests only: filler write size
+	prefillLead  int64       // tests only: how far past the gap the filler goes
 }
 
 // Defaults (MetaQ's).
@@ -156,6 +165,7 @@ type Store struct {
 	writeErr    error // sticky: commit-log write/fsync failure (until restart)
 	indexErr    error // sticky: index write failure (cleared by a successful retry)
 	rollErr     error // sticky: segment preallocation failed (cleared by a successful retry)
+	fillFence   int64 // appends stop below this while a zero-fill chunk is written, MaxInt64 none (prefill.go)
 	closed      bool
 	appendParts partCache // the appender's partition cache (partcache.go)
 	puts        int64
@@ -171,7 +181,7 @@ type Store struct {
 	logMin     atomic.Int64 // base of the oldest segment
 
 	flushMu   sync.Mutex
-	lastRound int          // members of the last round; guarded by s.mu
+	roundGoal int          // members expected in the next round (flush.go); guarded by s.mu
 	lastFsync atomic.Int64 // duration of the last commit-log fsync (ns)
 	ckptMu    sync.Mutex
 	lastCkpt  *checkpointData // guarded by ckptMu
@@ -233,6 +243,7 @@ func Open(cfg Config) (*Store, error) {
 		indexDir:    filepath.Join(cfg.Dir, "index"),
 		keyDir:      filepath.Join(cfg.Dir, "keyindex"),
 		lastRecord:  -1,
+		fillFence:   math.MaxInt64,
 		appendParts: newPartCache(),
 		topics:      make(map[string]*topicState),
 		flushKick:   make(chan struct{}, 1),
@@ -267,6 +278,7 @@ func Open(cfg Config) (*Store, error) {
 	s.mu.Lock()
 	s.pre.want(s.active.base + s.active.size)
 	s.mu.Unlock()
+	kick(s.pre.prefaultc) // start zero-filling ahead (prefill.go)
 	return s, nil
 }
 
