@@ -140,6 +140,9 @@ func (s *Store) readInto(r *ReadResult, p *partition, offset, readable int64, ma
 	q := offset
 	skipped := 0
 	all := f.All()
+	caughtUp := false
+again:
+	stopped := false // the scan ended for a reason other than reaching readable
 scan:
 	for q < readable {
 		want := min(readable-q, readUnitBatch)
@@ -149,6 +152,7 @@ scan:
 				return s.tooSmall(r, p)
 			}
 			if r.Count > 0 {
+				stopped = true
 				break
 			}
 			return err
@@ -162,15 +166,18 @@ scan:
 			if !all && !f.MatchHash(tag) {
 				q++
 				if skipped++; skipped >= maxFilteredScan && r.Count == 0 {
+					stopped = true
 					break scan
 				}
 				continue
 			}
 			if r.Count > 0 && r.Bytes+int(size) > maxBytes {
+				stopped = true
 				break scan
 			}
 			if err := s.appendRecord(r, p, q, phys, int(size)); err != nil {
 				if r.Count > 0 {
+					stopped = true
 					break scan
 				}
 				if err == errBelowMin {
@@ -180,8 +187,21 @@ scan:
 			}
 			q++
 			if r.Bytes >= maxBytes {
+				stopped = true
 				break scan
 			}
+		}
+	}
+	// The read reached the indexing frontier with room left while later
+	// offsets are already assigned: let the dispatcher catch up with what is
+	// visible now (once), so a read returns every record acknowledged before
+	// it (read-your-writes), not just the indexed prefix.
+	if !stopped && !caughtUp && q < p.next.Load() {
+		caughtUp = true
+		s.catchUp(s.visibleLimit())
+		if n := p.indexed.Load(); n > readable {
+			readable = n
+			goto again
 		}
 	}
 	r.NextOffset = q

@@ -288,3 +288,27 @@ func TestReadYourWrites(t *testing.T) {
 		})
 	}
 }
+
+// A read from an old offset returns every record appended before it, not
+// only the prefix the dispatcher had indexed when the read began.
+func TestReadYourWritesWholeRange(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.UnflushThreshold = 1 << 30
+	s := mustOpen(t, cfg)
+	defer mustClose(t, s)
+	for round := 0; round < 200; round++ {
+		for i := 0; i < 10; i++ {
+			if _, err := s.Append(&Message{Topic: "ryw", Partition: 0, Data: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, err := s.Read("ryw", 0, 0, 1<<20, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (round + 1) * 10; r.Count != want {
+			t.Fatalf("round %d: read %d records from offset 0, want %d", round, r.Count, want)
+		}
+		r.Release()
+	}
+}
