@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -24,6 +25,7 @@ func newBrokerCommand(app *App) *cobra.Command {
 		logLevel    string
 		logFormat   string
 		stopTimeout time.Duration
+		cpuProfile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "broker -c <server.ini>",
@@ -61,6 +63,13 @@ invalid server.ini.`,
 			if stopTimeout <= 0 {
 				return usageErr("--stop-timeout must be > 0")
 			}
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			return runBroker(cmd.Context(), app, cfg, logger, localZK, localZKDir, stopTimeout)
 		},
 	}
@@ -72,6 +81,7 @@ invalid server.ini.`,
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.DurationVar(&stopTimeout, "stop-timeout", 30*time.Second, "longest graceful stop before connections are cut")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (written at graceful stop)")
 	return cmd
 }
 
@@ -167,4 +177,20 @@ func sigName(s os.Signal) string {
 		return "SIGINT"
 	}
 	return s.String()
+}
+
+// startCPUProfile profiles the process until the returned stop is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
