@@ -107,7 +107,7 @@ func appendProps(dst []byte, m *Message) []byte {
 	}
 	if m.Tag != "" {
 		dst = append(dst, "tag="...)
-		dst = appendEscaped(dst, m.Tag)
+		dst = protocol.AppendEscaped(dst, m.Tag)
 	}
 	if len(m.Keys) > 0 {
 		dst = sep(dst)
@@ -116,7 +116,7 @@ func appendProps(dst []byte, m *Message) []byte {
 			if i > 0 {
 				dst = append(dst, "%20"...)
 			}
-			dst = appendEscaped(dst, k)
+			dst = protocol.AppendEscaped(dst, k)
 		}
 	}
 	if m.DelayLevel > 0 {
@@ -134,72 +134,11 @@ func appendProps(dst []byte, m *Message) []byte {
 			continue
 		}
 		dst = sep(dst)
-		dst = appendEscaped(dst, k)
+		dst = protocol.AppendEscaped(dst, k)
 		dst = append(dst, '=')
-		dst = appendEscaped(dst, v)
+		dst = protocol.AppendEscaped(dst, v)
 	}
 	return dst
-}
-
-const hexDigits = "0123456789ABCDEF"
-
-// appendEscaped URL-escapes s (RFC 3986 unreserved characters are kept;
-// everything else, space included, becomes %XX).
-func appendEscaped(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '-' || c == '_' || c == '.' || c == '~' {
-			dst = append(dst, c)
-			continue
-		}
-		dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&15])
-	}
-	return dst
-}
-
-// unescape decodes a URL-escaped value ('+' is a space); bad escapes are kept.
-func unescape(raw []byte) string {
-	plain := true
-	for _, c := range raw {
-		if c == '%' || c == '+' {
-			plain = false
-			break
-		}
-	}
-	if plain {
-		return string(raw)
-	}
-	b := make([]byte, 0, len(raw))
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		switch c {
-		case '+':
-			c = ' '
-		case '%':
-			if i+2 < len(raw) {
-				hi, lo := unhex(raw[i+1]), unhex(raw[i+2])
-				if hi >= 0 && lo >= 0 {
-					c = byte(hi<<4 | lo)
-					i += 2
-				}
-			}
-		}
-		b = append(b, c)
-	}
-	return string(b)
-}
-
-func unhex(c byte) int {
-	switch {
-	case '0' <= c && c <= '9':
-		return int(c - '0')
-	case 'a' <= c && c <= 'f':
-		return int(c - 'a' + 10)
-	case 'A' <= c && c <= 'F':
-		return int(c - 'A' + 10)
-	}
-	return -1
 }
 
 // dataBlock describes a put's data block: [props '\n'] [attrLen attr] body.
@@ -321,15 +260,15 @@ func (d *decoder) decodeProps(m *Message, props []byte) {
 		case protocol.PropTag:
 			m.Tag = d.tag(v)
 		case protocol.PropKeys:
-			m.Keys = strings.Fields(unescape(v))
+			m.Keys = strings.Fields(protocol.Unescape(v))
 		case protocol.PropDelay:
-			m.DelayLevel, _ = strconv.Atoi(unescape(v))
+			m.DelayLevel, _ = strconv.Atoi(protocol.Unescape(v))
 		case "":
 		default:
 			if m.Properties == nil {
 				m.Properties = make(map[string]string, 2)
 			}
-			m.Properties[unescape(k)] = unescape(v)
+			m.Properties[protocol.Unescape(k)] = protocol.Unescape(v)
 		}
 	}
 }
@@ -338,7 +277,7 @@ func (d *decoder) tag(raw []byte) string {
 	if t, ok := d.tags[string(raw)]; ok {
 		return t
 	}
-	t := unescape(raw)
+	t := protocol.Unescape(raw)
 	if d.tags == nil || len(d.tags) >= 256 {
 		d.tags = make(map[string]string)
 	}

@@ -2,7 +2,6 @@ package protocol
 
 import (
 	"bytes"
-	"net/url"
 	"strings"
 )
 
@@ -39,21 +38,13 @@ func PropertyRaw(props []byte, key string) ([]byte, bool) {
 	return nil, false
 }
 
-// Property returns the unescaped value of key in props ("" when absent or
-// badly escaped).
+// Property returns the unescaped value of key in props ("" when absent).
 func Property(props []byte, key string) string {
 	raw, ok := PropertyRaw(props, key)
 	if !ok {
 		return ""
 	}
-	if bytes.IndexByte(raw, '%') < 0 && bytes.IndexByte(raw, '+') < 0 {
-		return string(raw)
-	}
-	v, err := url.QueryUnescape(string(raw))
-	if err != nil {
-		return ""
-	}
-	return v
+	return Unescape(raw)
 }
 
 // Keys returns the message keys (the `keys` property split on spaces).
@@ -76,6 +67,57 @@ func unhex(c byte) int {
 		return int(c - 'A' + 10)
 	}
 	return -1
+}
+
+// unescapeAt decodes the URL-escaped byte at raw[i] ('+' is a space, %XX a
+// byte; a malformed escape is kept as is) and returns it with the index of
+// the next one.
+func unescapeAt(raw []byte, i int) (byte, int) {
+	switch c := raw[i]; c {
+	case '+':
+		return ' ', i + 1
+	case '%':
+		if i+2 < len(raw) {
+			if hi, lo := unhex(raw[i+1]), unhex(raw[i+2]); hi >= 0 && lo >= 0 {
+				return byte(hi<<4 | lo), i + 3
+			}
+		}
+		return c, i + 1
+	default:
+		return c, i + 1
+	}
+}
+
+// Unescape decodes a URL-escaped property key or value ('+' is a space;
+// malformed escapes are kept). It allocates only the returned string.
+func Unescape(raw []byte) string {
+	if bytes.IndexByte(raw, '%') < 0 && bytes.IndexByte(raw, '+') < 0 {
+		return string(raw)
+	}
+	b := make([]byte, 0, len(raw))
+	for i := 0; i < len(raw); {
+		var c byte
+		c, i = unescapeAt(raw, i)
+		b = append(b, c)
+	}
+	return string(b)
+}
+
+const hexDigits = "0123456789ABCDEF"
+
+// AppendEscaped URL-escapes s for a properties line: RFC 3986 unreserved
+// characters are kept, everything else (space included) becomes %XX.
+func AppendEscaped(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '-' || c == '_' || c == '.' || c == '~' {
+			dst = append(dst, c)
+			continue
+		}
+		dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&15])
+	}
+	return dst
 }
 
 const (
@@ -125,20 +167,9 @@ func PropsTagHash(props []byte) uint32 {
 	}
 	h := uint32(fnvOffset32)
 	n := 0
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		switch c {
-		case '+':
-			c = ' '
-		case '%':
-			if i+2 < len(raw) {
-				hi, lo := unhex(raw[i+1]), unhex(raw[i+2])
-				if hi >= 0 && lo >= 0 {
-					c = byte(hi<<4 | lo)
-					i += 2
-				}
-			}
-		}
+	for i := 0; i < len(raw); {
+		var c byte
+		c, i = unescapeAt(raw, i)
 		h ^= uint32(c)
 		h *= fnvPrime32
 		n++

@@ -51,3 +51,17 @@ func TestTagFilter(t *testing.T) {
 		t.Fatal("wildcard")
 	}
 }
+
+func TestEscapeRoundTrip(t *testing.T) {
+	for _, s := range []string{"", "plain", "a b&c=d", "ünï%+", "100%", "x+y"} {
+		if got := Unescape(AppendEscaped(nil, s)); got != s {
+			t.Fatalf("round trip of %q gave %q", s, got)
+		}
+	}
+	if got := Unescape([]byte("a+b%20c%zz%4")); got != "a b c%zz%4" {
+		t.Fatalf("lenient unescape: %q", got)
+	}
+	if PropsTagHash([]byte("tag="+string(AppendEscaped(nil, "ä b")))) != TagHashString("ä b") {
+		t.Fatal("escaped tag hashes differently")
+	}
+}
