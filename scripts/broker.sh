@@ -63,17 +63,7 @@ setup() {
 }
 
 # our_pid prints the recorded pid when that process is alive and is a metaq broker.
-our_pid() {
-	[[ -f "$PID_FILE" ]] || return 1
-	local pid
-	pid="$(tr -dc '0-9' <"$PID_FILE")"
-	[[ -n "$pid" ]] || return 1
-	alive "$pid" || return 1
-	if [[ -r "/proc/$pid/cmdline" ]] && ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- ' broker '; then
-		return 1 # the pid was reused by an unrelated process
-	fi
-	echo "$pid"
-}
+our_pid() { recorded_pid "$PID_FILE" ' broker '; }
 
 log_tail() {
 	if [[ -s "$LOG_FILE" ]]; then
@@ -163,21 +153,8 @@ cmd_stop() {
 		fi
 		return 0
 	fi
-	kill -TERM "$pid" 2>/dev/null || true
-	local deadline=$(($(now_ms) + BROKER_STOP_TIMEOUT * 1000))
-	while alive "$pid"; do
-		if (($(now_ms) > deadline)); then
-			msg "broker (pid $pid) still running ${BROKER_STOP_TIMEOUT}s after SIGTERM; sending SIGKILL (the next start runs crash recovery)"
-			kill -KILL "$pid" 2>/dev/null || true
-			sleep 0.3
-			break
-		fi
-		sleep 0.1
-	done
-	if alive "$pid"; then
-		err "could not stop broker pid $pid"
-		return 1
-	fi
+	stop_pid "$pid" "$BROKER_STOP_TIMEOUT" broker \
+		"broker (pid $pid) still running ${BROKER_STOP_TIMEOUT}s after SIGTERM; sending SIGKILL (the next start runs crash recovery)" || return 1
 	rm -f "$PID_FILE"
 	msg "broker on $HOST:$PORT stopped (pid $pid)"
 }
@@ -202,35 +179,17 @@ cmd_status() {
 
 main() {
 	local cmd="${1:-}"
-	case "$cmd" in
-	-h | --help | help)
-		usage
-		return 0
-		;;
-	"")
-		usage >&2
-		return 2
-		;;
-	esac
+	handle_help "$cmd"
 	shift
 	if (($# > 1)); then
 		err "too many arguments"
 		usage >&2
 		return 2
 	fi
-	for v in BROKER_START_TIMEOUT BROKER_STOP_TIMEOUT; do
-		if ! [[ "${!v}" =~ ^[0-9]+$ ]]; then
-			err "$v must be a non-negative integer, got '${!v}'"
-			return 2
-		fi
-	done
+	require_uint BROKER_START_TIMEOUT BROKER_STOP_TIMEOUT
 	case "$cmd" in
 	start | stop | status | restart) setup "${1:-}" ;;
-	*)
-		err "unknown command '$cmd'"
-		usage >&2
-		return 2
-		;;
+	*) unknown_command "$cmd" ;;
 	esac
 	case "$cmd" in
 	start) cmd_start ;;

@@ -178,16 +178,7 @@ cmd_status() {
 
 main() {
 	local cmd="${1:-}"
-	case "$cmd" in
-	-h | --help | help)
-		usage
-		return 0
-		;;
-	"")
-		usage >&2
-		return 2
-		;;
-	esac
+	handle_help "$cmd"
 	shift
 	validate
 	local n="${1:-3}"
@@ -199,11 +190,7 @@ main() {
 	up) cmd_up "$n" ;;
 	down) cmd_down ;;
 	status) cmd_status ;;
-	*)
-		err "unknown command '$cmd'"
-		usage >&2
-		return 2
-		;;
+	*) unknown_command "$cmd" ;;
 	esac
 }
 

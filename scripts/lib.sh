@@ -68,9 +68,46 @@ ini_get() {
 	printf '%s\n' "$v"
 }
 
+# The helpers below that report problems use the sourcing script's msg (stdout) and err (stderr),
+# and its usage.
+
+# handle_help <command>: what every subcommand script does first: -h, --help and help print the
+# usage and exit 0; no command at all prints it on stderr and exits 2. Returns otherwise.
+handle_help() {
+	case "${1:-}" in
+	-h | --help | help)
+		usage
+		exit 0
+		;;
+	"")
+		usage >&2
+		exit 2
+		;;
+	esac
+}
+
+# unknown_command <command>: says so, prints the usage on stderr and exits 2.
+unknown_command() {
+	err "unknown command '$1'"
+	usage >&2
+	exit 2
+}
+
+# require_uint <variable>…: each named variable holds a non-negative integer; else says which and
+# exits 2.
+require_uint() {
+	local v
+	for v in "$@"; do
+		if ! [[ "${!v}" =~ ^[0-9]+$ ]]; then
+			err "$v must be a non-negative integer, got '${!v}'"
+			exit 2
+		fi
+	done
+}
+
 now_ms() { date +%s%3N; }
 
-# alive <pid>: the process exists and is not a zombie.
+# alive <pid>: the process exists and is not a zombie waiting for its (foreign) parent to reap it.
 alive() {
 	kill -0 "$1" 2>/dev/null || return 1
 	local st=""
@@ -78,6 +115,45 @@ alive() {
 		st="$(sed -e 's/^.*) //' -e 's/ .*//' "/proc/$1/stat" 2>/dev/null || true)"
 	fi
 	[[ "$st" != Z ]]
+}
+
+# recorded_pid <pid-file> <text>: prints the pid recorded in pid-file when that process is alive
+# and its command line contains text (so that a pid reused by an unrelated process does not count).
+recorded_pid() {
+	local file="$1" want="$2" pid
+	[[ -f "$file" ]] || return 1
+	pid="$(tr -dc '0-9' <"$file")"
+	[[ -n "$pid" ]] || return 1
+	alive "$pid" || return 1
+	if [[ -r "/proc/$pid/cmdline" ]] && ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$want"; then
+		return 1 # the pid was reused by an unrelated process
+	fi
+	echo "$pid"
+}
+
+# stop_pid <pid> <timeout-seconds> <label> <sigkill-message>: SIGTERM, then wait for the process to
+# exit; after timeout-seconds print sigkill-message (msg), SIGKILL it and give it 0.3 s to go.
+# Fails with "could not stop <label> pid <pid>" (err) when it is still alive.
+stop_pid() {
+	local pid="$1" timeout="$2" label="$3" kill_msg="$4" i
+	kill -TERM "$pid" 2>/dev/null || true
+	local deadline=$(($(now_ms) + timeout * 1000))
+	while alive "$pid"; do
+		if (($(now_ms) > deadline)); then
+			msg "$kill_msg"
+			kill -KILL "$pid" 2>/dev/null || true
+			for ((i = 0; i < 6; i++)); do
+				alive "$pid" || break
+				sleep 0.05
+			done
+			break
+		fi
+		sleep 0.05
+	done
+	if alive "$pid"; then
+		err "could not stop $label pid $pid"
+		return 1
+	fi
 }
 
 # port_open <host> <port>

@@ -7,6 +7,9 @@
 # writes (config, data, logs, pid) lives under run/zk-<port>/ in the project, or under $ZK_DIR.
 set -euo pipefail
 
+# shellcheck source=lib.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+
 usage() {
 	cat <<EOF
 Usage: $(basename "$0") start|stop|restart|status|cli [args…]
@@ -40,9 +43,6 @@ Files: \$ZK_DIR/conf/zoo.cfg, \$ZK_DIR/data, \$ZK_DIR/logs/zookeeper.log (+ zook
 EOF
 }
 
-SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-PROJECT_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
-
 ZK_PORT="${ZK_PORT:-2181}"
 ZK_HOST="${ZK_HOST:-127.0.0.1}"
 ZK_DIR="${ZK_DIR:-$PROJECT_ROOT/run/zk-$ZK_PORT}"
@@ -70,20 +70,12 @@ OUT_FILE="$LOG_DIR/zookeeper.out"
 msg() { echo "zk.sh: $*"; }
 err() { echo "zk.sh: $*" >&2; }
 
-is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
-
 validate_env() {
 	local v
-	for v in ZK_PORT ZK_TICK_MS ZK_PREALLOC_KB ZK_MAX_CLIENT_CNXNS ZK_HEAP_MB ZK_START_TIMEOUT ZK_STOP_TIMEOUT; do
-		if ! is_uint "${!v}"; then
-			err "$v must be a non-negative integer, got '${!v}'"
-			exit 2
-		fi
-	done
+	require_uint ZK_PORT ZK_TICK_MS ZK_PREALLOC_KB ZK_MAX_CLIENT_CNXNS ZK_HEAP_MB ZK_START_TIMEOUT ZK_STOP_TIMEOUT
 	for v in ZK_MIN_SESSION_MS ZK_MAX_SESSION_MS; do
-		if [[ -n "${!v}" ]] && ! is_uint "${!v}"; then
-			err "$v must be a non-negative integer, got '${!v}'"
-			exit 2
+		if [[ -n "${!v}" ]]; then
+			require_uint "$v"
 		fi
 	done
 	if ((ZK_PORT < 1 || ZK_PORT > 65535)); then
@@ -196,32 +188,8 @@ four_letter() {
 	) 2>/dev/null || true
 }
 
-# alive <pid>: the process exists and is not a zombie waiting for its (foreign) parent to reap it.
-alive() {
-	kill -0 "$1" 2>/dev/null || return 1
-	local st=""
-	if [[ -r "/proc/$1/stat" ]]; then
-		st="$(sed -e 's/^.*) //' -e 's/ .*//' "/proc/$1/stat" 2>/dev/null || true)"
-	fi
-	[[ "$st" != Z ]]
-}
-
-port_open() {
-	(exec 3<>"/dev/tcp/$ZK_HOST/$ZK_PORT") 2>/dev/null
-}
-
 # our_pid prints the pid from the pid file when that process is alive and is our server.
-our_pid() {
-	[[ -f "$PID_FILE" ]] || return 1
-	local pid
-	pid="$(tr -dc '0-9' <"$PID_FILE")"
-	[[ -n "$pid" ]] || return 1
-	alive "$pid" || return 1
-	if [[ -r "/proc/$pid/cmdline" ]] && ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$CFG"; then
-		return 1 # the pid was reused by an unrelated process
-	fi
-	echo "$pid"
-}
+our_pid() { recorded_pid "$PID_FILE" "$CFG"; }
 
 log_tail() {
 	local f
@@ -243,8 +211,6 @@ lock_dir() {
 		fi
 	fi
 }
-
-now_ms() { date +%s%3N; }
 
 wait_ready() {
 	local pid="$1" deadline=$(($(now_ms) + ZK_START_TIMEOUT * 1000))
@@ -282,7 +248,7 @@ cmd_start() {
 		return 1
 	fi
 	rm -f "$PID_FILE"
-	if port_open; then
+	if port_open "$ZK_HOST" "$ZK_PORT"; then
 		err "port $ZK_HOST:$ZK_PORT is already in use by another process (not started from $ZK_DIR);"
 		err "pick another ZK_PORT or stop that process"
 		return 1
@@ -334,21 +300,8 @@ cmd_stop() {
 		fi
 		return 0
 	fi
-	kill -TERM "$pid" 2>/dev/null || true
-	local deadline=$(($(now_ms) + ZK_STOP_TIMEOUT * 1000))
-	while alive "$pid"; do
-		if (($(now_ms) > deadline)); then
-			msg "ZooKeeper (pid $pid) ignored SIGTERM for ${ZK_STOP_TIMEOUT}s; sending SIGKILL"
-			kill -KILL "$pid" 2>/dev/null || true
-			sleep 0.2
-			break
-		fi
-		sleep 0.05
-	done
-	if alive "$pid"; then
-		err "could not stop ZooKeeper pid $pid"
-		return 1
-	fi
+	stop_pid "$pid" "$ZK_STOP_TIMEOUT" ZooKeeper \
+		"ZooKeeper (pid $pid) ignored SIGTERM for ${ZK_STOP_TIMEOUT}s; sending SIGKILL" || return 1
 	rm -f "$PID_FILE"
 	msg "ZooKeeper on $ZK_HOST:$ZK_PORT stopped (pid $pid)"
 }
@@ -356,7 +309,7 @@ cmd_stop() {
 cmd_status() {
 	local pid
 	if ! pid="$(our_pid)"; then
-		if port_open; then
+		if port_open "$ZK_HOST" "$ZK_PORT"; then
 			msg "no ZooKeeper started from $ZK_DIR, but $ZK_HOST:$ZK_PORT is in use by another process"
 			return 1
 		fi
@@ -375,7 +328,7 @@ cmd_status() {
 
 cmd_cli() {
 	ensure_installed
-	if ! port_open; then
+	if ! port_open "$ZK_HOST" "$ZK_PORT"; then
 		err "no ZooKeeper answers on $ZK_HOST:$ZK_PORT; start one with: ZK_PORT=$ZK_PORT $0 start"
 		return 1
 	fi
@@ -388,16 +341,7 @@ cmd_cli() {
 
 main() {
 	local cmd="${1:-}"
-	case "$cmd" in
-	-h | --help | help)
-		usage
-		return 0
-		;;
-	"")
-		usage >&2
-		return 2
-		;;
-	esac
+	handle_help "$cmd"
 	shift
 	validate_env
 	case "$cmd" in
@@ -410,11 +354,7 @@ main() {
 		;;
 	status) cmd_status ;;
 	cli) cmd_cli "$@" ;;
-	*)
-		err "unknown command '$cmd'"
-		usage >&2
-		return 2
-		;;
+	*) unknown_command "$cmd" ;;
 	esac
 }
 

@@ -192,12 +192,37 @@ func (a *App) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, a.ConnectTimeout)
 }
 
+// zkRequest connects to ZooKeeper (zkClient) and bounds one administrative request on it (opCtx);
+// the caller calls cancel when done. On error there is nothing to cancel.
+func (a *App) zkRequest(ctx context.Context) (*zkmeta.Client, context.Context, context.CancelFunc, error) {
+	zc, err := a.zkClient(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	octx, cancel := a.opCtx(ctx)
+	return zc, octx, cancel, nil
+}
+
 // printJSON writes v as indented JSON.
 func (a *App) printJSON(v any) error {
 	enc := json.NewEncoder(a.Stdout)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
+}
+
+// printList prints what a list command found in ZooKeeper: as JSON with --json (an empty array
+// when nothing), else "<none> in ZooKeeper <zk> (root <root>)" on stderr when nothing, else
+// through table.
+func printList[T any](a *App, rows []T, none string, table func() error) error {
+	if a.JSON {
+		return a.printJSON(rows)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(a.Stderr, "%s in ZooKeeper %s (root %s)\n", none, a.ZK, a.ZKRoot)
+		return nil
+	}
+	return table()
 }
 
 // table starts a tab-aligned table with the given header.

@@ -79,15 +79,14 @@ func (a *App) topicPartitions(ctx context.Context, topic string, pub bool) (zkme
 	if err := zkmeta.ValidateName("topic", topic); err != nil {
 		return zkmeta.TopicPartitions{}, usageErr("%v", err)
 	}
-	zc, err := a.zkClient(ctx)
-	if err != nil {
-		return zkmeta.TopicPartitions{}, err
-	}
 	kind := zkmeta.Subscribe
 	if pub {
 		kind = zkmeta.Publish
 	}
-	octx, cancel := a.opCtx(ctx)
+	zc, octx, cancel, err := a.zkRequest(ctx)
+	if err != nil {
+		return zkmeta.TopicPartitions{}, err
+	}
 	defer cancel()
 	tp, err := zc.Partitions(octx, topic, kind)
 	if err != nil {
@@ -98,14 +97,18 @@ func (a *App) topicPartitions(ctx context.Context, topic string, pub bool) (zkme
 
 // brokerList reads the registered brokers from ZooKeeper.
 func (a *App) brokerList(ctx context.Context) ([]zkmeta.BrokerInfo, error) {
-	zc, err := a.zkClient(ctx)
+	zc, octx, cancel, err := a.zkRequest(ctx)
 	if err != nil {
 		return nil, err
 	}
-	octx, cancel := a.opCtx(ctx)
 	defer cancel()
 	bs, err := zc.Brokers(octx)
 	return bs, zkErr(err)
+}
+
+// topicNotRegistered is the error for a topic ZooKeeper knows no partition of.
+func (a *App) topicNotRegistered(topic string) error {
+	return notFoundErr("topic %s is not registered in ZooKeeper %s (root %s)", topic, a.ZK, a.ZKRoot)
 }
 
 // brokerByID finds a registered broker's address (client.FetchAddr: its master, else a slave).

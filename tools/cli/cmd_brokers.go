@@ -53,25 +53,20 @@ func newBrokersCommand(app *App) *cobra.Command {
 					}
 				}
 			}
-			if app.JSON {
-				return app.printJSON(rows)
-			}
-			if len(rows) == 0 {
-				fmt.Fprintf(app.Stderr, "no broker registered in ZooKeeper %s (root %s)\n", app.ZK, app.ZKRoot)
-				return nil
-			}
-			tw := app.table("ID", "ROLE", "ADDRESS", "STATUS", "VERSION")
-			for _, r := range rows {
-				status := "up"
-				switch {
-				case noCheck:
-					status = "-"
-				case !r.Up:
-					status = "DOWN"
+			return printList(app, rows, "no broker registered", func() error {
+				tw := app.table("ID", "ROLE", "ADDRESS", "STATUS", "VERSION")
+				for _, r := range rows {
+					status := "up"
+					switch {
+					case noCheck:
+						status = "-"
+					case !r.Up:
+						status = "DOWN"
+					}
+					row(tw, r.ID, r.Role, r.Address, status, dash(r.Version))
 				}
-				row(tw, r.ID, r.Role, r.Address, status, dash(r.Version))
-			}
-			return tw.Flush()
+				return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&noCheck, "no-check", false, "do not connect to the brokers (only read ZooKeeper)")

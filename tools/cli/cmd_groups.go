@@ -48,11 +48,10 @@ type groupDetail struct {
 func newGroupsCommand(app *App) *cobra.Command {
 	list := func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
-		zc, err := app.zkClient(ctx)
+		zc, octx, cancel, err := app.zkRequest(ctx)
 		if err != nil {
 			return err
 		}
-		octx, cancel := app.opCtx(ctx)
 		defer cancel()
 		groups, err := zc.Groups(octx)
 		if err != nil {
@@ -66,18 +65,13 @@ func newGroupsCommand(app *App) *cobra.Command {
 			}
 			out = append(out, groupSummary{Group: g, Consumers: len(gi.Consumers), Topics: groupTopics(gi)})
 		}
-		if app.JSON {
-			return app.printJSON(out)
-		}
-		if len(out) == 0 {
-			fmt.Fprintf(app.Stderr, "no consumer group in ZooKeeper %s (root %s)\n", app.ZK, app.ZKRoot)
-			return nil
-		}
-		tw := app.table("GROUP", "CONSUMERS", "TOPICS")
-		for _, g := range out {
-			row(tw, g.Group, g.Consumers, dash(strings.Join(g.Topics, ",")))
-		}
-		return tw.Flush()
+		return printList(app, out, "no consumer group", func() error {
+			tw := app.table("GROUP", "CONSUMERS", "TOPICS")
+			for _, g := range out {
+				row(tw, g.Group, g.Consumers, dash(strings.Join(g.Topics, ",")))
+			}
+			return tw.Flush()
+		})
 	}
 	cmd := &cobra.Command{
 		Use:   "groups [list|describe <group>]",
@@ -108,7 +102,7 @@ Partitions without a committed offset show "-" and count nothing in the total.`,
 				if err := app.printJSON(d); err != nil {
 					return err
 				}
-				return d.errors()
+				return partitionErrors(d.Partitions)
 			}
 			fmt.Fprintf(app.Stdout, "group %s: %d consumer(s)\n", d.Group, len(d.Consumers))
 			if len(d.Consumers) > 0 {
@@ -133,7 +127,7 @@ Partitions without a committed offset show "-" and count nothing in the total.`,
 				return err
 			}
 			fmt.Fprintf(app.Stdout, "total lag: %d\n", d.TotalLag)
-			return d.errors()
+			return partitionErrors(d.Partitions)
 		},
 	})
 	return cmd
@@ -172,25 +166,14 @@ func groupTopics(gi *zkmeta.GroupInfo) []string {
 	return out
 }
 
-// errors: exit 4 (after the output) when some partition's broker could not be asked.
-func (d *groupDetail) errors() error {
-	for _, p := range d.Partitions {
-		if p.Error != "" {
-			return silentExit{code: ExitUnavailable}
-		}
-	}
-	return nil
-}
-
 func (a *App) describeGroup(ctx context.Context, group string) (*groupDetail, error) {
 	if err := zkmeta.ValidateName("group", group); err != nil {
 		return nil, usageErr("%v", err)
 	}
-	zc, err := a.zkClient(ctx)
+	zc, octx, cancel, err := a.zkRequest(ctx)
 	if err != nil {
 		return nil, err
 	}
-	octx, cancel := a.opCtx(ctx)
 	defer cancel()
 	exists, err := zc.Exists(octx, zc.Paths().Group(group))
 	if err != nil {

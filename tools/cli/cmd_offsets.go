@@ -72,7 +72,7 @@ the topic, unless --force.`,
 				return err
 			}
 			if len(tp.Partitions) == 0 {
-				return notFoundErr("topic %s is not registered in ZooKeeper %s (root %s)", topic, app.ZK, app.ZKRoot)
+				return app.topicNotRegistered(topic)
 			}
 			parts := tp.Partitions
 			if ps.Set {

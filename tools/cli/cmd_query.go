@@ -102,7 +102,7 @@ its broker: the broker's address is read from ZooKeeper unless --broker gives it
 					}
 				}
 				if len(addrs) == 0 {
-					return notFoundErr("topic %s is not registered in ZooKeeper %s (root %s)", topic, app.ZK, app.ZKRoot)
+					return app.topicNotRegistered(topic)
 				}
 			}
 			var all []client.Message

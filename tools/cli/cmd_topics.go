@@ -38,11 +38,10 @@ type topicDetail struct {
 func newTopicsCommand(app *App) *cobra.Command {
 	list := func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
-		zc, err := app.zkClient(ctx)
+		zc, octx, cancel, err := app.zkRequest(ctx)
 		if err != nil {
 			return err
 		}
-		octx, cancel := app.opCtx(ctx)
 		defer cancel()
 		topics, err := zc.Topics(octx)
 		if err != nil {
@@ -73,22 +72,17 @@ func newTopicsCommand(app *App) *cobra.Command {
 			}
 			out = append(out, s)
 		}
-		if app.JSON {
-			return app.printJSON(out)
-		}
-		if len(out) == 0 {
-			fmt.Fprintf(app.Stderr, "no topic registered in ZooKeeper %s (root %s)\n", app.ZK, app.ZKRoot)
-			return nil
-		}
-		tw := app.table("TOPIC", "PARTITIONS", "BROKERS", "PUBLISH", "SUBSCRIBE")
-		for _, s := range out {
-			ids := make([]string, len(s.Brokers))
-			for i, b := range s.Brokers {
-				ids[i] = fmt.Sprint(b)
+		return printList(app, out, "no topic registered", func() error {
+			tw := app.table("TOPIC", "PARTITIONS", "BROKERS", "PUBLISH", "SUBSCRIBE")
+			for _, s := range out {
+				ids := make([]string, len(s.Brokers))
+				for i, b := range s.Brokers {
+					ids[i] = fmt.Sprint(b)
+				}
+				row(tw, s.Topic, s.Partitions, dash(strings.Join(ids, ",")), yesNo(s.Publish), yesNo(s.Subscribe))
 			}
-			row(tw, s.Topic, s.Partitions, dash(strings.Join(ids, ",")), yesNo(s.Publish), yesNo(s.Subscribe))
-		}
-		return tw.Flush()
+			return tw.Flush()
+		})
 	}
 	cmd := &cobra.Command{
 		Use:   "topics [list|describe <topic>]",
@@ -154,7 +148,7 @@ func (a *App) describeTopic(ctx context.Context, topic string) (*topicDetail, er
 		}
 	}
 	if len(tp.Partitions) == 0 {
-		return nil, notFoundErr("topic %s is not registered in ZooKeeper %s (root %s)", topic, a.ZK, a.ZKRoot)
+		return nil, a.topicNotRegistered(topic)
 	}
 	d := &topicDetail{Topic: topic, Partitions: []partitionInfo{}}
 	for _, p := range tp.Partitions {
@@ -171,10 +165,17 @@ func (a *App) describeTopic(ctx context.Context, topic string) (*topicDetail, er
 	return d, nil
 }
 
+// partitionRow is a row of a describe command's partition table (topics, groups): Error says why
+// its broker could not be asked.
+type partitionRow interface{ partitionError() string }
+
+func (p partitionInfo) partitionError() string  { return p.Error }
+func (p groupPartition) partitionError() string { return p.Error }
+
 // partitionErrors: exit 4 (after the output) when some partition's broker could not be asked.
-func partitionErrors(ps []partitionInfo) error {
+func partitionErrors[T partitionRow](ps []T) error {
 	for _, p := range ps {
-		if p.Error != "" {
+		if p.partitionError() != "" {
 			return silentExit{code: ExitUnavailable}
 		}
 	}
