@@ -107,7 +107,11 @@ func (s *Store) AppendAsync(m *Message) (AppendResult, *Flush, error) {
 		Properties:     m.Properties,
 		Data:           m.Data,
 	}
-	protocol.EncodeRecord(g.data[off:off+size:off+size], &rec)
+	if s.stage.on {
+		protocol.EncodeRecord(s.stagedLocked(size), &rec)
+	} else {
+		protocol.EncodeRecord(g.data[off:off+size:off+size], &rec)
+	}
 	p.next.Store(q + 1)
 	s.wpos = phys + size
 	s.lastRecord = phys
@@ -204,7 +208,15 @@ func (s *Store) makeRoomLocked(size int64) error {
 				s.mu.Lock()
 				continue
 			}
+			if s.stage.on && !s.stageRoomLocked(size) {
+				s.waitStagedLocked() // the staging buffer is full (stage.go)
+				continue
+			}
 			return nil
+		}
+		if s.stage.on && s.stage.written < s.wpos {
+			s.waitStagedLocked() // a roll writes the old segment's records first (stage.go)
+			continue
 		}
 		next, err := s.pre.poll(g.end())
 		if err != nil {
@@ -225,7 +237,9 @@ func (s *Store) makeRoomLocked(size int64) error {
 // (the preallocated segment) active.
 func (s *Store) rollLocked(next *segment) {
 	old := s.active
-	if off := s.wpos - old.base; off < old.size {
+	if s.stage.on {
+		s.rollStagedLocked(old, next)
+	} else if off := s.wpos - old.base; off < old.size {
 		protocol.EncodeBlank(old.data[off:], int(old.size-off))
 	}
 	s.segsMu.Lock()

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"syscall"
 
@@ -59,6 +60,7 @@ type faultHooks struct {
 	onFallocate func(path string) error // commit-log segment preallocation
 	onFdatasync func(path string) error // commit-log segment flush
 	onPwrite    func(path string) error // index and key-index writes
+	onLogWrite  func(path string) error // commit-log writes of staged records (sync mode, stage.go)
 	onZeroFill  func(path string) error // commit-log zero-fill writes (prefill.go)
 }
 
@@ -92,6 +94,49 @@ func (h *faultHooks) fdatasync(f *os.File) error {
 		}
 	}
 }
+
+// logWrite writes staged commit-log bytes b at off in f followed by pad
+// zero bytes (stage.go: padding to the page end spares the kernel reading
+// the page in first).
+func (h *faultHooks) logWrite(f *os.File, b []byte, pad int, off int64) error {
+	if h != nil && h.onLogWrite != nil {
+		if err := h.onLogWrite(f.Name()); err != nil {
+			return err
+		}
+	}
+	if pad == 0 {
+		_, err := f.WriteAt(b, off)
+		return err
+	}
+	iov := [][]byte{b, zeroPage[:pad]}
+	for len(iov) > 0 {
+		n, err := unix.Pwritev2(int(f.Fd()), iov, off, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrShortWrite
+		}
+		off += int64(n)
+		for n > 0 { // a short write: go on after what was written
+			if n < len(iov[0]) {
+				iov[0] = iov[0][n:]
+				break
+			}
+			n -= len(iov[0])
+			iov = iov[1:]
+		}
+	}
+	return nil
+}
+
+// zeroPage pads staged writes (logWrite); never written to.
+var zeroPage [pageSize]byte
+
+const pageSize = 4096
 
 // pwrite writes b at off in f.
 func (h *faultHooks) pwrite(f *os.File, b []byte, off int64) error {

@@ -18,6 +18,7 @@ type counters struct {
 	corruptReads      atomic.Int64
 	zeroFilled        atomic.Int64
 	fillWaits         atomic.Int64 // appends that waited for a zero-fill chunk (tests)
+	stageWaits        atomic.Int64 // appends that waited for the staging buffer to drain (stage.go; tests)
 }
 
 // Stats are counters for MetaQ's `stats` command and for metrics. Counters

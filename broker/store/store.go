@@ -5,6 +5,7 @@
 //
 // Files (one concern each): segment.go (one mapped commit-log file),
 // commitlog.go (append, roll, preallocation), flush.go (group commit),
+// stage.go (the sync-mode write path: staged records pwritten by the flusher),
 // index.go (partition index files), filecache.go (open index file LRU),
 // dispatch.go (builds indexes), read.go (reads, lookups), wait.go (long-poll
 // notification), recovery.go, checkpoint.go, retention.go, keyindex.go,
@@ -27,12 +28,14 @@
 //  1. s.ckptMu — serialises checkpoints (index syncs and the checkpoint
 //     file). Held across fsyncs; never taken by appenders or readers.
 //  2. s.retMu — serialises retention passes.
-//  3. s.flushMu — serialises flush rounds (flushOnce). Held across fdatasync,
-//     so it is never taken by appenders.
+//  3. s.flushMu — serialises flush rounds (flushOnce). Held across the
+//     pwrite of staged records (sync mode, stage.go) and fdatasync, so it is
+//     never taken by appenders.
 //  4. s.mu — THE APPEND LOCK. Guards the write position and active segment,
 //     assigning queue offsets (partition.next is only stored under it), the
 //     last store time, the pending group-commit round, the put counters, the
-//     sticky errors (writeErr, indexErr, rollErr), s.closed and the
+//     sticky errors (writeErr, indexErr, rollErr), s.closed, the staging
+//     buffer's positions (s.stage; its cond waits on s.mu) and the
 //     appender's partition cache. It is never held across fsync, fallocate,
 //     pwrite or any other blocking I/O: a roll that finds the next segment
 //     not ready waits for the preallocator with s.mu released
@@ -110,6 +113,7 @@ type Config struct {
 	prefillGap   int64       // tests only: filler distance from the writer
 	prefillChunk int64       // tests only: filler write size
 	prefillLead  int64       // tests only: how far past the gap the filler goes
+	stageSize    int         // tests only: staging buffer size (stage.go)
 }
 
 // Defaults (MetaQ's).
@@ -165,6 +169,7 @@ type Store struct {
 	writeErr    error // sticky: commit-log write/fsync failure (until restart)
 	indexErr    error // sticky: index write failure (cleared by a successful retry)
 	rollErr     error // sticky: segment preallocation failed (cleared by a successful retry)
+	stage       stage // sync mode: records staged for the flusher to write (stage.go)
 	fillFence   int64 // appends stop below this while a zero-fill chunk is written, MaxInt64 none (prefill.go)
 	closed      bool
 	appendParts partCache // the appender's partition cache (partcache.go)
@@ -269,6 +274,7 @@ func Open(cfg Config) (*Store, error) {
 		s.unlockDir()
 		return nil, err
 	}
+	s.initStage()
 	s.pre = newPreallocator(s)
 	s.wg.Add(4)
 	go s.pre.run()
@@ -388,6 +394,9 @@ func (s *Store) Close() error {
 
 	// Everything below runs with the background goroutines stopped.
 	errFlush := s.flushOnce()
+	s.mu.Lock()
+	s.stage.drained.Broadcast() // an appender waiting for staging room sees s.closed
+	s.mu.Unlock()
 	errDisp := s.disp.run(s.visibleLimit())
 	errCkpt := s.checkpoint()
 	s.closeAllWaiters()
