@@ -55,10 +55,12 @@ type conn struct {
 	readerDone bool     // the reader stopped; the writer closes once the queue is empty
 	closeErr   error
 
-	rq      outQueue // reader-local replies, published after each parsed buffer
-	parked  atomic.Int32
-	quit    bool
-	filters map[string]*protocol.TagFilter // tag expression cache (reader only)
+	rq     outQueue // reader-local replies, published after each parsed buffer
+	parked atomic.Int32
+	quit   bool
+	// unwritten counts this batch's async-flush puts (reader only; writeOut).
+	unwritten int
+	filters   map[string]*protocol.TagFilter // tag expression cache (reader only)
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup // writer + parked gets
@@ -95,6 +97,23 @@ func (c *conn) signalWriter() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
+	}
+}
+
+// writeOut makes the records of this batch's async-flush puts durable
+// against a broker crash (in the page cache) before they are acknowledged:
+// one store.WriteOut per batch of commands read, not per put. When that
+// fails their replies become failures.
+func (c *conn) writeOut() {
+	if c.unwritten == 0 {
+		return
+	}
+	n := c.unwritten
+	c.unwritten = 0
+	if err := c.srv.store.WriteOut(); err != nil {
+		c.srv.stats.putFailed.Add(int64(n))
+		c.log.Error("commit log write failed; put not acknowledged", "puts", n, "err", err)
+		c.rq.failUnflushedPuts(protocol.StatusInternalServerError, c.srv.putFailedMessage(err))
 	}
 }
 
@@ -168,6 +187,7 @@ func (c *conn) readLoop() {
 		n, err := c.nc.Read(buf)
 		if n > 0 {
 			perr := c.parser.Parse(buf[:n], c.handle)
+			c.writeOut()
 			c.publish()
 			if perr == protocol.ErrQuit || c.quit {
 				return

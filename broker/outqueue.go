@@ -80,6 +80,21 @@ func (q *outQueue) addValue(res *store.ReadResult, opaque int32) {
 	q.bytes += replyHeaderEstimate + res.Bytes
 }
 
+// failUnflushedPuts turns the queued successful replies of async-flush puts
+// into failures (their records could not be written out, store.WriteOut).
+func (q *outQueue) failUnflushedPuts(code int, body string) {
+	for i := range q.replies {
+		r := &q.replies[i]
+		if r.kind != replyPut || r.flush != nil {
+			continue
+		}
+		start := len(q.arena)
+		q.arena = append(q.arena, body...)
+		*r = reply{kind: replyResult, code: code, opaque: r.opaque, bodyStart: start, bodyEnd: len(q.arena)}
+		q.bytes += len(body)
+	}
+}
+
 func (q *outQueue) addPut(f *store.Flush, msgID int64, partition int32, offset int64, opaque int32) {
 	q.replies = append(q.replies, reply{kind: replyPut, opaque: opaque, flush: f, msgID: msgID, partition: partition, offset: offset})
 	q.bytes += 2 * replyHeaderEstimate

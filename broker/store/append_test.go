@@ -111,6 +111,9 @@ func TestAppendValidation(t *testing.T) {
 // from offset 0, then a BLANK to the end (full segments) or zeros (active).
 func checkSegments(t *testing.T, s *Store) (records int) {
 	t.Helper()
+	if err := s.writeStaged(s.written.Load()); err != nil { // everything staged into the files
+		t.Fatal(err)
+	}
 	segs := s.segs.Load().segs
 	for i, g := range segs {
 		off := int64(0)

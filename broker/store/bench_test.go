@@ -30,6 +30,7 @@ func reportRate(b *testing.B, n int, name string, d time.Duration) {
 }
 
 func waitDispatched(s *Store) {
+	_ = s.WriteOut()
 	for s.dispatched.Load() < s.visibleLimit() || s.dispatched.Load() < s.written.Load() && !s.sync {
 		time.Sleep(50 * time.Microsecond)
 	}
@@ -63,6 +64,16 @@ func benchAppendAsync(b *testing.B, partitions int) {
 		if _, _, err := s.AppendAsync(m); err != nil {
 			b.Fatal(err)
 		}
+		if i%256 == 255 {
+			// As the broker does once per batch of puts read from a
+			// connection, before acknowledging them.
+			if err := s.WriteOut(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := s.WriteOut(); err != nil {
+		b.Fatal(err)
 	}
 	d := time.Since(t0)
 	waitDispatched(s)

@@ -8,7 +8,6 @@ import (
 	"unsafe"
 
 	"github.com/metaqgo/metaq/protocol"
-	"golang.org/x/sys/unix"
 )
 
 // Message is one message to append.
@@ -33,18 +32,24 @@ type AppendResult struct {
 }
 
 // Append appends and, in sync-flush mode, returns only once the record is
-// durable (a failed fsync returns ErrIO: the message must not be acknowledged).
+// durable (a failed fsync returns ErrIO: the message must not be
+// acknowledged); in async mode once it is written to the page cache.
 func (s *Store) Append(m *Message) (AppendResult, error) {
 	res, f, err := s.AppendAsync(m)
-	if err != nil || f == nil {
+	if err != nil {
 		return res, err
+	}
+	if f == nil {
+		return res, s.WriteOut() // async: in the page cache (stage.go)
 	}
 	return res, f.Wait()
 }
 
 // AppendAsync appends and returns without waiting for the fsync. In
 // sync-flush mode the returned *Flush completes when the record is durable
-// (the caller must not acknowledge before); in async mode it is nil. It does
+// (the caller must not acknowledge before); in async mode it is nil and the
+// record is only staged in memory: call WriteOut (once for many appends)
+// before acknowledging (stage.go). It does
 // not allocate (one Flush is allocated per group-commit round, not per call).
 func (s *Store) AppendAsync(m *Message) (AppendResult, *Flush, error) {
 	if len(m.Topic) == 0 || len(m.Topic) > maxTopicLen {
@@ -80,8 +85,6 @@ func (s *Store) AppendAsync(m *Message) (AppendResult, *Flush, error) {
 		s.mu.Unlock()
 		return AppendResult{}, nil, err
 	}
-	g := s.active
-	off := s.wpos - g.base
 	phys := s.wpos
 	st := now
 	if st < s.lastStore {
@@ -107,17 +110,13 @@ func (s *Store) AppendAsync(m *Message) (AppendResult, *Flush, error) {
 		Properties:     m.Properties,
 		Data:           m.Data,
 	}
-	if s.stage.on {
-		protocol.EncodeRecord(s.stagedLocked(size), &rec)
-	} else {
-		protocol.EncodeRecord(g.data[off:off+size:off+size], &rec)
-	}
+	protocol.EncodeRecord(s.stagedLocked(size), &rec) // written out later (stage.go)
 	p.next.Store(q + 1)
 	s.wpos = phys + size
 	s.lastRecord = phys
 	s.written.Store(s.wpos)
 	if s.pre.ahead && (phys^s.wpos)>>s.pre.shift != 0 {
-		kick(s.pre.prefaultc) // crossed into the next MiB: prefault / zero-fill ahead
+		kick(s.pre.fillc) // crossed into the next MiB: zero-fill ahead
 	}
 	s.puts++
 	s.putBytes += size
@@ -142,9 +141,8 @@ func (s *Store) AppendAsync(m *Message) (AppendResult, *Flush, error) {
 	if kickFlusher {
 		kick(s.flushKick)
 	}
-	if !s.sync {
-		s.wakeDispatcher()
-	}
+	// Async mode: the record becomes visible when it is written out
+	// (WriteOut, stage.go), which wakes the dispatcher.
 	return AppendResult{
 		MsgID:          rec.MsgID,
 		QueueOffset:    q,
@@ -208,14 +206,14 @@ func (s *Store) makeRoomLocked(size int64) error {
 				s.mu.Lock()
 				continue
 			}
-			if s.stage.on && !s.stageRoomLocked(size) {
-				s.waitStagedLocked() // the staging buffer is full (stage.go)
+			if !s.stageRoomLocked(size) {
+				s.drainStagedLocked() // the staging buffer is full (stage.go)
 				continue
 			}
 			return nil
 		}
-		if s.stage.on && s.stage.written < s.wpos {
-			s.waitStagedLocked() // a roll writes the old segment's records first (stage.go)
+		if s.stage.written.Load() < s.wpos {
+			s.drainStagedLocked() // a roll writes the old segment's records first (stage.go)
 			continue
 		}
 		next, err := s.pre.poll(g.end())
@@ -236,12 +234,7 @@ func (s *Store) makeRoomLocked(size int64) error {
 // rollLocked closes the active segment with a BLANK filler and makes next
 // (the preallocated segment) active.
 func (s *Store) rollLocked(next *segment) {
-	old := s.active
-	if s.stage.on {
-		s.rollStagedLocked(old, next)
-	} else if off := s.wpos - old.base; off < old.size {
-		protocol.EncodeBlank(old.data[off:], int(old.size-off))
-	}
+	s.rollStagedLocked(s.active, next)
 	s.segsMu.Lock()
 	cur := s.segs.Load().segs
 	segs := make([]*segment, len(cur), len(cur)+1)
@@ -268,8 +261,18 @@ func kick(c chan struct{}) {
 
 // visibleLimit is the commit-log position below which records may be served
 // and dispatched: the flushed position in sync mode (nothing a crash could
-// take away is ever shown), the written position in async mode.
+// take away is ever shown), in async mode the position below which the
+// staged records are written to the files (stage.go).
 func (s *Store) visibleLimit() int64 {
+	if s.sync {
+		return s.flushed.Load()
+	}
+	return s.stage.written.Load()
+}
+
+// appendedLimit is what visibleLimit reaches once everything appended so far
+// is written (async) or flushed (sync): the target of a read's catch-up.
+func (s *Store) appendedLimit() int64 {
 	if s.sync {
 		return s.flushed.Load()
 	}
@@ -281,15 +284,10 @@ func (s *Store) visibleLimit() int64 {
 // (ENOSPC) it retries on its own every preallocRetry and when an append needs
 // the segment; the error stays visible to appends until a retry succeeds.
 //
-// In async-flush mode it also prefaults the commit log ahead of the writer:
-// whenever the write position enters a new 1 MiB chunk, the next
-// prefaultAhead bytes are faulted in writable with MADV_POPULATE_WRITE (which
-// does not change their contents). The first write to a page of a
-// fallocated (unwritten) extent makes ext4 start a journal handle in the
-// page fault, which can wait for a running journal commit — with the append
-// lock held. Prefaulting moves that wait off the append path (measured +35%
-// single-writer throughput on the dev VM). Sync mode does not prefault: there
-// the extra dirty zero pages made each group-commit fsync slower.
+// When zero-fill is on (prefill.go) it also writes zeros ahead of the writer,
+// kicked whenever the write position enters a new 1 MiB chunk. (It used to
+// prefault the mapping ahead of the writer in async mode; appends no longer
+// store through the mapping, see stage.go.)
 type preallocator struct {
 	s    *Store
 	mu   sync.Mutex
@@ -306,19 +304,14 @@ type preallocator struct {
 
 	filling bool // a zero-fill chunk is being written (prefill.go); guarded by mu
 
-	kickc     chan struct{}
-	prefaultc chan struct{} // the writer entered a new MiB: prefault / zero-fill ahead
-	ahead     bool          // prefaultc is used (async mode or zero-fill on); immutable
-	shift     uint          // appends kick prefaultc when entering a new 1<<shift block; immutable
-	faulted   int64         // commit-log position prefaulted up to; worker only
-	noPop     bool          // MADV_POPULATE_WRITE unsupported (kernel < 5.14)
-	fl        *filler       // zero-fill state (prefill.go); worker only
+	kickc chan struct{}
+	fillc chan struct{} // the writer entered a new MiB: zero-fill ahead
+	ahead bool          // fillc is used (zero-fill on); immutable
+	shift uint          // appends kick fillc when entering a new 1<<shift block; immutable
+	fl    *filler       // zero-fill state (prefill.go); worker only
 }
 
-const (
-	prefaultShift = 20      // prefault when the writer enters a new 1 MiB chunk
-	prefaultAhead = 2 << 20 // ... this far ahead
-)
+const fillShift = 20 // zero-fill ahead when the writer enters a new 1 MiB chunk
 
 const (
 	preallocRetry    = 500 * time.Millisecond
@@ -326,11 +319,11 @@ const (
 )
 
 func newPreallocator(s *Store) *preallocator {
-	p := &preallocator{s: s, wantBase: -1, kickc: make(chan struct{}, 1), prefaultc: make(chan struct{}, 1)}
+	p := &preallocator{s: s, wantBase: -1, kickc: make(chan struct{}, 1), fillc: make(chan struct{}, 1)}
 	p.cond.L = &p.mu
 	p.fl = s.newFiller()
-	p.ahead = !s.sync || p.fl.on
-	p.shift = prefaultShift
+	p.ahead = p.fl.on
+	p.shift = fillShift
 	if c := s.cfg.prefillChunk; c > 0 {
 		p.shift = uint(bits.Len64(uint64(c)) - 1) // tests: kick per chunk
 	}
@@ -400,12 +393,9 @@ func (p *preallocator) run() {
 		select {
 		case <-p.kickc:
 		case <-retry.C:
-		case <-p.prefaultc:
-			if !s.sync {
-				p.prefault()
-			}
+		case <-p.fillc:
 			if p.fill() {
-				kick(p.prefaultc) // one chunk per turn: stay responsive to the other work
+				kick(p.fillc) // one chunk per turn: stay responsive to the other work
 			}
 			continue
 		case <-s.stop:
@@ -455,7 +445,7 @@ func (p *preallocator) run() {
 			}
 			p.ready = g
 			p.err = nil
-			kick(p.prefaultc) // zero-fill it when the writer gets close
+			kick(p.fillc) // zero-fill it when the writer gets close
 		}
 		p.cond.Broadcast()
 		p.mu.Unlock()
@@ -474,32 +464,6 @@ func (p *preallocator) failed() bool {
 		kick(p.kickc)
 	}
 	return true
-}
-
-// prefault faults in the commit log from the write position to
-// prefaultAhead past its chunk (see preallocator).
-func (p *preallocator) prefault() {
-	if p.noPop {
-		return
-	}
-	s := p.s
-	w := s.written.Load()
-	target := (w>>prefaultShift)<<prefaultShift + prefaultAhead
-	p.faulted = max(p.faulted, w&^4095)
-	for p.faulted < target {
-		g := s.acquireSegment(p.faulted)
-		if g == nil {
-			return // beyond the active segment
-		}
-		from, to := p.faulted-g.base, min(target, g.end())-g.base
-		err := unix.Madvise(g.data[from:to], unix.MADV_POPULATE_WRITE)
-		p.faulted = g.base + to
-		g.release()
-		if err != nil {
-			p.noPop = true // not supported here; appends just fault as usual
-			return
-		}
-	}
 }
 
 // discard removes an unused prepared segment (Close).

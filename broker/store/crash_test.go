@@ -19,24 +19,36 @@ import (
 )
 
 // The crash test kills a real writer process with SIGKILL in the middle of
-// sync-flush appends, many times, and checks that every acknowledged message
-// survives intact at its acknowledged offset.
+// appends, many times, and checks that every acknowledged message survives
+// intact at its acknowledged offset.
 //
 // The child is this test binary re-executed with -test.run=^TestCrashHelper$
-// and METAQ_STORE_CRASH_HELPER=<dir>. It appends from 8 goroutines in sync
-// mode (group commit) and prints one line per acknowledged message:
+// and METAQ_STORE_CRASH_HELPER=<dir>. It appends from 8 goroutines and
+// prints one line per acknowledged message:
 //
 //	ack <topic> <partition> <queueOffset> <msgId> <crc32 of data> <len>
+//
+// In sync mode (group commit) a message is acknowledged when Append returns.
+// In async mode (METAQ_STORE_CRASH_MODE=async) the writer appends a few
+// messages, then calls WriteOut and acknowledges them, as the broker does per
+// batch: a process crash must not lose them (they are in the page cache).
 
-const crashHelperEnv = "METAQ_STORE_CRASH_HELPER"
+const (
+	crashHelperEnv = "METAQ_STORE_CRASH_HELPER"
+	crashModeEnv   = "METAQ_STORE_CRASH_MODE"
+)
 
-func crashConfig(dir string) Config {
+func crashConfig(dir string, async bool) Config {
+	flush := 0 // sync flush, group commit
+	if async {
+		flush = 50
+	}
 	return Config{
 		Dir:                dir,
 		BrokerID:           3,
 		SegmentSize:        32 << 10, // rolls often
 		IndexFileSize:      512,
-		UnflushThreshold:   0, // sync flush, group commit
+		UnflushThreshold:   flush,
 		CheckpointInterval: 20 * time.Millisecond,
 		KeyIndexSlots:      64,
 		KeyIndexEntries:    512,
@@ -45,6 +57,7 @@ func crashConfig(dir string) Config {
 		// exercised with these small segments, fence included.
 		prefillGap:   4 << 10,
 		prefillChunk: 8 << 10,
+		stageSize:    16 << 10, // appends wait for staging room now and then
 	}
 }
 
@@ -53,7 +66,8 @@ func TestCrashHelper(t *testing.T) {
 	if dir == "" {
 		t.Skip("helper process of TestCrashKill9")
 	}
-	s, err := Open(crashConfig(dir))
+	async := os.Getenv(crashModeEnv) == "async"
+	s, err := Open(crashConfig(dir, async))
 	if err != nil {
 		fmt.Printf("error %v\n", err)
 		os.Exit(2)
@@ -62,9 +76,16 @@ func TestCrashHelper(t *testing.T) {
 	out := bufio.NewWriter(os.Stdout)
 	fmt.Fprintln(out, "ready")
 	out.Flush()
+	fail := func(err error) {
+		mu.Lock()
+		fmt.Fprintf(out, "error %v\n", err)
+		out.Flush()
+		mu.Unlock()
+	}
 	for w := 0; w < 8; w++ {
 		go func(w int) {
 			rng := rand.New(rand.NewSource(time.Now().UnixNano() + int64(w)))
+			var acks []string
 			for i := 0; ; i++ {
 				topic := fmt.Sprintf("c%d", w%2)
 				part := int32(rng.Intn(4))
@@ -73,16 +94,26 @@ func TestCrashHelper(t *testing.T) {
 				r, err := s.Append(&Message{Topic: topic, Partition: part, Data: data,
 					Properties: []byte(fmt.Sprintf("tag=t%d&keys=w%d-%d", w, w, i))})
 				if err != nil {
-					mu.Lock()
-					fmt.Fprintf(out, "error %v\n", err)
-					out.Flush()
-					mu.Unlock()
+					fail(err)
 					return
 				}
+				acks = append(acks, fmt.Sprintf("ack %s %d %d %d %d %d\n", topic, part, r.QueueOffset, r.MsgID, crc32.ChecksumIEEE(data), len(data)))
+				if async {
+					if rng.Intn(4) != 0 {
+						continue // a batch of appends, then one WriteOut
+					}
+					if err := s.WriteOut(); err != nil {
+						fail(err)
+						return
+					}
+				}
 				mu.Lock()
-				fmt.Fprintf(out, "ack %s %d %d %d %d %d\n", topic, part, r.QueueOffset, r.MsgID, crc32.ChecksumIEEE(data), len(data))
+				for _, a := range acks {
+					out.WriteString(a)
+				}
 				out.Flush() // acknowledged: the parent must learn it before we die
 				mu.Unlock()
+				acks = acks[:0]
 			}
 		}(w)
 	}
@@ -106,6 +137,11 @@ func TestCrashKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test skipped in -short mode")
 	}
+	t.Run("sync", func(t *testing.T) { crashKill9(t, false) })
+	t.Run("async", func(t *testing.T) { crashKill9(t, true) })
+}
+
+func crashKill9(t *testing.T, async bool) {
 	dir := t.TempDir()
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewSource(seed))
@@ -114,7 +150,7 @@ func TestCrashKill9(t *testing.T) {
 	const iterations = 20
 	start := time.Now()
 	for it := 0; it < iterations; it++ {
-		lines := runAndKill(t, dir, time.Duration(5+rng.Intn(150))*time.Millisecond)
+		lines := runAndKill(t, dir, async, time.Duration(5+rng.Intn(150))*time.Millisecond)
 		n := 0
 		for _, l := range lines {
 			if strings.HasPrefix(l, "error") {
@@ -132,7 +168,7 @@ func TestCrashKill9(t *testing.T) {
 			n++
 		}
 		// Reopen (crash recovery) and check every message acknowledged so far.
-		s, err := Open(crashConfig(dir))
+		s, err := Open(crashConfig(dir, async))
 		if err != nil {
 			t.Fatalf("iteration %d: reopen: %v", it, err)
 		}
@@ -160,10 +196,13 @@ func TestCrashKill9(t *testing.T) {
 
 // runAndKill starts the helper, lets it append for d after it is ready,
 // kills it with SIGKILL and returns the complete lines it printed.
-func runAndKill(t *testing.T, dir string, d time.Duration) []string {
+func runAndKill(t *testing.T, dir string, async bool, d time.Duration) []string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelper$", "-test.count=1")
 	cmd.Env = append(os.Environ(), crashHelperEnv+"="+dir)
+	if async {
+		cmd.Env = append(cmd.Env, crashModeEnv+"=async")
+	}
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

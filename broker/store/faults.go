@@ -95,20 +95,14 @@ func (h *faultHooks) fdatasync(f *os.File) error {
 	}
 }
 
-// logWrite writes staged commit-log bytes b at off in f followed by pad
-// zero bytes (stage.go: padding to the page end spares the kernel reading
-// the page in first).
-func (h *faultHooks) logWrite(f *os.File, b []byte, pad int, off int64) error {
+// logWrite writes iov (staged commit-log bytes, maybe followed by zero
+// padding; stage.go) at off in f.
+func (h *faultHooks) logWrite(f *os.File, iov [][]byte, off int64) error {
 	if h != nil && h.onLogWrite != nil {
 		if err := h.onLogWrite(f.Name()); err != nil {
 			return err
 		}
 	}
-	if pad == 0 {
-		_, err := f.WriteAt(b, off)
-		return err
-	}
-	iov := [][]byte{b, zeroPage[:pad]}
 	for len(iov) > 0 {
 		n, err := unix.Pwritev2(int(f.Fd()), iov, off, 0)
 		if err == unix.EINTR {

@@ -119,13 +119,12 @@ func (s *Store) flushOnce() error {
 	last := s.lastRecord
 	werr := s.writeErr
 	s.unflushed = 0
-	stagedFrom, staged := s.takeStagedLocked(end)
 	s.mu.Unlock()
 
 	start := s.flushed.Load()
 	err := werr
-	if err == nil && len(staged) > 0 {
-		err = s.writeStaged(stagedFrom, staged) // sync mode (stage.go)
+	if err == nil {
+		err = s.writeStaged(end) // what is still staged (stage.go)
 	}
 	if err == nil && end > start {
 		t0 := time.Now()
@@ -140,7 +139,6 @@ func (s *Store) flushOnce() error {
 				s.writeErr = err
 				s.log.Error("commit log fsync failed; appends are refused until the store is reopened", "err", err)
 			}
-			s.stage.drained.Broadcast() // appenders waiting for staging room see the error
 			s.mu.Unlock()
 		} else {
 			s.flushedRec.Store(last)

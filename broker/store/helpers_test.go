@@ -106,6 +106,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // waitReadable waits until topic/part has n readable messages.
 func waitReadable(t testing.TB, s *Store, topic string, part int32, n int64) {
 	t.Helper()
+	_ = s.WriteOut() // async: records appended with AppendAsync are staged until then
 	waitFor(t, fmt.Sprintf("%s/%d readable to %d", topic, part, n), func() bool {
 		p := s.partition(topic, part, false)
 		return p != nil && p.indexed.Load() >= n

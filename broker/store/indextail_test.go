@@ -117,7 +117,7 @@ func TestIndexTailServesReadsFromMemory(t *testing.T) {
 		t.Fatal("Wait fired before a new message")
 	default:
 	}
-	if _, _, err := s.AppendAsync(&Message{Topic: "t", Partition: 1, Data: []byte("x")}); err != nil {
+	if _, err := s.Append(&Message{Topic: "t", Partition: 1, Data: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
 	select {

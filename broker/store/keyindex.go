@@ -534,8 +534,8 @@ func (s *Store) QueryKey(topic, key string, max int) (*ReadResult, error) {
 		return nil, ErrNotFound
 	}
 	h := keyHash([]byte(topic), []byte(key))
+	s.catchUp(s.appendedLimit()) // keys of every record appended so far are indexed
 	vis := s.visibleLimit()
-	s.catchUp(vis) // keys of every visible record are indexed
 	logMin := s.logMin.Load()
 	r := getResult()
 	var seen []int64

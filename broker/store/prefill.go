@@ -24,15 +24,15 @@ import (
 // clean error when a segment is created): the extents become written, and
 // no page cache is used or polluted. (Zeros written through the page cache
 // in large writes are worse than nothing: the cache then holds them in
-// large folios, and a later mmap store dirties, and fdatasync writes back, a
-// whole large folio — measured ~430 µs for a 4 KiB round.)
+// large folios, and a later small write dirties, and fdatasync writes back,
+// a whole large folio — measured ~430 µs for a 4 KiB round.)
 //
 // Ranges: the filler keeps filling from max(filled, written + prefillGap) up
 // to written + prefillGap + prefillLead, in chunks of prefillChunk, into the
 // active segment and the prepared next one (it waits for the latter rather
 // than delaying a roll). prefillGap keeps it clear of the pages the writer
-// touches: in async mode the prefault window (prefaultAhead past the
-// writer's MiB) is below it.
+// touches (staged writes pad at most to the end of the write position's
+// page, stage.go).
 //
 // Safety does not depend on timing. An O_DIRECT write invalidates the page
 // cache over its range afterwards; if a page there is dirty (or shares a
@@ -44,8 +44,7 @@ import (
 // aligned and never larger), set under the append lock after checking it is
 // at least prefillGap past the write position, and an append that would
 // reach it waits for the chunk (makeRoomLocked). Nothing else dirties the
-// log past the write position (the prefault runs in the same goroutine, below
-// the gap). Writing zeros past the write position never changes the log's
+// log past the write position's page. Writing zeros past the write position never changes the log's
 // content: recovery ends the log at the first zero header anyway.
 //
 // A failed zero write (the disk, not the log) is logged and skips the rest
@@ -88,12 +87,7 @@ func (s *Store) prefillGapFor() int64 {
 	if s.cfg.prefillGap > 0 {
 		return s.cfg.prefillGap // tests
 	}
-	if s.sync {
-		return prefillGap
-	}
-	// Async mode prefaults (dirties) up to prefaultAhead past the writer's
-	// 1 MiB chunk; stay clear of it.
-	return prefillGap + prefaultAhead + 1<<prefaultShift
+	return prefillGap
 }
 
 // filler is the prefill state, owned by the preallocator goroutine.

@@ -120,7 +120,7 @@ func (s *Store) Read(topic string, partition int32, offset int64, maxBytes int, 
 		return r, nil
 	case offset >= readable && offset < hi:
 		// Assigned but not indexed yet: it may already be visible (see catchUp).
-		s.catchUp(s.visibleLimit())
+		s.catchUp(s.appendedLimit())
 		if readable = p.indexed.Load(); offset >= readable {
 			r.Status, r.NextOffset = ReadNoMessage, offset
 			return r, nil
@@ -198,7 +198,7 @@ scan:
 	// it (read-your-writes), not just the indexed prefix.
 	if !stopped && !caughtUp && q < p.next.Load() {
 		caughtUp = true
-		s.catchUp(s.visibleLimit())
+		s.catchUp(s.appendedLimit())
 		if n := p.indexed.Load(); n > readable {
 			readable = n
 			goto again
@@ -348,6 +348,10 @@ func (s *Store) ReadByID(msgID int64) (*ReadResult, error) {
 	}
 	bid, phys := protocol.SplitMsgID(msgID)
 	vis := s.visibleLimit()
+	if !s.sync && phys >= vis && phys < s.written.Load() {
+		_ = s.writeStaged(s.written.Load()) // appended but still staged (stage.go)
+		vis = s.visibleLimit()
+	}
 	if bid != s.cfg.BrokerID || msgID < 0 || phys < s.logMin.Load() || phys >= vis {
 		return nil, ErrNotFound
 	}

@@ -2,42 +2,53 @@ package store
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/metaqgo/metaq/protocol"
 )
 
-// The sync-flush write path: staged appends, written by the flusher.
+// The write path: staged appends, written out with pwrite.
 //
-// In async-flush mode an append encodes its record straight into the mapped
-// segment. In sync-flush mode it does not: the appender encodes the record
-// into a staging buffer that mirrors the commit log from stage.base on, and
-// the flusher pwrites the staged bytes to the segment files just before each
-// group-commit fdatasync (flushOnce). Readers and the dispatcher still read
-// through the mapping: in sync mode they only see flushed bytes, and those
-// were pwritten first (the mapping and pwrite share the page cache).
+// An append does not store its record through the segment's mapping: the
+// appender encodes it into a staging buffer that mirrors the commit log from
+// stage.base on, and the staged bytes reach the segment file with one pwrite
+// per batch (writeStaged, serialised by stage.wmu). In sync-flush mode the
+// flusher writes them just before each group-commit fdatasync. In async mode
+// the appender calls WriteOut before acknowledging (the broker once per batch
+// of commands read from a connection; Append does it per call), and a read
+// that wants the newest records, the flusher and Close write out what is
+// left. Readers and the dispatcher read through the mapping (same page
+// cache) and only below visibleLimit, which never passes the written
+// position; in async mode a write wakes the dispatcher.
 //
-// Why: on ext4 (the dev VM, kernel 6.18), an fdatasync after stores through
-// a shared mapping took ~750-850 µs where the same bytes written with pwrite
-// took ~170-210 µs to sync (8 KiB and 54 KiB per round, zero-filled file):
-// the mapping's write faults (page_mkwrite) apparently make every fdatasync
-// commit the journal. fdatasync latency is what bounds group commit, so
-// staging roughly triples the rounds a disk can complete. The extra copy
-// happens on the flusher goroutine, off the append lock.
+// Why (measured on the dev VM, ext4, kernel 6.18): an fdatasync after stores
+// through a shared mapping took ~750-850 µs where the same bytes written with
+// pwrite took ~170-210 µs to sync (8 KiB and 54 KiB rounds): the mapping's
+// write faults (page_mkwrite) apparently make every fdatasync commit the
+// journal, and fdatasync latency is what bounds group commit. And writing
+// 512 MiB through a prefaulted mapping cost ~2.8-3.3 s of CPU against
+// ~1.1 s with 64 KiB pwrites (fdatasync every 128 KiB in both).
+//
+// Each write is padded with zeros to the end of its page (the log holds
+// zeros past the write position anyway; the next write overwrites them): a
+// partial-page write into a page that is not cached (the zero-filler writes
+// with O_DIRECT) makes the kernel read it from disk first, ~100 µs.
 //
 // The buffer is linear: when a record does not fit behind the write
-// position, the appender waits (s.mu released) until the flusher has written
-// everything staged, then restarts the buffer at the write position. A roll
-// also waits for that, then writes the old segment's BLANK header directly.
-// With 4 MiB and ~100-byte messages that is a wait every ~30,000 appends.
+// position, the appender writes out everything staged itself (s.mu
+// released), then restarts the buffer at the write position. A roll does the
+// same, then writes the old segment's BLANK header directly. With 4 MiB and
+// ~100-byte messages that is one extra write every ~30,000 appends.
 type stage struct {
-	on   bool   // sync-flush mode; immutable
 	buf  []byte // guarded by s.mu; replaced only when nothing is staged
 	base int64  // commit-log position of buf[0]; guarded by s.mu
-	// written: staged bytes below it are in the segment files. Guarded by
-	// s.mu; advanced by the flusher only, and set by a roll when nothing is
-	// staged.
-	written int64
-	drained sync.Cond // on s.mu: written advanced or writing failed
+	// written: staged bytes below it are in the segment files. Stored under
+	// s.mu (by writeStaged, and by a roll when nothing is staged); loaded
+	// anywhere.
+	written atomic.Int64
+	failed  atomic.Bool // a write failed (s.writeErr is set)
+	wmu     sync.Mutex  // serialises writers; held across the pwrite
+	iov     [][]byte    // logWrite's vector; guarded by wmu
 }
 
 const stageSize = 4 << 20
@@ -45,27 +56,25 @@ const stageSize = 4 << 20
 // initStage sets up staging at the recovered write position (Open).
 func (s *Store) initStage() {
 	st := &s.stage
-	st.on = s.sync
-	st.drained.L = &s.mu
-	st.base, st.written = s.wpos, s.wpos
-	if st.on {
-		n := stageSize
-		if s.cfg.stageSize > 0 {
-			n = s.cfg.stageSize
-		}
-		st.buf = make([]byte, n)
+	st.base = s.wpos
+	st.written.Store(s.wpos)
+	n := stageSize
+	if s.cfg.stageSize > 0 {
+		n = s.cfg.stageSize
 	}
+	st.buf = make([]byte, n)
+	st.iov = make([][]byte, 0, 2)
 }
 
 // stageRoomLocked reports whether a record of size bytes can be staged at
 // the write position, restarting (or growing) the buffer when nothing is
-// staged. false: the caller must waitStagedLocked and re-check.
+// staged. false: the caller must drainStagedLocked and re-check.
 func (s *Store) stageRoomLocked(size int64) bool {
 	st := &s.stage
 	if s.wpos-st.base+size <= int64(len(st.buf)) {
 		return true
 	}
-	if st.written < s.wpos {
+	if st.written.Load() < s.wpos {
 		return false
 	}
 	st.base = s.wpos
@@ -82,12 +91,14 @@ func (s *Store) stagedLocked(size int64) []byte {
 	return s.stage.buf[off : off+size : off+size]
 }
 
-// waitStagedLocked waits, with s.mu released, until the flusher has written
-// more of the staged bytes (or failed). The caller re-checks everything.
-func (s *Store) waitStagedLocked() {
+// drainStagedLocked writes out everything staged so far itself, with s.mu
+// released (the buffer is full, or a roll needs the old segment's records in
+// place). The caller re-checks everything.
+func (s *Store) drainStagedLocked() {
 	s.counters.stageWaits.Add(1)
-	kick(s.flushKick)
-	s.stage.drained.Wait()
+	s.mu.Unlock()
+	_ = s.writeStaged(s.written.Load()) // a failure is sticky: the caller sees it
+	s.mu.Lock()
 }
 
 // rollStagedLocked closes the active segment in staged mode: nothing is
@@ -97,28 +108,73 @@ func (s *Store) rollStagedLocked(old *segment, next *segment) {
 	if off := s.wpos - old.base; off < old.size {
 		var hdr [protocol.BlankMinSize]byte
 		protocol.EncodeBlank(hdr[:], int(old.size-off))
-		if err := s.hooks.logWrite(old.f, hdr[:], 0, off); err != nil && s.writeErr == nil {
-			s.writeErr = ioError("write "+old.path, err)
-			s.log.Error("commit log write failed; appends are refused until the store is reopened", "err", err)
+		if _, err := old.f.WriteAt(hdr[:], off); err != nil {
+			s.stageFailedLocked(ioError("write "+old.path, err))
 		}
 	}
-	s.stage.base, s.stage.written = next.base, next.base
+	s.stage.base = next.base
+	s.stage.written.Store(next.base)
 }
 
-// takeStagedLocked returns the staged bytes not yet written, from position
-// from, up to end (the write position the flusher swapped its round at).
-func (s *Store) takeStagedLocked(end int64) (from int64, b []byte) {
-	st := &s.stage
-	if !st.on || st.written >= end {
-		return end, nil
+// stageFailedLocked makes a failed commit-log write sticky.
+func (s *Store) stageFailedLocked(err error) {
+	if s.writeErr == nil {
+		s.writeErr = err
+		s.log.Error("commit log write failed; appends are refused until the store is reopened", "err", err)
 	}
-	return st.written, st.buf[st.written-st.base : end-st.base]
+	s.stage.failed.Store(true)
 }
 
-// writeStaged pwrites b (staged bytes from commit-log position from) into
-// the segments it spans and publishes the new written position. Flusher
-// only (s.flushMu held), s.mu NOT held. On failure the error is sticky.
-func (s *Store) writeStaged(from int64, b []byte) error {
+// WriteOut writes every record appended so far from the staging buffer to
+// the commit-log files (the page cache), so that they survive a crash of the
+// process (not of the machine) and become readable (async mode). In async-flush mode an
+// appender must call it before acknowledging (the broker does, once per
+// batch of commands read from a connection); in sync mode the group commit
+// does it and WriteOut returns at once. An error is the sticky write error:
+// appends since the last successful WriteOut must not be acknowledged.
+func (s *Store) WriteOut() error {
+	if s.sync || !s.stagedPending() {
+		if s.stage.failed.Load() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.writeErr
+		}
+		return nil
+	}
+	return s.writeStaged(s.written.Load())
+}
+
+// writeOutAsync is WriteOut for the store's own readers in async mode: a
+// read that wants everything appended so far writes out what is staged.
+func (s *Store) writeOutAsync() {
+	if !s.sync && s.stagedPending() {
+		_ = s.writeStaged(s.written.Load())
+	}
+}
+
+// stagedPending reports whether staged bytes wait to be written.
+func (s *Store) stagedPending() bool {
+	return s.written.Load() > s.stage.written.Load() && !s.stage.failed.Load()
+}
+
+// writeStaged writes the staged bytes below end (at most the write position)
+// that are not written yet into the segments they span and publishes the
+// new written position. Called by the flusher and the dispatcher with s.mu
+// NOT held. On failure the error is sticky (s.writeErr).
+func (s *Store) writeStaged(end int64) error {
+	st := &s.stage
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	s.mu.Lock()
+	from := st.written.Load()
+	if from >= end || st.failed.Load() {
+		s.mu.Unlock()
+		return nil
+	}
+	// The buffer cannot restart under us: that needs written >= wpos.
+	b := st.buf[from-st.base : end-st.base]
+	s.mu.Unlock()
+
 	var err error
 	pos := from
 	for len(b) > 0 && err == nil {
@@ -128,28 +184,29 @@ func (s *Store) writeStaged(from int64, b []byte) error {
 			break
 		}
 		n := min(int64(len(b)), g.end()-pos)
-		// Pad the last page with zeros (the log holds zeros past the write
-		// position anyway; the next round overwrites them): a partial-page
-		// write into a page not in the cache (the zero-filler writes with
-		// O_DIRECT) makes the kernel read it from disk first, ~100 µs per
-		// round on the dev VM.
 		fend := pos - g.base + n
 		pad := min((fend+pageSize-1)/pageSize*pageSize, g.size) - fend
-		if werr := s.hooks.logWrite(g.f, b[:n], int(pad), pos-g.base); werr != nil {
+		st.iov = append(st.iov[:0], b[:n])
+		if pad > 0 {
+			st.iov = append(st.iov, zeroPage[:pad])
+		}
+		if werr := s.hooks.logWrite(g.f, st.iov, pos-g.base); werr != nil {
 			err = ioError("write "+g.path, werr)
 		}
+		clear(st.iov[:cap(st.iov)])
 		g.release()
 		pos += n
 		b = b[n:]
 	}
 	s.mu.Lock()
 	if err == nil {
-		s.stage.written = pos
-	} else if s.writeErr == nil {
-		s.writeErr = err
-		s.log.Error("commit log write failed; appends are refused until the store is reopened", "err", err)
+		st.written.Store(pos)
+	} else {
+		s.stageFailedLocked(err)
 	}
-	s.stage.drained.Broadcast()
 	s.mu.Unlock()
+	if err == nil && !s.sync {
+		s.wakeDispatcher() // async: written records are visible (sync: once flushed)
+	}
 	return err
 }

@@ -5,7 +5,7 @@
 //
 // Files (one concern each): segment.go (one mapped commit-log file),
 // commitlog.go (append, roll, preallocation), flush.go (group commit),
-// stage.go (the sync-mode write path: staged records pwritten by the flusher),
+// stage.go (the write path: records staged, then pwritten in batches),
 // index.go (partition index files), filecache.go (open index file LRU),
 // dispatch.go (builds indexes), read.go (reads, lookups), wait.go (long-poll
 // notification), recovery.go, checkpoint.go, retention.go, keyindex.go,
@@ -16,8 +16,7 @@
 //
 // Exactly four per Store, whatever the number of partitions: the flusher
 // (flush.go), the dispatcher (dispatch.go), the segment preallocator
-// (commitlog.go; it also prefaults and zero-fills ahead of the writer,
-// prefill.go) and the housekeeper (checkpoints and retention,
+// (commitlog.go; it also zero-fills ahead of the writer, prefill.go) and the housekeeper (checkpoints and retention,
 // retention.go). Close stops them all.
 //
 // # Lock rules
@@ -28,15 +27,16 @@
 //  1. s.ckptMu — serialises checkpoints (index syncs and the checkpoint
 //     file). Held across fsyncs; never taken by appenders or readers.
 //  2. s.retMu — serialises retention passes.
-//  3. s.flushMu — serialises flush rounds (flushOnce). Held across the
-//     pwrite of staged records (sync mode, stage.go) and fdatasync, so it is
-//     never taken by appenders.
+//  3. s.flushMu — serialises flush rounds (flushOnce). Held across
+//     fdatasync, so it is never taken by appenders.
+//     3b. s.stage.wmu — serialises writing staged records out (stage.go; the
+//     flusher, WriteOut callers, readers catching up, an appender whose
+//     buffer is full). Held across the pwrite, never with s.mu held.
 //  4. s.mu — THE APPEND LOCK. Guards the write position and active segment,
 //     assigning queue offsets (partition.next is only stored under it), the
 //     last store time, the pending group-commit round, the put counters, the
 //     sticky errors (writeErr, indexErr, rollErr), s.closed, the staging
-//     buffer's positions (s.stage; its cond waits on s.mu) and the
-//     appender's partition cache. It is never held across fsync, fallocate,
+//     buffer and its positions (s.stage) and the appender's partition cache. It is never held across fsync, fallocate,
 //     pwrite or any other blocking I/O: a roll that finds the next segment
 //     not ready waits for the preallocator with s.mu released
 //     (makeRoomLocked).
@@ -284,7 +284,7 @@ func Open(cfg Config) (*Store, error) {
 	s.mu.Lock()
 	s.pre.want(s.active.base + s.active.size)
 	s.mu.Unlock()
-	kick(s.pre.prefaultc) // start zero-filling ahead (prefill.go)
+	kick(s.pre.fillc) // start zero-filling ahead (prefill.go)
 	return s, nil
 }
 
@@ -394,9 +394,6 @@ func (s *Store) Close() error {
 
 	// Everything below runs with the background goroutines stopped.
 	errFlush := s.flushOnce()
-	s.mu.Lock()
-	s.stage.drained.Broadcast() // an appender waiting for staging room sees s.closed
-	s.mu.Unlock()
 	errDisp := s.disp.run(s.visibleLimit())
 	errCkpt := s.checkpoint()
 	s.closeAllWaiters()
