@@ -359,7 +359,7 @@ func TestZeroFillModes(t *testing.T) {
 }
 
 func TestZeroFillNeverCollidesWithTheWriter(t *testing.T) {
-	// Production distances, async mode (prefault on, fast writer): the
+	// Production distances, async mode (fast writer, zero-fill forced on): the
 	// O_DIRECT zero writes must never overlap a page-cache folio the writer
 	// dirtied, or the kernel fails the page-cache invalidation after the
 	// write and the next fdatasync returns EIO (seen with a fence at the

@@ -245,11 +245,18 @@ type acked struct {
 	body      string
 }
 
-// TestKill9Durability: with sync flush, every acknowledged put survives kill -9 of the broker
-// at a random moment, readable at its acknowledged offset after the restart.
+// TestKill9Durability: every acknowledged put survives kill -9 of the broker at a random
+// moment, readable at its acknowledged offset after the restart — with sync flush (durable on
+// disk) and with async flush (acknowledged once in the page cache, which a process crash does
+// not lose).
 func TestKill9Durability(t *testing.T) {
+	t.Run("sync", func(t *testing.T) { kill9Durability(t, true) })
+	t.Run("async", func(t *testing.T) { kill9Durability(t, false) })
+}
+
+func kill9Durability(t *testing.T, syncFlush bool) {
 	dir := t.TempDir()
-	ini, addr := writeINI(t, dir, true, "", 0, "")
+	ini, addr := writeINI(t, dir, syncFlush, "", 0, "")
 	var all []acked
 	rounds := 3
 	if testing.Short() {
