@@ -55,12 +55,10 @@ type conn struct {
 	readerDone bool     // the reader stopped; the writer closes once the queue is empty
 	closeErr   error
 
-	rq     outQueue // reader-local replies, published after each parsed buffer
-	parked atomic.Int32
-	quit   bool
-	// unwritten counts this batch's async-flush puts (reader only; writeOut).
-	unwritten int
-	filters   map[string]*protocol.TagFilter // tag expression cache (reader only)
+	rq      outQueue // reader-local replies, published after each parsed buffer
+	parked  atomic.Int32
+	quit    bool
+	filters map[string]*protocol.TagFilter // tag expression cache (reader only)
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup // writer + parked gets
@@ -102,18 +100,17 @@ func (c *conn) signalWriter() {
 
 // writeOut makes the records of this batch's async-flush puts durable
 // against a broker crash (in the page cache) before they are acknowledged:
-// one store.WriteOut per batch of commands read, not per put. When that
-// fails their replies become failures.
+// one store.WriteOut per batch of commands read, not per put (two atomic
+// loads when nothing is staged, as in sync mode). When that fails their
+// replies become failures.
 func (c *conn) writeOut() {
-	if c.unwritten == 0 {
+	err := c.srv.store.WriteOut()
+	if err == nil {
 		return
 	}
-	n := c.unwritten
-	c.unwritten = 0
-	if err := c.srv.store.WriteOut(); err != nil {
+	if n := c.rq.failUnflushedPuts(protocol.StatusInternalServerError, c.srv.putFailedMessage(err)); n > 0 {
 		c.srv.stats.putFailed.Add(int64(n))
 		c.log.Error("commit log write failed; put not acknowledged", "puts", n, "err", err)
-		c.rq.failUnflushedPuts(protocol.StatusInternalServerError, c.srv.putFailedMessage(err))
 	}
 }
 

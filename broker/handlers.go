@@ -122,9 +122,6 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 	}
 	ts.putBytes.Add(int64(len(data)))
 	c.rq.addPut(flush, res.MsgID, partition, res.QueueOffset, cmd.Opaque)
-	if flush == nil {
-		c.unwritten++ // async flush: written out before the replies go (conn.writeOut)
-	}
 	if !ts.notified.Load() && ts.notified.CompareAndSwap(false, true) && s.opts.OnTopic != nil {
 		go s.opts.OnTopic(ts.name, ts.settings.NumPartitions)
 	}

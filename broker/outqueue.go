@@ -62,17 +62,22 @@ func (q *outQueue) releaseAll() {
 const replyHeaderEstimate = 40
 
 func (q *outQueue) addResult(code int, body []byte, opaque int32) {
-	start := len(q.arena)
-	q.arena = append(q.arena, body...)
-	q.replies = append(q.replies, reply{kind: replyResult, code: code, opaque: opaque, bodyStart: start, bodyEnd: len(q.arena)})
-	q.bytes += replyHeaderEstimate + len(body)
+	q.replies = append(q.replies, resultReply(q, code, body, opaque))
+	q.bytes += replyHeaderEstimate
 }
 
 func (q *outQueue) addResultString(code int, body string, opaque int32) {
+	q.replies = append(q.replies, resultReply(q, code, body, opaque))
+	q.bytes += replyHeaderEstimate
+}
+
+// resultReply copies body into q's arena (counting its bytes) and returns
+// the result reply that refers to it.
+func resultReply[B string | []byte](q *outQueue, code int, body B, opaque int32) reply {
 	start := len(q.arena)
 	q.arena = append(q.arena, body...)
-	q.replies = append(q.replies, reply{kind: replyResult, code: code, opaque: opaque, bodyStart: start, bodyEnd: len(q.arena)})
-	q.bytes += replyHeaderEstimate + len(body)
+	q.bytes += len(body)
+	return reply{kind: replyResult, code: code, opaque: opaque, bodyStart: start, bodyEnd: len(q.arena)}
 }
 
 func (q *outQueue) addValue(res *store.ReadResult, opaque int32) {
@@ -81,18 +86,18 @@ func (q *outQueue) addValue(res *store.ReadResult, opaque int32) {
 }
 
 // failUnflushedPuts turns the queued successful replies of async-flush puts
-// into failures (their records could not be written out, store.WriteOut).
-func (q *outQueue) failUnflushedPuts(code int, body string) {
+// into failures (their records could not be written out, store.WriteOut)
+// and returns how many there were.
+func (q *outQueue) failUnflushedPuts(code int, body string) (n int) {
 	for i := range q.replies {
 		r := &q.replies[i]
 		if r.kind != replyPut || r.flush != nil {
 			continue
 		}
-		start := len(q.arena)
-		q.arena = append(q.arena, body...)
-		*r = reply{kind: replyResult, code: code, opaque: r.opaque, bodyStart: start, bodyEnd: len(q.arena)}
-		q.bytes += len(body)
+		*r = resultReply(q, code, body, r.opaque)
+		n++
 	}
+	return n
 }
 
 func (q *outQueue) addPut(f *store.Flush, msgID int64, partition int32, offset int64, opaque int32) {

@@ -349,7 +349,7 @@ func (s *Store) ReadByID(msgID int64) (*ReadResult, error) {
 	bid, phys := protocol.SplitMsgID(msgID)
 	vis := s.visibleLimit()
 	if !s.sync && phys >= vis && phys < s.written.Load() {
-		_ = s.writeStaged(s.written.Load()) // appended but still staged (stage.go)
+		_ = s.WriteOut() // appended but still staged (stage.go)
 		vis = s.visibleLimit()
 	}
 	if bid != s.cfg.BrokerID || msgID < 0 || phys < s.logMin.Load() || phys >= vis {

@@ -108,7 +108,7 @@ func (s *Store) rollStagedLocked(old *segment, next *segment) {
 	if off := s.wpos - old.base; off < old.size {
 		var hdr [protocol.BlankMinSize]byte
 		protocol.EncodeBlank(hdr[:], int(old.size-off))
-		if _, err := old.f.WriteAt(hdr[:], off); err != nil {
+		if err := s.hooks.logWrite(old.f, [][]byte{hdr[:]}, off); err != nil {
 			s.stageFailedLocked(ioError("write "+old.path, err))
 		}
 	}
@@ -127,47 +127,35 @@ func (s *Store) stageFailedLocked(err error) {
 
 // WriteOut writes every record appended so far from the staging buffer to
 // the commit-log files (the page cache), so that they survive a crash of the
-// process (not of the machine) and become readable (async mode). In async-flush mode an
+// process (not of the machine) and become readable. In async-flush mode an
 // appender must call it before acknowledging (the broker does, once per
 // batch of commands read from a connection); in sync mode the group commit
 // does it and WriteOut returns at once. An error is the sticky write error:
 // appends since the last successful WriteOut must not be acknowledged.
 func (s *Store) WriteOut() error {
-	if s.sync || !s.stagedPending() {
-		if s.stage.failed.Load() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			return s.writeErr
-		}
-		return nil
+	if s.sync || s.written.Load() <= s.stage.written.Load() && !s.stage.failed.Load() {
+		return nil // nothing staged (the common case costs two atomic loads)
 	}
 	return s.writeStaged(s.written.Load())
 }
 
-// writeOutAsync is WriteOut for the store's own readers in async mode: a
-// read that wants everything appended so far writes out what is staged.
-func (s *Store) writeOutAsync() {
-	if !s.sync && s.stagedPending() {
-		_ = s.writeStaged(s.written.Load())
-	}
-}
-
-// stagedPending reports whether staged bytes wait to be written.
-func (s *Store) stagedPending() bool {
-	return s.written.Load() > s.stage.written.Load() && !s.stage.failed.Load()
-}
-
 // writeStaged writes the staged bytes below end (at most the write position)
 // that are not written yet into the segments they span and publishes the
-// new written position. Called by the flusher and the dispatcher with s.mu
-// NOT held. On failure the error is sticky (s.writeErr).
+// new written position. Called with s.mu NOT held (flusher, WriteOut, an
+// appender whose buffer is full). After a failure it returns the sticky
+// error (s.writeErr) and writes nothing more.
 func (s *Store) writeStaged(end int64) error {
 	st := &s.stage
 	st.wmu.Lock()
 	defer st.wmu.Unlock()
 	s.mu.Lock()
+	if st.failed.Load() {
+		err := s.writeErr
+		s.mu.Unlock()
+		return err
+	}
 	from := st.written.Load()
-	if from >= end || st.failed.Load() {
+	if from >= end {
 		s.mu.Unlock()
 		return nil
 	}

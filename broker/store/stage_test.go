@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/metaqgo/metaq/protocol"
 )
@@ -139,4 +140,77 @@ func TestStagedWriteFailureIsStickyAndNothingAckedIsLost(t *testing.T) {
 	defer mustClose(t, s)
 	verifyAll(t, s, "w", 2, acked, 100)
 	mustAppend(t, s, &Message{Topic: "w", Data: []byte("again")})
+}
+
+func TestStagedRecordsAreReadableBeforeWriteOut(t *testing.T) {
+	// Async mode: a record appended with AppendAsync and not written out yet
+	// is assigned an offset; a read of it (and a key query) must write it out
+	// and find it instead of waiting for the catch-up timeout.
+	cfg := testConfig(t, "")
+	cfg.UnflushThreshold = 1000
+	cfg.UnflushInterval = time.Hour
+	s := mustOpen(t, cfg)
+	defer mustClose(t, s)
+	a, f, err := s.AppendAsync(&Message{Topic: "rw", Properties: []byte("keys=k1"), Data: []byte("staged")})
+	if err != nil || f != nil {
+		t.Fatalf("AppendAsync: %v %v", f, err)
+	}
+	if s.stage.written.Load() > a.PhysicalOffset {
+		t.Fatal("the record was written out by AppendAsync; the test needs it staged")
+	}
+	t0 := time.Now()
+	r, err := s.Read("rw", 0, a.QueueOffset, 4096, nil)
+	if err != nil || r.Status != ReadFound {
+		t.Fatalf("Read of a staged record: %v, status %v", err, r.Status)
+	}
+	r.Release()
+	if d := time.Since(t0); d >= catchUpTimeout {
+		t.Fatalf("Read waited %v (the catch-up timeout) instead of writing the record out", d)
+	}
+	a2, _, err := s.AppendAsync(&Message{Topic: "rw", Properties: []byte("keys=k2"), Data: []byte("staged too")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := s.QueryKey("rw", "k2", 10)
+	if err != nil {
+		t.Fatalf("QueryKey of a staged record: %v", err)
+	}
+	rec, _, err := protocol.DecodeRecord(q.Bufs[0], 0)
+	if err != nil || rec.MsgID != a2.MsgID {
+		t.Fatalf("QueryKey found %v, %v", rec.MsgID, err)
+	}
+	q.Release()
+}
+
+func TestAsyncWriteOutFailureIsSticky(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.UnflushThreshold = 1000
+	cfg.UnflushInterval = time.Hour
+	var fail atomic.Bool
+	cfg.hooks = &faultHooks{onLogWrite: func(string) error {
+		if fail.Load() {
+			return syscall.EIO
+		}
+		return nil
+	}}
+	s := mustOpen(t, cfg)
+	acked := fill(t, s, "aw", 2, 30, 80) // Append writes out: acknowledged
+	fail.Store(true)
+	if _, _, err := s.AppendAsync(&Message{Topic: "aw", Data: []byte("not acked")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteOut(); !errors.Is(err, ErrIO) {
+		t.Fatalf("WriteOut with a failing write: %v, want ErrIO", err)
+	}
+	fail.Store(false)
+	if err := s.WriteOut(); !errors.Is(err, ErrIO) {
+		t.Fatalf("WriteOut after the failure: %v, want the sticky ErrIO", err)
+	}
+	if _, err := s.Append(&Message{Topic: "aw", Data: []byte("x")}); !errors.Is(err, ErrIO) {
+		t.Fatalf("Append after the failure: %v, want ErrIO", err)
+	}
+	_ = s.Close()
+	s = mustOpen(t, cfg)
+	defer mustClose(t, s)
+	verifyAll(t, s, "aw", 2, acked, 80)
 }

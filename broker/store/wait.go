@@ -79,8 +79,9 @@ func (s *Store) closeAllWaiters() {
 // Read-your-writes. DESIGN §2: a record is readable as soon as it is appended
 // (async mode) or durable (sync mode). Records become readable through
 // their index unit, which the dispatcher writes a little later; so a read
-// of an offset that is already assigned but not yet indexed first lets the
-// dispatcher catch up with everything visible at the time of the call
+// of an offset that is already assigned but not yet indexed first writes out
+// what is still staged (async) and lets the dispatcher catch up with
+// everything appended (async) or durable (sync) at the time of the call
 // (bounded by catchUpTimeout, in case the dispatcher is stuck on an I/O
 // error). The dispatcher closes s.progCh after every batch when someone
 // waits (s.progWaiting), the same way as partition waiters.
@@ -92,6 +93,7 @@ func (s *Store) catchUp(target int64) {
 	if s.dispatched.Load() >= target {
 		return
 	}
+	_ = s.WriteOut() // async: records still staged become visible (stage.go)
 	s.wakeDispatcher()
 	timer := time.NewTimer(catchUpTimeout)
 	defer timer.Stop()
