@@ -16,20 +16,11 @@ func TestDiskFullOnPreallocationIsStickyUntilSpaceReturns(t *testing.T) {
 	var full atomic.Bool
 	cfg := testConfig(t, "")
 	cfg.SegmentSize = 4096
-	cfg.hooks = &faultHooks{onFallocate: func(string) error {
-		if full.Load() {
-			return syscall.ENOSPC
-		}
-		return nil
-	}}
+	cfg.hooks = &faultHooks{onFallocate: failWhile(&full, syscall.ENOSPC)}
 	s := mustOpen(t, cfg)
 	defer mustClose(t, s)
 	// Wait for the next segment to be prepared, then fill the disk.
-	waitFor(t, "preallocation", func() bool {
-		s.pre.mu.Lock()
-		defer s.pre.mu.Unlock()
-		return s.pre.ready != nil
-	})
+	waitPrepared(t, s)
 	full.Store(true)
 	var acked []AppendResult
 	var err error
@@ -68,12 +59,7 @@ func TestFsyncErrorIsSticky(t *testing.T) {
 	var fail atomic.Bool
 	cfg := testConfig(t, "")
 	cfg.UnflushThreshold = 0
-	cfg.hooks = &faultHooks{onFdatasync: func(string) error {
-		if fail.Load() {
-			return syscall.EIO
-		}
-		return nil
-	}}
+	cfg.hooks = &faultHooks{onFdatasync: failWhile(&fail, syscall.EIO)}
 	s := mustOpen(t, cfg)
 	acked := fill(t, s, "f", 1, 20, 30)
 	fail.Store(true)
@@ -107,12 +93,7 @@ func TestFsyncErrorIsSticky(t *testing.T) {
 func TestIndexWriteErrorRefusesAppendsUntilRetrySucceeds(t *testing.T) {
 	var fail atomic.Bool
 	cfg := testConfig(t, "")
-	cfg.hooks = &faultHooks{onPwrite: func(string) error {
-		if fail.Load() {
-			return syscall.ENOSPC
-		}
-		return nil
-	}}
+	cfg.hooks = &faultHooks{onPwrite: failWhile(&fail, syscall.ENOSPC)}
 	s := mustOpen(t, cfg)
 	defer mustClose(t, s)
 	acked := fill(t, s, "i", 2, 10, 20)

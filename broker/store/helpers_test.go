@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,6 +90,26 @@ func mustAppend(t testing.TB, s *Store, m *Message) AppendResult {
 		t.Fatalf("Append %s/%d: %v", m.Topic, m.Partition, err)
 	}
 	return r
+}
+
+// failWhile is a fault hook (faultHooks) that fails with err while on is set.
+func failWhile(on *atomic.Bool, err error) func(string) error {
+	return func(string) error {
+		if on.Load() {
+			return err
+		}
+		return nil
+	}
+}
+
+// waitPrepared waits until the preallocator has the next segment ready.
+func waitPrepared(t testing.TB, s *Store) {
+	t.Helper()
+	waitFor(t, "preallocation", func() bool {
+		s.pre.mu.Lock()
+		defer s.pre.mu.Unlock()
+		return s.pre.ready != nil
+	})
 }
 
 // waitFor polls cond until it holds or the deadline passes.

@@ -268,19 +268,10 @@ func TestZeroFillWithDiskFull(t *testing.T) {
 	cfg.SegmentSize = 32 << 10
 	cfg.prefillGap = 4 << 10
 	cfg.prefillChunk = 8 << 10
-	cfg.hooks = &faultHooks{onFallocate: func(string) error {
-		if full.Load() {
-			return syscall.ENOSPC
-		}
-		return nil
-	}}
+	cfg.hooks = &faultHooks{onFallocate: failWhile(&full, syscall.ENOSPC)}
 	s := mustOpen(t, cfg)
 	defer mustClose(t, s)
-	waitFor(t, "preallocation", func() bool {
-		s.pre.mu.Lock()
-		defer s.pre.mu.Unlock()
-		return s.pre.ready != nil
-	})
+	waitPrepared(t, s)
 	full.Store(true)
 	var acked []AppendResult
 	var err error

@@ -103,12 +103,7 @@ func TestStagedRecordLargerThanTheBuffer(t *testing.T) {
 func TestStagedWriteFailureIsStickyAndNothingAckedIsLost(t *testing.T) {
 	cfg := stageConfig(t)
 	var fail atomic.Bool
-	cfg.hooks = &faultHooks{onLogWrite: func(string) error {
-		if fail.Load() {
-			return syscall.EIO
-		}
-		return nil
-	}}
+	cfg.hooks = &faultHooks{onLogWrite: failWhile(&fail, syscall.EIO)}
 	s := mustOpen(t, cfg)
 	acked := fill(t, s, "w", 2, 40, 100)
 	fail.Store(true)
@@ -187,12 +182,7 @@ func TestAsyncWriteOutFailureIsSticky(t *testing.T) {
 	cfg.UnflushThreshold = 1000
 	cfg.UnflushInterval = time.Hour
 	var fail atomic.Bool
-	cfg.hooks = &faultHooks{onLogWrite: func(string) error {
-		if fail.Load() {
-			return syscall.EIO
-		}
-		return nil
-	}}
+	cfg.hooks = &faultHooks{onLogWrite: failWhile(&fail, syscall.EIO)}
 	s := mustOpen(t, cfg)
 	acked := fill(t, s, "aw", 2, 30, 80) // Append writes out: acknowledged
 	fail.Store(true)

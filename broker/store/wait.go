@@ -50,9 +50,13 @@ func (s *Store) Wait(topic string, partition int32, offset int64) <-chan struct{
 
 // notify wakes p's waiters (dispatcher, after publishing p.indexed).
 func (s *Store) notify(p *partition) {
-	if !p.waiting.Load() {
-		return
+	if p.waiting.Load() {
+		p.wakeWaiters()
 	}
+}
+
+// wakeWaiters closes p's wait channel, if any.
+func (p *partition) wakeWaiters() {
 	p.waitMu.Lock()
 	if p.waitCh != nil {
 		close(p.waitCh)
@@ -66,13 +70,7 @@ func (s *Store) notify(p *partition) {
 // ErrClosed.
 func (s *Store) closeAllWaiters() {
 	for _, p := range s.allPartitions() {
-		p.waitMu.Lock()
-		if p.waitCh != nil {
-			close(p.waitCh)
-			p.waitCh = nil
-		}
-		p.waiting.Store(false)
-		p.waitMu.Unlock()
+		p.wakeWaiters()
 	}
 }
 
