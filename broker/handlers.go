@@ -68,21 +68,28 @@ func (s *Server) BrokerString() string {
 	return "meta://" + host + ":" + strconv.Itoa(s.Port())
 }
 
+// failPut counts a failed put (for its topic too, when known) and queues its
+// error reply.
+func (c *conn) failPut(ts *topicState, code int, body string, opaque int32) {
+	if ts != nil {
+		ts.putFailed.Add(1)
+	}
+	c.srv.stats.putFailed.Add(1)
+	c.rq.addResultString(code, body, opaque)
+}
+
 func (c *conn) handlePut(cmd *protocol.Command) {
 	s := c.srv
 	s.stats.cmdPut.Add(1)
 	ts := s.topics.get(cmd.Topic)
 	if ts == nil || !ts.settings.AcceptPublish {
-		s.stats.putFailed.Add(1)
-		c.rq.addResultString(protocol.StatusInternalServerError,
+		c.failPut(nil, protocol.StatusInternalServerError,
 			s.putError(cmd.Topic, cmd.Partition, "The server do not accept topic "+string(cmd.Topic)), cmd.Opaque)
 		return
 	}
 	ts.puts.Add(1)
 	if len(cmd.TxKey) > 0 {
-		ts.putFailed.Add(1)
-		s.stats.putFailed.Add(1)
-		c.rq.addResultString(protocol.StatusServiceUnavailable, "transactional put is not supported yet", cmd.Opaque)
+		c.failPut(ts, protocol.StatusServiceUnavailable, "transactional put is not supported yet", cmd.Opaque)
 		return
 	}
 	partition := cmd.Partition
@@ -90,24 +97,18 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		partition = ts.choosePartition()
 	}
 	if partition < 0 || int(partition) >= ts.settings.NumPartitions {
-		ts.putFailed.Add(1)
-		s.stats.putFailed.Add(1)
-		c.rq.addResultString(protocol.StatusInternalServerError,
+		c.failPut(ts, protocol.StatusInternalServerError,
 			s.putError(cmd.Topic, partition, "wrong partition "+strconv.Itoa(int(partition))), cmd.Opaque)
 		return
 	}
 	props, data, flag, err := protocol.SplitProperties(cmd.Flag, cmd.Data)
 	if err != nil {
-		ts.putFailed.Add(1)
-		s.stats.putFailed.Add(1)
-		c.rq.addResultString(protocol.StatusBadRequest, err.Error(), cmd.Opaque)
+		c.failPut(ts, protocol.StatusBadRequest, err.Error(), cmd.Opaque)
 		return
 	}
 	msg := store.Message{Topic: ts.name, Partition: partition, Flag: flag, Properties: props, Data: data}
 	res, flush, err := s.store.AppendAsync(&msg)
 	if err != nil {
-		ts.putFailed.Add(1)
-		s.stats.putFailed.Add(1)
 		code := protocol.StatusInternalServerError
 		switch {
 		case errors.Is(err, store.ErrMessageTooLarge), errors.Is(err, store.ErrBadTopic):
@@ -117,7 +118,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		default:
 			c.log.Error("append failed", "topic", ts.name, "partition", partition, "err", err)
 		}
-		c.rq.addResultString(code, s.putError(cmd.Topic, partition, err.Error()), cmd.Opaque)
+		c.failPut(ts, code, s.putError(cmd.Topic, partition, err.Error()), cmd.Opaque)
 		return
 	}
 	ts.putBytes.Add(int64(len(data)))
