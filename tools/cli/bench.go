@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -212,15 +210,11 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		return err
 	}
 	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
+		stop, err := startCPUProfile(o.cpuProfile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	b, err := a.newBencher(ctx, o)
 	if err != nil {
@@ -228,10 +222,12 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 	}
 	defer b.close()
 
+	// produce labels its result by the brokers' flush mode.
+	produce := func(ctx context.Context) benchkit.Result { return b.publish(ctx, "") }
 	var runs []func(context.Context) benchkit.Result
 	switch name {
 	case "produce", "publish":
-		runs = append(runs, func(ctx context.Context) benchkit.Result { return b.publish(ctx, "") })
+		runs = append(runs, produce)
 	case benchkit.WorkloadPublishAsync, benchkit.WorkloadPublishDurable:
 		runs = append(runs, func(ctx context.Context) benchkit.Result { return b.publish(ctx, name) })
 	case benchkit.WorkloadLatency:
@@ -245,8 +241,7 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 	case "partitions", benchkit.WorkloadPartitions10000:
 		runs = append(runs, b.spreadPartitions)
 	case "all":
-		runs = append(runs, func(ctx context.Context) benchkit.Result { return b.publish(ctx, "") },
-			b.latency, b.consume, b.e2e)
+		runs = append(runs, produce, b.latency, b.consume, b.e2e)
 		if ok, why := b.topicsExist(ctx); ok {
 			runs = append(runs, b.spreadTopics)
 		} else {
@@ -307,7 +302,6 @@ func writeBenchTable(w io.Writer, results []benchkit.Result) {
 		}
 		return f(v)
 	}
-	usf := func(v float64) string { return fmtUS(v) }
 	for _, r := range results {
 		if r.Error != "" {
 			fmt.Fprintf(tw, "%s\tfailed\t\t\t\t\t\t\t\t\t\n", r.Workload)
@@ -318,7 +312,7 @@ func writeBenchTable(w io.Writer, results []benchkit.Result) {
 			ratio = fmt.Sprintf("%.2f of %s", r.DegradationRatio, benchkit.FormatRate(r.BaselineMsgsPerSec))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Workload, benchkit.FormatCount(r.Msgs), r.Seconds,
-			benchkit.FormatRate(r.MsgsPerSec), r.MBPerSec, dash(r.P50us, usf), dash(r.P99us, usf), dash(r.P999us, usf), dash(r.MaxUs, usf),
+			benchkit.FormatRate(r.MsgsPerSec), r.MBPerSec, dash(r.P50us, fmtUS), dash(r.P99us, fmtUS), dash(r.P999us, fmtUS), dash(r.MaxUs, fmtUS),
 			dash(r.ServerCPUusPerMsg, func(v float64) string { return fmt.Sprintf("%.2f µs", v) }), ratio)
 	}
 	tw.Flush()

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -213,13 +215,21 @@ func (b *bencher) partitions(ctx context.Context, topic string) ([]benchPart, er
 	return out, nil
 }
 
+// servedPartitions is partitions, failing when no broker serves topic.
+func (b *bencher) servedPartitions(ctx context.Context, topic string) ([]benchPart, error) {
+	parts, err := b.partitions(ctx, topic)
+	if err == nil && len(parts) == 0 {
+		err = errors.New("no broker serves topic " + topic)
+	}
+	return parts, err
+}
+
 // probePartitions finds how many partitions of topic the broker at addr serves: `offset` answers
 // 404 for a partition out of range.
 func (b *bencher) probePartitions(ctx context.Context, addr, topic string) (int, error) {
 	exists := func(p int) (bool, error) {
 		_, err := b.admin.MaxOffset(ctx, addr, topic, p)
-		var be *client.BrokerError
-		if errors.As(err, &be) && be.Code == protocol.StatusNotFound {
+		if isNotFound(err) {
 			return false, nil
 		}
 		return err == nil, err
@@ -447,18 +457,20 @@ func (b *bencher) prime(ctx context.Context, label string, msgs []*client.Messag
 	return nil
 }
 
+// knownAddrs is the addresses of the brokers asked so far (b.broker).
+func (b *bencher) knownAddrs() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Collect(maps.Keys(b.brokers))
+}
+
 // settle waits (up to a minute) until every broker known so far has indexed what it stored
 // (`stats` dispatch_lag 0): a metaq broker indexes appended messages in the background, and a
 // measured phase should not inherit the previous phase's backlog (nor the creation of index
 // files for the partitions just primed). Brokers that do not report dispatch_lag are not waited
 // for.
 func (b *bencher) settle(ctx context.Context) {
-	b.mu.Lock()
-	addrs := make([]string, 0, len(b.brokers))
-	for a := range b.brokers {
-		addrs = append(addrs, a)
-	}
-	b.mu.Unlock()
+	addrs := b.knownAddrs()
 	deadline := time.Now().Add(time.Minute)
 	for _, addr := range addrs {
 		for ctx.Err() == nil && time.Now().Before(deadline) {
@@ -482,12 +494,7 @@ func (b *bencher) settle(ctx context.Context) {
 // fsyncStats sums the brokers' commit-log fsync counters (metaq's `stats`): rounds and their
 // total duration in µs. ok is false when a broker does not report them.
 func (b *bencher) fsyncStats(ctx context.Context) (n, us int64, ok bool) {
-	b.mu.Lock()
-	addrs := make([]string, 0, len(b.brokers))
-	for a := range b.brokers {
-		addrs = append(addrs, a)
-	}
-	b.mu.Unlock()
+	addrs := b.knownAddrs()
 	for _, addr := range addrs {
 		cctx, cancel := context.WithTimeout(ctx, b.app.ConnectTimeout)
 		stats, err := b.admin.Stats(cctx, addr, "")
@@ -628,13 +635,9 @@ func (b *bencher) latency(ctx context.Context) benchkit.Result {
 func (b *bencher) consume(ctx context.Context) benchkit.Result {
 	r := b.result(benchkit.WorkloadConsumeBacklog)
 	topic := b.o.topic
-	parts, err := b.partitions(ctx, topic)
+	parts, err := b.servedPartitions(ctx, topic)
 	if err != nil {
 		r.Error = err.Error()
-		return r
-	}
-	if len(parts) == 0 {
-		r.Error = "no broker serves topic " + topic
 		return r
 	}
 	starts, err := b.maxOffsets(ctx, parts)
@@ -797,13 +800,9 @@ func (b *bencher) drainPart(ctx context.Context, p benchPart, s *drainSched, rec
 func (b *bencher) e2e(ctx context.Context) benchkit.Result {
 	r := b.result(benchkit.WorkloadE2E)
 	topic := b.o.topic
-	parts, err := b.partitions(ctx, topic)
+	parts, err := b.servedPartitions(ctx, topic)
 	if err != nil {
 		r.Error = err.Error()
-		return r
-	}
-	if len(parts) == 0 {
-		r.Error = "no broker serves topic " + topic
 		return r
 	}
 	p := b.prods[0]

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,35 +17,12 @@ import (
 	"github.com/metaqgo/metaq/zkmeta/zktest"
 )
 
-// benchBuf is a bytes.Buffer safe for concurrent use.
-type benchBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *benchBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *benchBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runBench runs `metaq <args>` in-process (no ZooKeeper).
 func runBench(t testing.TB, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	var out, errb benchBuf
-	app := &App{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,
-		Getenv: func(string) string { return "" },
-		Exit:   func(code int) { t.Errorf("unexpected forced exit %d", code) }}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	code = Run(ctx, app, args)
-	return out.String(), errb.String(), code
+	return runCLI(t, ctx, "", "", args...)
 }
 
 // benchArgs is the command line bench/'s peer harness passes, with short phases.

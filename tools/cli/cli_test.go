@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/metaqgo/metaq/broker/brokertest"
+	"github.com/metaqgo/metaq/protocol"
 	"github.com/metaqgo/metaq/zkmeta/zktest"
 )
 
@@ -25,7 +27,7 @@ func TestProduceConsumeRoundTrip(t *testing.T) {
 		if s.Topic != "orders" || s.MsgID < 0 || s.Offset < 0 {
 			t.Fatalf("bad sent row %+v", s)
 		}
-		if id, _ := splitID(s.MsgID); id != s.BrokerID {
+		if id, _ := protocol.SplitMsgID(s.MsgID); id != s.BrokerID {
 			t.Fatalf("msgId %d does not name broker %d", s.MsgID, s.BrokerID)
 		}
 	}
@@ -66,20 +68,9 @@ func TestProduceConsumeRoundTrip(t *testing.T) {
 	}
 	out = c.mustRun("consume", "-t", "orders", "--from", "earliest", "--tag", "a", "--count", "2", "--timeout", "20s")
 	lines := strings.Fields(out)
-	if len(lines) != 2 || !contains(lines, "a1") || !contains(lines, "a2") {
+	if len(lines) != 2 || !slices.Contains(lines, "a1") || !slices.Contains(lines, "a2") {
 		t.Fatalf("tag-filtered consume printed %q", out)
 	}
-}
-
-func splitID(id int64) (int, int64) { return int(id >> 48), id & (1<<48 - 1) }
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 func TestConsumeLatestWaitsForNewMessages(t *testing.T) {

@@ -2,7 +2,8 @@ package cli
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -34,12 +35,7 @@ func newBrokersCommand(app *App) *cobra.Command {
 				if b.Master != "" {
 					rows = append(rows, brokerRow{ID: b.ID, Role: "master", Address: b.Master})
 				}
-				ids := make([]int, 0, len(b.Slaves))
-				for id := range b.Slaves {
-					ids = append(ids, id)
-				}
-				sort.Ints(ids)
-				for _, id := range ids {
+				for _, id := range slices.Sorted(maps.Keys(b.Slaves)) {
 					rows = append(rows, brokerRow{ID: b.ID, Role: fmt.Sprintf("slave%d", id), Address: b.Slaves[id]})
 				}
 			}

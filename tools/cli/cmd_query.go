@@ -1,8 +1,9 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,8 +48,7 @@ its broker: the broker's address is read from ZooKeeper unless --broker gives it
 			}
 			app.logf("message %d: broker %d (%s), commit-log offset %d", id, brokerID, addr, phys)
 			m, err := app.admin().QueryID(ctx, addr, id)
-			var be *client.BrokerError
-			if errors.As(err, &be) && be.Code == protocol.StatusNotFound {
+			if isNotFound(err) {
 				return notFoundErr("message %d not found on broker %d (%s)", id, brokerID, addr)
 			}
 			if err != nil {
@@ -91,12 +91,7 @@ its broker: the broker's address is read from ZooKeeper unless --broker gives it
 				if err != nil {
 					return err
 				}
-				ids := make([]int, 0, len(tp.Brokers))
-				for id := range tp.Brokers {
-					ids = append(ids, id)
-				}
-				sort.Ints(ids)
-				for _, id := range ids {
+				for _, id := range slices.Sorted(maps.Keys(tp.Brokers)) {
 					if a := client.FetchAddr(tp.Brokers[id]); a != "" {
 						addrs = append(addrs, a)
 					}

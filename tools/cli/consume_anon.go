@@ -98,7 +98,7 @@ func (c *consumeRun) probePartitions(ctx context.Context) ([]int, error) {
 	var parts []int
 	for p := 0; p < 65536; p++ {
 		_, err := c.app.admin().MinOffset(ctx, o.broker, o.topic, p)
-		if notServed(err) {
+		if isNotFound(err) {
 			break
 		}
 		if err != nil {
@@ -112,7 +112,9 @@ func (c *consumeRun) probePartitions(ctx context.Context) ([]int, error) {
 	return parts, nil
 }
 
-func notServed(err error) bool {
+// isNotFound reports whether a broker answered 404 (protocol.StatusNotFound): it does not
+// serve the topic or partition, or has no such message.
+func isNotFound(err error) bool {
 	var be *client.BrokerError
 	return errors.As(err, &be) && be.Code == protocol.StatusNotFound
 }

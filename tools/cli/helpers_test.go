@@ -62,7 +62,9 @@ func (c *cluster) runIn(stdin string, args ...string) (string, string, int) {
 	return runCLI(c.t, context.Background(), c.zk, stdin, args...)
 }
 
-func runCLI(t *testing.T, ctx context.Context, zk, stdin string, args ...string) (string, string, int) {
+// runCLI runs `metaq <args>` in-process with stdin and no environment but METAQ_ZK=zk (when
+// not empty).
+func runCLI(t testing.TB, ctx context.Context, zk, stdin string, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errb syncBuffer
 	app := &App{
@@ -70,11 +72,8 @@ func runCLI(t *testing.T, ctx context.Context, zk, stdin string, args ...string)
 		Stdout: &out,
 		Stderr: &errb,
 		Getenv: func(k string) string {
-			switch k {
-			case EnvZK:
+			if k == EnvZK {
 				return zk
-			case EnvZKRoot:
-				return ""
 			}
 			return ""
 		},

@@ -150,13 +150,7 @@ func (p *brokerProc) wait(d time.Duration) int {
 
 func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	zktest.Eventually(t, d, cond, "%s", what)
 }
 
 func TestBrokerProcessSIGTERMIsGraceful(t *testing.T) {
