@@ -95,13 +95,13 @@ var systemKeys = []keyDef{
 	{"maxTransferSize", used, "", func(p *parser, c *Config, v string) error { return setSize(&c.System.MaxTransferSize, v) }},
 	{"maxMessageSize", used, "", func(p *parser, c *Config, v string) error { return setSize(&c.System.MaxMessageSize, v) }},
 	{"indexFileSize", used, "", func(p *parser, c *Config, v string) error { return setSize64(&c.System.IndexFileSize, v) }},
-	{"deletePolicy", used, "", func(p *parser, c *Config, v string) error { return setRetention(&c.System.DeletePolicy, v) }},
-	{"deleteWhen", used, "", func(p *parser, c *Config, v string) error { return setSchedule(&c.System.DeleteWhen, v) }},
-	{"acceptPublish", used, "", func(p *parser, c *Config, v string) error { return setBool(&c.System.AcceptPublish, v) }},
-	{"acceptSubscribe", used, "", func(p *parser, c *Config, v string) error { return setBool(&c.System.AcceptSubscribe, v) }},
-	{"stat", notYetUsed, "", func(p *parser, c *Config, v string) error { return setBool(&c.System.Stat, v) }},
+	{"deletePolicy", used, "", func(p *parser, c *Config, v string) error { return set(&c.System.DeletePolicy, v, ParseDeletePolicy) }},
+	{"deleteWhen", used, "", func(p *parser, c *Config, v string) error { return set(&c.System.DeleteWhen, v, ParseSchedule) }},
+	{"acceptPublish", used, "", func(p *parser, c *Config, v string) error { return set(&c.System.AcceptPublish, v, parseBool) }},
+	{"acceptSubscribe", used, "", func(p *parser, c *Config, v string) error { return set(&c.System.AcceptSubscribe, v, parseBool) }},
+	{"stat", notYetUsed, "", func(p *parser, c *Config, v string) error { return set(&c.System.Stat, v, parseBool) }},
 	{"updateConsumerOffsets", notYetUsed, "", func(p *parser, c *Config, v string) error {
-		return setBool(&c.System.UpdateConsumerOffsets, v)
+		return set(&c.System.UpdateConsumerOffsets, v, parseBool)
 	}},
 	{"idleTimeout", used, "", func(p *parser, c *Config, v string) error { return setDuration(&c.System.IdleTimeout, v, time.Second) }},
 	{"maxConnections", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MaxConnections, v) }},
@@ -113,7 +113,9 @@ var systemKeys = []keyDef{
 		return setInt(&c.System.PutProcessThreadCount, v)
 	}},
 	{"loadMessageStoresInParallel", ignored, "metaq recovers one shared commit log; there are no per-topic stores to load in parallel",
-		func(p *parser, c *Config, v string) error { return setBool(&c.System.LoadMessageStoresInParallel, v) }},
+		func(p *parser, c *Config, v string) error {
+			return set(&c.System.LoadMessageStoresInParallel, v, parseBool)
+		}},
 	{"quartzThreadCount", ignored, "deleteWhen schedules run on a timer goroutine, not a Quartz thread pool",
 		func(p *parser, c *Config, v string) error { return setInt(&c.System.QuartzThreadCount, v) }},
 	{"appClassPath", ignored, "Java consumer filter classes are not supported (the broker filters by tag)",
@@ -132,7 +134,7 @@ var systemKeys = []keyDef{
 }
 
 var zkKeys = []keyDef{
-	{"zk.zkEnable", used, "", func(p *parser, c *Config, v string) error { return setBool(&c.ZK.Enable, v) }},
+	{"zk.zkEnable", used, "", func(p *parser, c *Config, v string) error { return set(&c.ZK.Enable, v, parseBool) }},
 	{"zk.zkConnect", used, "", func(p *parser, c *Config, v string) error { c.ZK.Connect = v; return nil }},
 	{"zk.zkRoot", used, "", func(p *parser, c *Config, v string) error { c.ZK.Root = v; return nil }},
 	{"zk.zkSessionTimeoutMs", used, "", func(p *parser, c *Config, v string) error {
@@ -152,20 +154,20 @@ var slaveKeys = []keyDef{
 	{"slaveMaxDelayInMills", notYetUsed, "", func(p *parser, c *Config, v string) error {
 		return setDuration(&c.Slave.MaxDelay, v, time.Millisecond)
 	}},
-	{"autoSyncMasterConfig", notYetUsed, "", func(p *parser, c *Config, v string) error { return setBool(&c.Slave.AutoSyncMasterConfig, v) }},
+	{"autoSyncMasterConfig", notYetUsed, "", func(p *parser, c *Config, v string) error { return set(&c.Slave.AutoSyncMasterConfig, v, parseBool) }},
 }
 
 var topicKeys = []topicKeyDef{
 	{"numPartitions", used, "", func(p *parser, t *Topic, v string) error { return setInt(&t.NumPartitions, v) }},
-	{"acceptPublish", used, "", func(p *parser, t *Topic, v string) error { return setBool(&t.AcceptPublish, v) }},
-	{"acceptSubscribe", used, "", func(p *parser, t *Topic, v string) error { return setBool(&t.AcceptSubscribe, v) }},
-	{"deletePolicy", used, "", func(p *parser, t *Topic, v string) error { return setRetention(&t.DeletePolicy, v) }},
-	{"deleteWhen", notYetUsed, "", func(p *parser, t *Topic, v string) error { return setSchedule(&t.DeleteWhen, v) }},
+	{"acceptPublish", used, "", func(p *parser, t *Topic, v string) error { return set(&t.AcceptPublish, v, parseBool) }},
+	{"acceptSubscribe", used, "", func(p *parser, t *Topic, v string) error { return set(&t.AcceptSubscribe, v, parseBool) }},
+	{"deletePolicy", used, "", func(p *parser, t *Topic, v string) error { return set(&t.DeletePolicy, v, ParseDeletePolicy) }},
+	{"deleteWhen", notYetUsed, "", func(p *parser, t *Topic, v string) error { return set(&t.DeleteWhen, v, ParseSchedule) }},
 	{"unflushThreshold", notYetUsed, "", func(p *parser, t *Topic, v string) error { return setInt(&t.UnflushThreshold, v) }},
 	{"unflushInterval", notYetUsed, "", func(p *parser, t *Topic, v string) error {
 		return setDuration(&t.UnflushInterval, v, time.Millisecond)
 	}},
-	{"stat", notYetUsed, "", func(p *parser, t *Topic, v string) error { return setBool(&t.Stat, v) }},
+	{"stat", notYetUsed, "", func(p *parser, t *Topic, v string) error { return set(&t.Stat, v, parseBool) }},
 	{"dataPath", ignored, "every topic is stored in the one commit log under [system] dataPath",
 		func(p *parser, t *Topic, v string) error { return p.setPath(&t.DataPath, v) }},
 }
@@ -208,39 +210,22 @@ func setSize64(dst *int64, v string) error {
 	return nil
 }
 
+// set parses v with parse and stores the result in dst.
+func set[T any](dst *T, v string, parse func(string) (T, error)) error {
+	x, err := parse(v)
+	if err != nil {
+		return err
+	}
+	*dst = x
+	return nil
+}
+
 func setDuration(dst *time.Duration, v string, unit time.Duration) error {
 	d, err := parseDuration(v, unit)
 	if err != nil {
 		return err
 	}
 	*dst = d
-	return nil
-}
-
-func setBool(dst *bool, v string) error {
-	b, err := parseBool(v)
-	if err != nil {
-		return err
-	}
-	*dst = b
-	return nil
-}
-
-func setRetention(dst *Retention, v string) error {
-	r, err := ParseDeletePolicy(v)
-	if err != nil {
-		return err
-	}
-	*dst = r
-	return nil
-}
-
-func setSchedule(dst *Schedule, v string) error {
-	s, err := ParseSchedule(v)
-	if err != nil {
-		return err
-	}
-	*dst = s
 	return nil
 }
 
