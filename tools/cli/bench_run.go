@@ -821,11 +821,7 @@ func (b *bencher) e2e(ctx context.Context) benchkit.Result {
 		d = time.Duration(float64(b.o.count) / b.o.rate * float64(time.Second))
 	}
 	warm := min(d/10, time.Second)
-	h := benchkit.NewHistogram()
-	var hmu sync.Mutex
-	var recv atomic.Int64
-	var warmEnd atomic.Int64
-	warmEnd.Store(math.MaxInt64)
+	e2e := benchkit.NewE2E()
 	var errOnce sync.Once
 	var readErr error
 	cctx, cancel := context.WithCancel(ctx)
@@ -849,17 +845,7 @@ func (b *bencher) e2e(ctx context.Context) benchkit.Result {
 					continue
 				}
 				for j := range res.Messages {
-					st, ok := benchkit.Stamp(res.Messages[j].Body)
-					if !ok {
-						continue
-					}
-					recv.Add(1)
-					if st.UnixNano() < warmEnd.Load() {
-						continue
-					}
-					hmu.Lock()
-					h.Record(now.Sub(st))
-					hmu.Unlock()
+					e2e.Deliver(res.Messages[j].Body, now)
 				}
 				off = res.NextOffset
 			}
@@ -877,31 +863,29 @@ func (b *bencher) e2e(ctx context.Context) benchkit.Result {
 			sendErrOnce.Do(func() { sendErr = err })
 		}
 	}
-	prog := b.progress(r.Workload, recv.Load)
+	prog := b.progress(r.Workload, e2e.Received)
 	m := b.startCPU()
 	pctx, pcancel := context.WithTimeout(ctx, d)
 	pacer := benchkit.NewPacer(b.o.rate)
-	warmEnd.Store(pacer.Intended(0).Add(warm).UnixNano())
+	e2e.SetWarmupEnd(pacer.Intended(0).Add(warm))
 	start := time.Now()
 	for failed.Load() == 0 {
 		it, err := pacer.Wait(pctx)
 		if err != nil {
 			break
 		}
-		body := make([]byte, len(b.body))
-		copy(body, b.body)
-		benchkit.PutStamp(body, it)
+		body := benchkit.StampedCopy(b.body, it)
 		sent.Add(1)
 		// Not pctx: a put sent just before the end of the phase must not inherit its deadline.
 		p.SendAsync(ctx, &client.Message{Topic: topic, Body: body, Tag: b.o.tag}, cb)
 	}
 	pcancel()
 	el := time.Since(start)
-	for wait := time.Now().Add(5 * time.Second); recv.Load() < sent.Load()-failed.Load() && time.Now().Before(wait); {
+	for wait := time.Now().Add(5 * time.Second); e2e.Received() < sent.Load()-failed.Load() && time.Now().Before(wait); {
 		time.Sleep(5 * time.Millisecond)
 	}
 	prog.Stop()
-	got := recv.Load()
+	got := e2e.Received()
 	m.set(&r, got)
 	cancel()
 	readers.Wait()
@@ -914,7 +898,7 @@ func (b *bencher) e2e(ctx context.Context) benchkit.Result {
 		return r
 	}
 	r.SetThroughput(got, el)
-	r.SetLatency(h)
+	r.SetLatency(e2e.Histogram())
 	extra := []string{fmt.Sprintf("%s msg/s for %s with Producer.SendAsync, latency from the intended send time, first %s not recorded; %d long-polling reader(s) (gets with a 1 s wait)",
 		strconv.FormatFloat(b.o.rate, 'f', -1, 64), d, warm, len(parts)), "broker flush_mode " + b.flushMode(ctx)}
 	if lost := sent.Load() - got; lost > 0 {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -232,26 +231,9 @@ func (w *run) e2e() error {
 	if err := w.drv.Prepare(bg, []string{"bench"}, false); err != nil {
 		return err
 	}
-	h := benchkit.NewHistogram()
-	var mu sync.Mutex
-	var recv atomic.Int64
+	e2e := benchkit.NewE2E()
 	warm := min(w.cfg.Duration/10, time.Second)
-	var warmEnd atomic.Int64 // unix ns; set before the first send
-	warmEnd.Store(1<<63 - 1)
-	stop, err := w.drv.Subscribe(bg, "bench", func(b []byte) {
-		now := time.Now()
-		st, ok := benchkit.Stamp(b)
-		if !ok {
-			return
-		}
-		recv.Add(1)
-		if st.UnixNano() < warmEnd.Load() {
-			return
-		}
-		mu.Lock()
-		h.Record(now.Sub(st))
-		mu.Unlock()
-	})
+	stop, err := w.drv.Subscribe(bg, "bench", func(b []byte) { e2e.Deliver(b, time.Now()) })
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
@@ -267,36 +249,31 @@ func (w *run) e2e() error {
 		ctx, cancel := context.WithTimeout(bg, w.cfg.Duration)
 		defer cancel()
 		pacer := benchkit.NewPacer(w.cfg.Rate)
-		warmEnd.Store(pacer.Intended(0).Add(warm).UnixNano())
+		e2e.SetWarmupEnd(pacer.Intended(0).Add(warm))
 		for {
 			it, err := pacer.Wait(ctx)
 			if err != nil {
 				return nil
 			}
-			b := make([]byte, len(base))
-			copy(b, base)
-			benchkit.PutStamp(b, it)
-			if err := w.drv.Send(ctx, "bench", b); err != nil {
+			if err := w.drv.Send(ctx, "bench", benchkit.StampedCopy(base, it)); err != nil {
 				return err
 			}
 			sent++
-			n.Store(recv.Load())
+			n.Store(e2e.Received())
 		}
 	})
 	if err != nil {
 		return err
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for recv.Load() < sent && time.Now().Before(deadline) {
+	for e2e.Received() < sent && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	stop()
 	stop = nil
-	mu.Lock()
-	defer mu.Unlock()
-	got := recv.Load()
+	got := e2e.Received()
 	w.res.SetThroughput(got, el)
-	w.res.SetLatency(h)
+	w.res.SetLatency(e2e.Histogram())
 	w.res.SetServerCPU(cpu, got)
 	w.res.Notes += fmt.Sprintf("; %s msg/s for %s, latency from the intended send time, first %s not recorded",
 		strconv.FormatFloat(w.cfg.Rate, 'f', -1, 64), w.cfg.Duration, warm)
