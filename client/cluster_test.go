@@ -56,6 +56,13 @@ func TestGroup100kWithCrash(t *testing.T) {
 				f = new(atomic.Int32)
 				inflight[k] = f
 			}
+			mu.Unlock()
+			// Held across the whole handler: an overlap has a window to show.
+			if f.Add(1) != 1 {
+				orderErr.Store(fmt.Sprintf("consumer %d: two handlers at once on partition %s", ci, m.Partition))
+			}
+			defer f.Add(-1)
+			mu.Lock()
 			if prev, ok := last[k]; ok && m.Offset <= prev {
 				orderErr.Store(fmt.Sprintf("consumer %d partition %s: offset %d after %d", ci, m.Partition, m.Offset, prev))
 			}
@@ -66,10 +73,6 @@ func TestGroup100kWithCrash(t *testing.T) {
 			}
 			deliveries[pk] = append(deliveries[pk], ci)
 			mu.Unlock()
-			if f.Add(1) != 1 {
-				orderErr.Store(fmt.Sprintf("consumer %d: two handlers at once on partition %s", ci, m.Partition))
-			}
-			f.Add(-1)
 			return nil
 		}
 	}

@@ -410,6 +410,22 @@ func (c *brokerConn) startPut(ctx context.Context, cl *call, deadline int64, top
 	return nil
 }
 
+// put sends a put (cl without onDone) and waits for its reply, bounded by ctx
+// and timeout; a reply other than success is a *BrokerError. On success the
+// result is in cl.
+func (c *brokerConn) put(ctx context.Context, cl *call, timeout time.Duration, topic string, partition int32, d *dataBlock, checksum bool) error {
+	if err := c.startPut(ctx, cl, c.deadlineFor(ctx, timeout), topic, partition, d, checksum); err != nil {
+		return err
+	}
+	if err := c.wait(ctx, cl); err != nil {
+		return err
+	}
+	if cl.code != protocol.StatusSuccess {
+		return brokerErr(c.addr, cl.code, cl.body)
+	}
+	return nil
+}
+
 // do sends a request built by enc and waits for its reply. The returned
 // call must be released with putCall.
 func (c *brokerConn) do(ctx context.Context, kind callKind, timeout time.Duration, enc func(dst []byte, opaque int32) []byte) (*call, error) {
@@ -785,11 +801,7 @@ func (p *connPool) close() {
 	p.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.close(ErrClosed)
-		}()
+		wg.Go(func() { c.close(ErrClosed) })
 	}
 	wg.Wait()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -460,7 +461,7 @@ func (c *Consumer) rebalance(members []zkmeta.ConsumerInfo, haveMembers bool, pa
 				}
 			}
 			mine = Assign(tp.Partitions, names, c.node)
-			if mine == nil && len(tp.Partitions) > 0 && !contains(names, c.node) {
+			if mine == nil && len(tp.Partitions) > 0 && !slices.Contains(names, c.node) {
 				keep() // our node is not (yet) listed: wait for the next change
 				continue
 			}
@@ -503,31 +504,20 @@ func (c *Consumer) rebalance(members []zkmeta.ConsumerInfo, haveMembers bool, pa
 	}
 }
 
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // stopWorkers stops workers in parallel: fetching ends, handlers in flight
 // finish (their ctx is cancelled), offsets are committed (when commit) and
 // owner nodes released.
 func (c *Consumer) stopWorkers(ws []*partWorker, commit bool) {
 	var wg sync.WaitGroup
 	for _, w := range ws {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			w.stop(commit)
 			c.workersMu.Lock()
 			if c.workers[w.key] == w {
 				delete(c.workers, w.key)
 			}
 			c.workersMu.Unlock()
-		}()
+		})
 	}
 	wg.Wait()
 	if commit && !c.noCommit.Load() && len(ws) > 0 {

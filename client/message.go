@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -247,13 +248,13 @@ func (d *decoder) decode(m *Message, r *protocol.Record) {
 func (d *decoder) decodeProps(m *Message, props []byte) {
 	for len(props) > 0 {
 		var pair []byte
-		if i := indexByte(props, '&'); i >= 0 {
+		if i := bytes.IndexByte(props, '&'); i >= 0 {
 			pair, props = props[:i], props[i+1:]
 		} else {
 			pair, props = props, nil
 		}
 		k, v := pair, []byte(nil)
-		if i := indexByte(pair, '='); i >= 0 {
+		if i := bytes.IndexByte(pair, '='); i >= 0 {
 			k, v = pair[:i], pair[i+1:]
 		}
 		switch string(k) {
@@ -283,15 +284,6 @@ func (d *decoder) tag(raw []byte) string {
 	}
 	d.tags[string(raw)] = t
 	return t
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
 }
 
 // decodeBlock decodes a value block into messages (one allocation for the

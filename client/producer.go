@@ -130,7 +130,7 @@ func (p *Producer) Send(ctx context.Context, msg *Message) (SendResult, error) {
 	s.failedBroker, s.idx = -1, -1
 	var lastErr error
 	for ; s.attempt <= p.opts.SendRetries; s.attempt++ {
-		t := route.table(p)
+		t := route.table()
 		if len(t.parts) == 0 {
 			if lastErr == nil {
 				lastErr = fmt.Errorf("%w %s", ErrNoPartitions, msg.Topic)
@@ -138,15 +138,8 @@ func (p *Producer) Send(ctx context.Context, msg *Message) (SendResult, error) {
 			break
 		}
 		s.tbl, s.idx = t, p.pick(t, msg, s)
-		conn := t.conns[s.idx]
 		cl.err, cl.code = nil, 0
-		err := conn.startPut(ctx, cl, conn.deadlineFor(ctx, p.opts.SendTimeout), msg.Topic, t.putPartition(s.idx), &d, !p.opts.NoChecksum)
-		if err == nil {
-			err = conn.wait(ctx, cl)
-		}
-		if err == nil && cl.code != protocol.StatusSuccess {
-			err = brokerErr(conn.addr, cl.code, cl.body)
-		}
+		err := t.conns[s.idx].put(ctx, cl, p.opts.SendTimeout, msg.Topic, t.putPartition(s.idx), &d, !p.opts.NoChecksum)
 		if err == nil {
 			return p.result(cl, t, s.idx), nil
 		}
@@ -154,10 +147,7 @@ func (p *Producer) Send(ctx context.Context, msg *Message) (SendResult, error) {
 		if s.ordered || !IsRetriable(err) || ctx.Err() != nil || p.closed.Load() {
 			break
 		}
-		s.failedBroker = t.parts[s.idx].BrokerID
-		if t.direct {
-			s.failedBroker = -2 - s.idx
-		}
+		s.failedBroker = t.brokerOf(s.idx)
 	}
 	return SendResult{}, lastErr
 }
@@ -219,14 +209,7 @@ func (p *Producer) SendToPartition(ctx context.Context, msg *Message, part Parti
 		return SendResult{}, err
 	}
 	d := newDataBlock(msg, cl.send.props)
-	err = conn.startPut(ctx, cl, conn.deadlineFor(ctx, p.opts.SendTimeout), msg.Topic, int32(part.Partition), &d, !p.opts.NoChecksum)
-	if err == nil {
-		err = conn.wait(ctx, cl)
-	}
-	if err == nil && cl.code != protocol.StatusSuccess {
-		err = brokerErr(conn.addr, cl.code, cl.body)
-	}
-	if err != nil {
+	if err := conn.put(ctx, cl, p.opts.SendTimeout, msg.Topic, int32(part.Partition), &d, !p.opts.NoChecksum); err != nil {
 		return SendResult{}, err
 	}
 	bid, _ := protocol.SplitMsgID(cl.msgID)
@@ -243,7 +226,7 @@ func (p *Producer) Partitions(ctx context.Context, topic string) ([]Partition, e
 	if err != nil {
 		return nil, err
 	}
-	return append([]Partition(nil), r.table(p).parts...), nil
+	return append([]Partition(nil), r.table().parts...), nil
 }
 
 // Close waits (up to SendTimeout) for async sends in flight, then closes the
@@ -290,6 +273,16 @@ func (t *routeTable) putPartition(i int) int32 {
 	return int32(t.parts[i].Partition)
 }
 
+// brokerOf identifies the broker of partition i, for steering retries away
+// from it: its broker id, or -2-i in direct mode (where ids are unknown and
+// entry i is broker address i).
+func (t *routeTable) brokerOf(i int) int {
+	if t.direct {
+		return -2 - i
+	}
+	return t.parts[i].BrokerID
+}
+
 func (p *Producer) result(cl *call, t *routeTable, idx int) SendResult {
 	part := Partition{BrokerID: t.parts[idx].BrokerID, Partition: int(cl.partition)}
 	if t.direct {
@@ -309,7 +302,7 @@ func (p *Producer) asyncFail(cb func(SendResult, error), err error) {
 // through asyncDone like failed replies.
 func (p *Producer) attemptAsync(ctx context.Context, cl *call) {
 	s := &cl.send
-	t := s.route.table(p)
+	t := s.route.table()
 	if len(t.parts) == 0 {
 		cl.err = fmt.Errorf("%w %s", ErrNoPartitions, s.msg.Topic)
 		s.ordered = true // nothing to retry on
@@ -339,10 +332,7 @@ func (p *Producer) asyncDone(cl *call) {
 		p.closeMu.Lock()
 		if p.ctx.Err() == nil { // not closed yet (Close drains async sends first)
 			s.attempt++
-			s.failedBroker = s.tbl.parts[s.idx].BrokerID
-			if s.tbl.direct {
-				s.failedBroker = -2 - s.idx
-			}
+			s.failedBroker = s.tbl.brokerOf(s.idx)
 			p.wg.Add(1)
 			p.closeMu.Unlock()
 			go func() {
@@ -388,16 +378,10 @@ func (p *Producer) pick(t *routeTable, msg *Message, s *sendState) int {
 	if s.ordered {
 		return s.idx
 	}
-	brokerOf := func(j int) int {
-		if t.direct {
-			return -2 - j
-		}
-		return t.parts[j].BrokerID
-	}
 	fallback := -1
 	for k := 1; k <= n; k++ {
 		j := (s.idx + k) % n
-		if brokerOf(j) == s.failedBroker {
+		if t.brokerOf(j) == s.failedBroker {
 			continue
 		}
 		if t.conns[j].healthy() {
@@ -415,7 +399,7 @@ func (p *Producer) pick(t *routeTable, msg *Message, s *sendState) int {
 
 var emptyTable = &routeTable{}
 
-func (r *topicRoute) table(p *Producer) *routeTable {
+func (r *topicRoute) table() *routeTable {
 	if t := r.cur.Load(); t != nil {
 		return t
 	}
@@ -479,7 +463,7 @@ func (p *Producer) watchRoute(r *topicRoute, ch <-chan zkmeta.TopicPartitions) {
 			p.mu.Unlock()
 			return
 		}
-		old := r.table(p)
+		old := r.table()
 		t := &routeTable{}
 		for _, part := range tp.Partitions {
 			bi := tp.Brokers[part.BrokerID]
@@ -543,7 +527,7 @@ func (p *Producer) connFor(ctx context.Context, topic string, part Partition) (*
 	if err != nil {
 		return nil, err
 	}
-	t := r.table(p)
+	t := r.table()
 	for i, q := range t.parts {
 		if q == part {
 			return t.conns[i], nil

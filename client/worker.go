@@ -178,8 +178,11 @@ func (w *partWorker) loadOffset() (int64, error) {
 		return o.Offset, nil
 	}
 	addr := c.addrOf(w.key)
-	conn := c.pool.get(addr)
-	if addr == "" || conn == nil {
+	var conn *brokerConn
+	if addr != "" { // never dial "": the pool would keep a connection to nowhere
+		conn = c.pool.get(addr)
+	}
+	if conn == nil {
 		return 0, fmt.Errorf("no broker address for partition %s", w.key.p)
 	}
 	var off int64
