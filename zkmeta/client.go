@@ -262,11 +262,7 @@ func (c *Client) spawn(f func()) bool {
 	if !c.spawnOK {
 		return false
 	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		f()
-	}()
+	c.wg.Go(f)
 	return true
 }
 

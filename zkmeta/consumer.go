@@ -307,27 +307,7 @@ func (c *Client) ClaimPartition(ctx context.Context, group, topic string, p Part
 func (c *Client) ReleasePartition(ctx context.Context, group, topic string, p Partition, consumerID string) error {
 	full := c.FullPath(c.paths.Owner(group, topic, p))
 	me := ConsumerNodeName(group, consumerID)
-	return c.do(ctx, func() error {
-		for {
-			d, st, err := c.conn.Get(full)
-			if errors.Is(err, zk.ErrNoNode) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if string(d) != me || st.EphemeralOwner != c.conn.SessionID() {
-				return nil
-			}
-			err = c.conn.Delete(full, st.Version)
-			if err == nil || errors.Is(err, zk.ErrNoNode) {
-				return nil
-			}
-			if !errors.Is(err, zk.ErrBadVersion) {
-				return err
-			}
-		}
-	})
+	return c.do(ctx, func() error { return c.deleteIfOurs(full, []byte(me)) })
 }
 
 // PartitionOwner returns the owner of a partition in group ("" when nobody owns it).

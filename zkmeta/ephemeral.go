@@ -57,7 +57,6 @@ type EphemeralNode struct {
 	holder   int64
 	watchSID int64 // session in which a watch on the other session's node is armed
 	reported bool
-	lastErr  error
 }
 
 type keeper struct {
@@ -277,17 +276,19 @@ func (n *EphemeralNode) removeAsync() *deletion {
 	return d
 }
 
-func (k *keeper) deleteIfOurs(full string) error {
-	conn := k.c.conn
+// deleteIfOurs deletes full when it is an ephemeral node of the current session and, unless
+// data is nil, holds data; a missing node or anybody else's is left alone.
+func (c *Client) deleteIfOurs(full string, data []byte) error {
+	conn := c.conn
 	for {
-		_, st, err := conn.Get(full)
+		d, st, err := conn.Get(full)
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if st.EphemeralOwner != conn.SessionID() {
+		if st.EphemeralOwner != conn.SessionID() || (data != nil && !bytes.Equal(d, data)) {
 			return nil
 		}
 		err = conn.Delete(full, st.Version)
@@ -353,11 +354,10 @@ func each(n int, f func(i int)) {
 	sem := make(chan struct{}, keeperWorkers)
 	for i := range n {
 		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		wg.Go(func() {
+			defer func() { <-sem }()
 			f(i)
-		}()
+		})
 	}
 	wg.Wait()
 }
@@ -437,7 +437,7 @@ func (k *keeper) delete(d *deletion) bool {
 	_, superseded := k.byPath[d.path] // registered again since: the new node takes the path over
 	k.mu.Unlock()
 	if !superseded {
-		if err := k.deleteIfOurs(d.full); err != nil {
+		if err := k.c.deleteIfOurs(d.full, nil); err != nil {
 			if isConnErr(err) {
 				return false
 			}
@@ -512,9 +512,6 @@ func (k *keeper) ensure(n *EphemeralNode, sid int64) (retry, created bool) {
 		return true, false
 	}
 	if !errors.Is(err, zk.ErrNodeExists) {
-		k.mu.Lock()
-		n.lastErr = err
-		k.mu.Unlock()
 		c.log.Printf("zkmeta: cannot create ephemeral node %s: %v; retrying", n.path, err)
 		return true, false
 	}
@@ -536,9 +533,7 @@ func (k *keeper) ensure(n *EphemeralNode, sid int64) (retry, created bool) {
 		return false, true
 	case 0:
 		c.log.Printf("zkmeta: a persistent node sits at %s where an ephemeral one belongs; replacing it", n.path)
-		if err := conn.Delete(n.full, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return true, false
-		}
+		_ = conn.Delete(n.full, st.Version) // deleted or not, the retry creates the node or looks again
 		return true, false
 	}
 	holder := st.EphemeralOwner
@@ -586,7 +581,7 @@ func (k *keeper) setWritten(n *EphemeralNode, sid int64, data []byte) {
 		k.c.log.Printf("zkmeta: %s: the other session's node vanished after %s; registered", n.path, time.Since(n.since).Round(time.Millisecond))
 	}
 	n.owned, n.written, n.verify = sid, data, false
-	n.since, n.holder, n.reported, n.lastErr = time.Time{}, 0, false, nil
+	n.since, n.holder, n.reported = time.Time{}, 0, false
 	k.mu.Unlock()
 	// A Remove that ran meanwhile queued a deletion: the next pass deletes the node.
 }

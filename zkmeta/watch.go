@@ -121,62 +121,44 @@ func (w *watchReader) watchExistence(full string) (bool, error) {
 }
 
 func (w *watchReader) children(full string) ([]string, error) {
-	conn := w.c.conn
-	for range 3 {
-		k := wkey{full, 'c'}
-		var kids []string
-		var err error
-		if w.isArmed(k) {
-			kids, _, err = conn.Children(full)
-		} else {
-			var ch <-chan zk.Event
-			kids, _, ch, err = conn.ChildrenW(full)
-			if err == nil {
-				w.track(k, ch)
-			}
-		}
-		if err == nil {
-			sort.Strings(kids)
-			return kids, nil
-		}
-		if !errors.Is(err, zk.ErrNoNode) {
-			return nil, err
-		}
-		exists, err := w.watchExistence(full)
-		if err != nil || !exists {
-			return nil, err
-		}
-	}
-	return nil, nil
+	kids, _, err := watchedRead(w, wkey{full, 'c'}, w.c.conn.Children, w.c.conn.ChildrenW)
+	sort.Strings(kids)
+	return kids, err
 }
 
 func (w *watchReader) get(full string) ([]byte, bool, error) {
-	conn := w.c.conn
+	return watchedRead(w, wkey{full, 'd'}, w.c.conn.Get, w.c.conn.GetW)
+}
+
+// watchedRead reads k.path with readW, arming a watch of k's kind, or with read when that watch
+// is still armed. When the node is missing it arms a creation watch instead and reports ok false
+// (reading again, up to three times, when the node appeared meanwhile).
+func watchedRead[T any](w *watchReader, k wkey,
+	read func(string) (T, *zk.Stat, error),
+	readW func(string) (T, *zk.Stat, <-chan zk.Event, error)) (v T, ok bool, err error) {
+	var zero T
 	for range 3 {
-		k := wkey{full, 'd'}
-		var data []byte
-		var err error
 		if w.isArmed(k) {
-			data, _, err = conn.Get(full)
+			v, _, err = read(k.path)
 		} else {
 			var ch <-chan zk.Event
-			data, _, ch, err = conn.GetW(full)
+			v, _, ch, err = readW(k.path)
 			if err == nil {
 				w.track(k, ch)
 			}
 		}
 		if err == nil {
-			return data, true, nil
+			return v, true, nil
 		}
 		if !errors.Is(err, zk.ErrNoNode) {
-			return nil, false, err
+			return zero, false, err
 		}
-		exists, err := w.watchExistence(full)
+		exists, err := w.watchExistence(k.path)
 		if err != nil || !exists {
-			return nil, false, err
+			return zero, false, err
 		}
 	}
-	return nil, false, nil
+	return zero, false, nil
 }
 
 // watch runs f now and again after every change of what it read, and sends each result that
