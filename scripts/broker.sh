@@ -33,8 +33,6 @@ BROKER_START_TIMEOUT="${BROKER_START_TIMEOUT:-60}"
 BROKER_STOP_TIMEOUT="${BROKER_STOP_TIMEOUT:-60}"
 BROKER_ARGS="${BROKER_ARGS:-}"
 
-msg() { echo "broker.sh: $*"; }
-err() { echo "broker.sh: $*" >&2; }
 
 resolve_conf() {
 	local c="${1:-conf/server.ini}"

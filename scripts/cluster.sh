@@ -35,8 +35,6 @@ FLUSH="${FLUSH:-async}"
 CLUSTER_DIR="$PROJECT_ROOT/run/cluster"
 ZK_MARK="$CLUSTER_DIR/zk-started-by-cluster"
 
-msg() { echo "cluster.sh: $*"; }
-err() { echo "cluster.sh: $*" >&2; }
 
 validate() {
 	local v

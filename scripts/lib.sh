@@ -4,6 +4,12 @@
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PROJECT_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 METAQ_BIN="${METAQ_BIN:-$PROJECT_ROOT/bin/metaq}"
+SCRIPT_NAME="${0##*/}"
+
+# msg (stdout) and err (stderr) say something prefixed with the script's name; a script may
+# redefine them (test.sh makes msg bold).
+msg() { echo "$SCRIPT_NAME: $*"; }
+err() { echo "$SCRIPT_NAME: $*" >&2; }
 
 # ensure_go puts Go on PATH (/usr/local/go/bin is where the official tarball installs it).
 ensure_go() {
@@ -17,7 +23,7 @@ ensure_go() {
 			return 0
 		fi
 	done
-	echo "$(basename "$0"): Go is not installed (no 'go' on PATH or in /usr/local/go/bin); install Go 1.26+ from https://go.dev/dl/" >&2
+	err "Go is not installed (no 'go' on PATH or in /usr/local/go/bin); install Go 1.26+ from https://go.dev/dl/"
 	exit 1
 }
 
@@ -36,10 +42,10 @@ build_metaq() {
 		return 0
 	fi
 	ensure_go
-	echo "$(basename "$0"): building $METAQ_BIN"
+	msg "building $METAQ_BIN"
 	mkdir -p "$(dirname "$METAQ_BIN")"
 	(cd "$PROJECT_ROOT" && go build -o "$METAQ_BIN.tmp" ./tools/metaq) || {
-		echo "$(basename "$0"): go build ./tools/metaq failed" >&2
+		err "go build ./tools/metaq failed"
 		exit 1
 	}
 	mv -f "$METAQ_BIN.tmp" "$METAQ_BIN"
@@ -68,8 +74,7 @@ ini_get() {
 	printf '%s\n' "$v"
 }
 
-# The helpers below that report problems use the sourcing script's msg (stdout) and err (stderr),
-# and its usage.
+# The helpers below that report problems use msg and err, and the sourcing script's usage.
 
 # handle_help <command>: what every subcommand script does first: -h, --help and help print the
 # usage and exit 0; no command at all prints it on stderr and exits 2. Returns otherwise.

@@ -41,7 +41,6 @@ TEST_RACE="${TEST_RACE:-1}"
 SKIP_LINT="${SKIP_LINT:-0}"
 
 msg() { printf '\033[1mtest.sh: %s\033[0m\n' "$*"; }
-err() { echo "test.sh: $*" >&2; }
 
 cd "$PROJECT_ROOT"
 ensure_go

@@ -67,8 +67,6 @@ PID_FILE="$ZK_DIR/zk.pid"
 LOG_FILE="$LOG_DIR/zookeeper.log"
 OUT_FILE="$LOG_DIR/zookeeper.out"
 
-msg() { echo "zk.sh: $*"; }
-err() { echo "zk.sh: $*" >&2; }
 
 validate_env() {
 	local v
