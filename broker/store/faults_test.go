@@ -22,15 +22,7 @@ func TestDiskFullOnPreallocationIsStickyUntilSpaceReturns(t *testing.T) {
 	// Wait for the next segment to be prepared, then fill the disk.
 	waitPrepared(t, s)
 	full.Store(true)
-	var acked []AppendResult
-	var err error
-	for i := 0; i < 200; i++ {
-		var a AppendResult
-		if a, err = s.Append(&Message{Topic: "d", Data: body("d", 0, i, 100)}); err != nil {
-			break
-		}
-		acked = append(acked, a)
-	}
+	acked, err := appendUntilError(t, s, 200, 100)
 	if !errors.Is(err, ErrDiskFull) || !errors.Is(err, ErrIO) || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("expected ErrDiskFull, got %v", err)
 	}

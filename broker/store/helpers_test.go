@@ -112,6 +112,20 @@ func waitPrepared(t testing.TB, s *Store) {
 	})
 }
 
+// appendUntilError appends up to n messages body("d", 0, i, size) to d/0 and
+// returns those acknowledged and the first error.
+func appendUntilError(t testing.TB, s *Store, n, size int) (acked []AppendResult, err error) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		a, err := s.Append(&Message{Topic: "d", Data: body("d", 0, i, size)})
+		if err != nil {
+			return acked, err
+		}
+		acked = append(acked, a)
+	}
+	return acked, nil
+}
+
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()

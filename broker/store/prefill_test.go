@@ -273,15 +273,7 @@ func TestZeroFillWithDiskFull(t *testing.T) {
 	defer mustClose(t, s)
 	waitPrepared(t, s)
 	full.Store(true)
-	var acked []AppendResult
-	var err error
-	for i := 0; i < 400; i++ {
-		var a AppendResult
-		if a, err = s.Append(&Message{Topic: "d", Data: body("d", 0, i, 300)}); err != nil {
-			break
-		}
-		acked = append(acked, a)
-	}
+	acked, err := appendUntilError(t, s, 400, 300)
 	if !errors.Is(err, ErrDiskFull) {
 		t.Fatalf("expected ErrDiskFull, got %v", err)
 	}
