@@ -35,8 +35,7 @@ func AppendPutHeader(dst []byte, topic string, partition int32, dataLen int, fla
 		dst = appendIntField(dst, int64(checksum))
 	}
 	if txKey != "" {
-		dst = append(dst, ' ')
-		dst = append(dst, txKey...)
+		dst = appendStrField(dst, txKey)
 	}
 	dst = appendIntField(dst, int64(opaque))
 	return append(dst, '\r', '\n')
@@ -56,11 +55,7 @@ func AppendPut(dst []byte, topic string, partition int32, flag, checksum int32, 
 // neither "" nor "*". MetaQ brokers ignore the two extra fields.
 func AppendGet(dst []byte, topic, group string, partition int32, offset int64, maxSize int32, opaque int32, maxWaitMs int64, tags string) []byte {
 	dst = append(dst, "get "...)
-	dst = append(dst, topic...)
-	dst = append(dst, ' ')
-	dst = append(dst, group...)
-	dst = appendIntField(dst, int64(partition))
-	dst = appendIntField(dst, offset)
+	dst = appendQueuePosition(dst, topic, group, partition, offset)
 	dst = appendIntField(dst, int64(maxSize))
 	dst = appendIntField(dst, int64(opaque))
 	withTags := tags != "" && tags != "*"
@@ -68,8 +63,7 @@ func AppendGet(dst []byte, topic, group string, partition int32, offset int64, m
 		dst = appendIntField(dst, max(maxWaitMs, 0))
 	}
 	if withTags {
-		dst = append(dst, ' ')
-		dst = append(dst, tags...)
+		dst = appendStrField(dst, tags)
 	}
 	return append(dst, '\r', '\n')
 }
@@ -77,11 +71,7 @@ func AppendGet(dst []byte, topic, group string, partition int32, offset int64, m
 // AppendOffset appends `offset <topic> <group> <partition> <offset> <opaque>`.
 func AppendOffset(dst []byte, topic, group string, partition int32, offset int64, opaque int32) []byte {
 	dst = append(dst, "offset "...)
-	dst = append(dst, topic...)
-	dst = append(dst, ' ')
-	dst = append(dst, group...)
-	dst = appendIntField(dst, int64(partition))
-	dst = appendIntField(dst, offset)
+	dst = appendQueuePosition(dst, topic, group, partition, offset)
 	dst = appendIntField(dst, int64(opaque))
 	return append(dst, '\r', '\n')
 }
@@ -127,8 +117,7 @@ func AppendQueryID(dst []byte, msgID int64, opaque int32) []byte {
 func AppendQueryKey(dst []byte, topic, key string, maxNum int32, opaque int32) []byte {
 	dst = append(dst, "query key "...)
 	dst = append(dst, topic...)
-	dst = append(dst, ' ')
-	dst = append(dst, key...)
+	dst = appendStrField(dst, key)
 	dst = appendIntField(dst, int64(maxNum))
 	dst = appendIntField(dst, int64(opaque))
 	return append(dst, '\r', '\n')
@@ -140,16 +129,13 @@ func AppendQueryKey(dst []byte, topic, key string, maxNum int32, opaque int32) [
 func AppendTransaction(dst []byte, txKey, sessionID, txType string, timeoutS int, uq string, opaque int32) []byte {
 	dst = append(dst, "transaction "...)
 	dst = append(dst, txKey...)
-	dst = append(dst, ' ')
-	dst = append(dst, sessionID...)
-	dst = append(dst, ' ')
-	dst = append(dst, txType...)
+	dst = appendStrField(dst, sessionID)
+	dst = appendStrField(dst, txType)
 	if timeoutS > 0 {
 		dst = appendIntField(dst, int64(timeoutS))
 	}
 	if uq != "" {
-		dst = append(dst, ' ')
-		dst = append(dst, uq...)
+		dst = appendStrField(dst, uq)
 	}
 	dst = appendIntField(dst, int64(opaque))
 	return append(dst, '\r', '\n')
@@ -173,7 +159,23 @@ func AppendSync(dst []byte, topic string, partition int32, flag int32, msgID int
 	return append(dst, data...)
 }
 
+// appendQueuePosition appends the fields get and offset share:
+// `<topic> <group> <partition> <offset>`.
+func appendQueuePosition(dst []byte, topic, group string, partition int32, offset int64) []byte {
+	dst = append(dst, topic...)
+	dst = appendStrField(dst, group)
+	dst = appendIntField(dst, int64(partition))
+	return appendIntField(dst, offset)
+}
+
+// appendIntField appends ' ' and the decimal form of v.
 func appendIntField(dst []byte, v int64) []byte {
 	dst = append(dst, ' ')
 	return strconv.AppendInt(dst, v, 10)
+}
+
+// appendStrField appends ' ' and s.
+func appendStrField(dst []byte, s string) []byte {
+	dst = append(dst, ' ')
+	return append(dst, s...)
 }

@@ -42,11 +42,10 @@ type Parser struct {
 	state   uint8
 	opPhase uint8 // where the current line's first token scan is: opStart, opIn, opDone
 
-	hdrN    int  // bytes of an unfinished line held in hdr
-	lineN   int  // length of the saved line in hdr (data/skip states)
-	inHdr   bool // the current line lives in hdr
-	dataLen int  // announced data length of the current put/sync
-	need    int  // data bytes still to read or skip
+	hdrN    int // bytes of an unfinished line held in hdr
+	lineN   int // length of the saved line in hdr (data/skip states)
+	dataLen int // announced data length of the current put/sync
+	need    int // data bytes still to read or skip
 
 	nf     int // fields on the line (may exceed MaxFields)
 	spans  [MaxFields]span
@@ -158,15 +157,12 @@ func (p *Parser) Parse(buf []byte, h Handler) error {
 				p.hdrN += copy(p.hdrBuf()[p.hdrN:], w)
 				return nil
 			}
-			var line []byte
-			if p.hdrN > 0 {
-				n := p.hdrN + copy(p.hdr[p.hdrN:], w[:j])
+			line, inHdr := w[:j], p.hdrN > 0
+			if inHdr { // the line started in an earlier read
+				n := p.hdrN + copy(p.hdr[p.hdrN:], line)
 				line = p.hdr[:n]
-				p.inHdr = true
-			} else {
-				line = w[:j]
-				p.inHdr = false
 			}
+			line = trimCR(line) // once: processLine, saveLine and deliver all see the bare line
 			i += j + 1
 			p.hdrN = 0
 			p.opPhase = opStart
@@ -198,7 +194,7 @@ func (p *Parser) Parse(buf []byte, h Handler) error {
 				continue
 			}
 			// The data continues in a later read: keep the header line.
-			p.saveLine(line)
+			p.saveLine(line, inHdr)
 			p.need = n
 			if p.cmd.Err != nil {
 				p.state = stSkip
@@ -272,10 +268,11 @@ func (p *Parser) hdrBuf() []byte {
 	return p.hdr
 }
 
-func (p *Parser) saveLine(line []byte) {
-	if !p.inHdr {
+// saveLine keeps the header line of a put/sync whose data continues in a
+// later read; inHdr reports that it is in hdr already.
+func (p *Parser) saveLine(line []byte, inHdr bool) {
+	if !inHdr {
 		copy(p.hdrBuf(), line)
-		p.inHdr = true
 	}
 	p.lineN = len(line)
 }
@@ -309,12 +306,10 @@ func (p *Parser) checkData() {
 	}
 }
 
-// deliver binds the byte-slice fields to line and calls h.
+// deliver binds the byte-slice fields to line (without its line terminator)
+// and calls h.
 func (p *Parser) deliver(line []byte, h Handler) error {
 	c := &p.cmd
-	if k := len(line); k > 0 && line[k-1] == '\r' {
-		line = line[:k-1]
-	}
 	c.Line = line
 	if c.Err != nil || c.Op == OpTransaction || c.Op == OpSync {
 		n := min(p.nf, MaxFields)
@@ -332,7 +327,6 @@ func (p *Parser) deliver(line []byte, h Handler) error {
 		c.Key = p.field(line, ix.key)
 	}
 	p.state = stLine
-	p.inHdr = false
 	err := h(c)
 	if err != nil {
 		return err
@@ -364,11 +358,9 @@ func (p *Parser) bad(msg string) {
 	p.cmd.Err = &p.errv
 }
 
-// processLine splits a complete header line and validates it.
+// processLine splits a complete header line (without its line terminator)
+// and validates it.
 func (p *Parser) processLine(line []byte) (lineAction, error) {
-	if n := len(line); n > 0 && line[n-1] == '\r' {
-		line = line[:n-1]
-	}
 	// Split on runs of spaces. Control bytes are caught later: names and
 	// numbers reject them, raw fields are checked by checkRaw.
 	nf := 0
@@ -480,14 +472,14 @@ func hasCtl(b []byte) bool {
 }
 
 // opaqueAt reads the opaque from field k.
-func (p *Parser) opaqueAt(line []byte, k int) bool {
-	v, ok := parseInt32(p.f(line, k))
+func (p *Parser) opaqueAt(line []byte, k int) {
+	b := p.f(line, k)
+	v, ok := parseInt32(b)
 	if !ok {
-		p.bad("invalid opaque " + quoteField(p.f(line, k)))
-		return false
+		p.bad("invalid opaque " + quoteField(b))
+		return
 	}
 	p.cmd.Opaque, p.cmd.HasOpaque = v, true
-	return true
 }
 
 // lastOpaque takes the last field as the opaque when it is an integer; used
@@ -506,12 +498,14 @@ func (p *Parser) wrongCount(line []byte, nf int, usage string) {
 	p.bad("wrong number of fields for " + p.cmd.Op.String() + ": " + strconv.Itoa(nf) + ", usage: " + usage)
 }
 
-func (p *Parser) name(line []byte, k int, what string) (ok bool) {
-	if !ValidNameBytes(p.f(line, k)) {
-		p.bad("invalid " + what + " name " + quoteField(p.f(line, k)))
-		return false
+// nameAt validates field k as a topic or group name and returns k for the
+// matching fieldIx entry, or 0 (no field) when it is invalid.
+func (p *Parser) nameAt(line []byte, k uint8, what string) uint8 {
+	if b := p.f(line, int(k)); !ValidNameBytes(b) {
+		p.bad("invalid " + what + " name " + quoteField(b))
+		return 0
 	}
-	return true
+	return k
 }
 
 // num parses field k as a decimal integer in [lo, hi].
@@ -584,9 +578,7 @@ func (p *Parser) parsePut(line []byte, nf int, op Op) (lineAction, error) {
 	if !c.HasOpaque {
 		p.opaqueAt(line, nf-1)
 	}
-	if p.name(line, 1, "topic") {
-		p.ix.topic = 1
-	}
+	p.ix.topic = p.nameAt(line, 1, "topic")
 	c.Partition = int32(p.num(line, 2, "partition", -1, maxI32))
 	c.Flag = int32(p.num(line, 4, "flag", minI32, maxI32))
 	ck := 0 // field holding the checksum, if any
@@ -628,14 +620,7 @@ func (p *Parser) parseGet(line []byte, nf int) {
 		return
 	}
 	p.opaqueAt(line, 6)
-	if p.name(line, 1, "topic") {
-		p.ix.topic = 1
-	}
-	if p.name(line, 2, "group") {
-		p.ix.group = 2
-	}
-	c.Partition = int32(p.num(line, 3, "partition", 0, maxI32))
-	c.Offset = p.num(line, 4, "offset", 0, maxI64)
+	p.queuePosition(line)
 	c.MaxSize = int32(p.num(line, 5, "maxSize", 1, maxI32))
 	if nf >= 8 {
 		c.MaxWaitMs = p.num(line, 7, "maxWaitMs", 0, maxI64)
@@ -643,6 +628,16 @@ func (p *Parser) parseGet(line []byte, nf int) {
 	if nf == 9 {
 		p.ix.tags = 8
 	}
+}
+
+// queuePosition reads the fields get and offset share:
+// <topic> <group> <partition> <offset> (fields 1 to 4).
+func (p *Parser) queuePosition(line []byte) {
+	c := &p.cmd
+	p.ix.topic = p.nameAt(line, 1, "topic")
+	p.ix.group = p.nameAt(line, 2, "group")
+	c.Partition = int32(p.num(line, 3, "partition", 0, maxI32))
+	c.Offset = p.num(line, 4, "offset", 0, maxI64)
 }
 
 // offset <topic> <group> <partition> <offset> <opaque>
@@ -654,14 +649,7 @@ func (p *Parser) parseOffset(line []byte, nf int) {
 		return
 	}
 	p.opaqueAt(line, 5)
-	if p.name(line, 1, "topic") {
-		p.ix.topic = 1
-	}
-	if p.name(line, 2, "group") {
-		p.ix.group = 2
-	}
-	c.Partition = int32(p.num(line, 3, "partition", 0, maxI32))
-	c.Offset = p.num(line, 4, "offset", 0, maxI64)
+	p.queuePosition(line)
 }
 
 // stats [<item>] [<opaque>]. With a single field: an integer is the opaque
@@ -695,9 +683,7 @@ func (p *Parser) parseSeek(line []byte, nf int) {
 		return
 	}
 	p.opaqueAt(line, 4)
-	if p.name(line, 1, "topic") {
-		p.ix.topic = 1
-	}
+	p.ix.topic = p.nameAt(line, 1, "topic")
 	c.Partition = int32(p.num(line, 2, "partition", 0, maxI32))
 	c.Timestamp = p.num(line, 3, "timestamp", 0, maxI64)
 }
@@ -725,9 +711,7 @@ func (p *Parser) parseQuery(line []byte, nf int) {
 			return
 		}
 		p.opaqueAt(line, 5)
-		if p.name(line, 2, "topic") {
-			p.ix.topic = 2
-		}
+		p.ix.topic = p.nameAt(line, 2, "topic")
 		p.ix.key = 3
 		c.MaxNum = int32(p.num(line, 4, "maxNum", 1, maxI32))
 	default:
@@ -748,6 +732,14 @@ func eqFold(b []byte, s string) bool {
 		}
 	}
 	return true
+}
+
+// trimCR drops the '\r' of a "\r\n" line end from a line cut before its '\n'.
+func trimCR(line []byte) []byte {
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		return line[:n-1]
+	}
+	return line
 }
 
 // quoteField renders a field for an error message (quoted, escaped, cut).

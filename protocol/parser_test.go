@@ -648,16 +648,30 @@ func TestParserAllocs(t *testing.T) {
 	if n == 0 || n%11 != 0 {
 		t.Fatalf("n = %d", n)
 	}
-	// Split lines and split data reuse the parser's buffers.
-	a, b := stream[:30], stream[30:]
-	p.Parse(a, h)
-	p.Parse(b, h)
-	allocs = testing.AllocsPerRun(1000, func() {
-		p.Parse(a, h)
-		p.Parse(b, h)
-	})
-	if allocs != 0 {
-		t.Fatalf("split Parse allocates %.1f times", allocs)
+	// Split lines and split data reuse the parser's buffers. Errors are
+	// checked: a sticky fatal error would make every later Parse a no-op
+	// that trivially does not allocate.
+	// The first put's header is 30 bytes and its data 100: cut mid-line, at
+	// the start of the data, mid-data and inside the second put's line.
+	for _, cut := range []int{10, 30, 80, 140} {
+		a, b := stream[:cut], stream[cut:]
+		parseSplit := func() {
+			if err := p.Parse(a, h); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Parse(b, h); err != nil {
+				t.Fatal(err)
+			}
+		}
+		parseSplit()
+		n = 0
+		allocs = testing.AllocsPerRun(1000, parseSplit)
+		if allocs != 0 {
+			t.Fatalf("split at %d: Parse allocates %.1f times", cut, allocs)
+		}
+		if n == 0 || n%11 != 0 {
+			t.Fatalf("split at %d: n = %d", cut, n)
+		}
 	}
 }
 

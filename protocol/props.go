@@ -127,33 +127,29 @@ const (
 
 // TagHash is the 32-bit tag code stored in index units: FNV-1a over the tag's
 // UTF-8 bytes, with 0 reserved for "no tag" (a hash of 0 becomes 1).
-func TagHash(tag []byte) uint32 {
+func TagHash(tag []byte) uint32 { return tagHash(tag) }
+
+// TagHashString is TagHash for a string.
+func TagHashString(tag string) uint32 { return tagHash(tag) }
+
+func tagHash[T string | []byte](tag T) uint32 {
 	if len(tag) == 0 {
 		return 0
 	}
 	h := uint32(fnvOffset32)
-	for _, c := range tag {
-		h ^= uint32(c)
-		h *= fnvPrime32
+	for i := 0; i < len(tag); i++ {
+		h = fnvByte(h, tag[i])
 	}
-	if h == 0 {
-		h = 1
-	}
-	return h
+	return nonZeroTagHash(h)
 }
 
-// TagHashString is TagHash for a string.
-func TagHashString(tag string) uint32 {
-	if tag == "" {
-		return 0
-	}
-	h := uint32(fnvOffset32)
-	for i := 0; i < len(tag); i++ {
-		h ^= uint32(tag[i])
-		h *= fnvPrime32
-	}
+// fnvByte is one FNV-1a step.
+func fnvByte(h uint32, c byte) uint32 { return (h ^ uint32(c)) * fnvPrime32 }
+
+// nonZeroTagHash maps a hash of 0 (reserved for "no tag") to 1.
+func nonZeroTagHash(h uint32) uint32 {
 	if h == 0 {
-		h = 1
+		return 1
 	}
 	return h
 }
@@ -165,22 +161,14 @@ func PropsTagHash(props []byte) uint32 {
 	if !ok || len(raw) == 0 {
 		return 0
 	}
+	// raw is not empty, so at least one byte is hashed.
 	h := uint32(fnvOffset32)
-	n := 0
 	for i := 0; i < len(raw); {
 		var c byte
 		c, i = unescapeAt(raw, i)
-		h ^= uint32(c)
-		h *= fnvPrime32
-		n++
+		h = fnvByte(h, c)
 	}
-	if n == 0 {
-		return 0
-	}
-	if h == 0 {
-		h = 1
-	}
-	return h
+	return nonZeroTagHash(h)
 }
 
 // TagFilter is a parsed subscription expression: `*` (everything) or

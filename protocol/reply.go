@@ -48,10 +48,8 @@ func StatusText(code int) string {
 func AppendResultHeader(dst []byte, code, bodyLen int, opaque int32) []byte {
 	dst = append(dst, "result "...)
 	dst = strconv.AppendInt(dst, int64(code), 10)
-	dst = append(dst, ' ')
-	dst = strconv.AppendInt(dst, int64(bodyLen), 10)
-	dst = append(dst, ' ')
-	dst = strconv.AppendInt(dst, int64(opaque), 10)
+	dst = appendIntField(dst, int64(bodyLen))
+	dst = appendIntField(dst, int64(opaque))
 	return append(dst, '\r', '\n')
 }
 
@@ -90,10 +88,8 @@ func PutResultBodyLen(msgID int64, partition int32, offset int64) int {
 // transaction).
 func AppendPutResultBody(dst []byte, msgID int64, partition int32, offset int64) []byte {
 	dst = strconv.AppendInt(dst, msgID, 10)
-	dst = append(dst, ' ')
-	dst = strconv.AppendInt(dst, int64(partition), 10)
-	dst = append(dst, ' ')
-	return strconv.AppendInt(dst, offset, 10)
+	dst = appendIntField(dst, int64(partition))
+	return appendIntField(dst, offset)
 }
 
 // AppendPutResult appends the whole put success reply:
@@ -110,8 +106,7 @@ func AppendPutResult(dst []byte, msgID int64, partition int32, offset int64, opa
 func AppendValueHeader(dst []byte, n int, opaque int32) []byte {
 	dst = append(dst, "value "...)
 	dst = strconv.AppendInt(dst, int64(n), 10)
-	dst = append(dst, ' ')
-	dst = strconv.AppendInt(dst, int64(opaque), 10)
+	dst = appendIntField(dst, int64(opaque))
 	return append(dst, '\r', '\n')
 }
 
@@ -133,14 +128,7 @@ func AppendStatsEnd(dst []byte) []byte { return append(dst, "END\r\n"...) }
 // AppendStat appends `key value\r\n`. Spaces in key and CR/LF in either are
 // replaced by '_' and ' ' so the body stays parseable.
 func AppendStat(dst []byte, key, value string) []byte {
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if c == ' ' || c == '\r' || c == '\n' {
-			c = '_'
-		}
-		dst = append(dst, c)
-	}
-	dst = append(dst, ' ')
+	dst = appendStatKey(dst, key)
 	for i := 0; i < len(value); i++ {
 		c := value[i]
 		if c == '\r' || c == '\n' {
@@ -153,8 +141,19 @@ func AppendStat(dst []byte, key, value string) []byte {
 
 // AppendStatInt appends `key <decimal>\r\n`.
 func AppendStatInt(dst []byte, key string, v int64) []byte {
-	dst = AppendStat(dst, key, "")
-	dst = dst[:len(dst)-2]
+	dst = appendStatKey(dst, key)
 	dst = strconv.AppendInt(dst, v, 10)
 	return append(dst, '\r', '\n')
+}
+
+// appendStatKey appends `key ` with spaces and CR/LF in key replaced by '_'.
+func appendStatKey(dst []byte, key string) []byte {
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if c == ' ' || c == '\r' || c == '\n' {
+			c = '_'
+		}
+		dst = append(dst, c)
+	}
+	return append(dst, ' ')
 }

@@ -98,11 +98,7 @@ func (rr *ReplyReader) Next() (Reply, error) {
 	case err != nil:
 		return Reply{}, err
 	}
-	line = line[:len(line)-1]
-	if n := len(line); n > 0 && line[n-1] == '\r' {
-		line = line[:n-1]
-	}
-	rep, n, err := parseReplyLine(line, rr.maxBody)
+	rep, n, err := parseReplyLine(trimCR(line[:len(line)-1]), rr.maxBody)
 	if err != nil {
 		return Reply{}, err
 	}
@@ -197,10 +193,15 @@ func parseReplyLine(line []byte, maxBody int) (Reply, int, error) {
 }
 
 func replyErr(line []byte, msg string) error {
-	if len(line) > 128 {
-		line = line[:128]
+	return &ReplyFormatError{Line: string(clip128(line)), Msg: msg}
+}
+
+// clip128 cuts b to the 128 bytes an error message quotes.
+func clip128(b []byte) []byte {
+	if len(b) > 128 {
+		return b[:128]
 	}
-	return &ReplyFormatError{Line: string(line), Msg: msg}
+	return b
 }
 
 // ParsePutResult parses MetaQ's put success body `<msgId> <partition> <offset>`.
@@ -225,20 +226,14 @@ func ParsePutResult(body []byte) (msgID int64, partition int32, offset int64, er
 }
 
 func errPutResult(body []byte) error {
-	if len(body) > 128 {
-		body = body[:128]
-	}
-	return errors.New("protocol: bad put result " + strconv.Quote(string(body)) + ": want `<msgId> <partition> <offset>`")
+	return errors.New("protocol: bad put result " + strconv.Quote(string(clip128(body))) + ": want `<msgId> <partition> <offset>`")
 }
 
 // ParseInt parses a reply body that is one decimal number (offset, 301, seek).
 func ParseInt(body []byte) (int64, error) {
 	v, ok := parseInt64(bytes.TrimSpace(body))
 	if !ok {
-		if len(body) > 128 {
-			body = body[:128]
-		}
-		return 0, errors.New("protocol: not a decimal integer: " + strconv.Quote(string(body)))
+		return 0, errors.New("protocol: not a decimal integer: " + strconv.Quote(string(clip128(body))))
 	}
 	return v, nil
 }
@@ -270,9 +265,7 @@ func EachStat(body []byte, fn func(key, value []byte)) error {
 		} else {
 			line, body = body, nil
 		}
-		if n := len(line); n > 0 && line[n-1] == '\r' {
-			line = line[:n-1]
-		}
+		line = trimCR(line)
 		switch {
 		case ended:
 			if len(line) > 0 {
