@@ -451,6 +451,13 @@ func (s *Store) recoverPartition(p *partition, cut, end int64, cutAlways bool) (
 	if err != nil {
 		return 0, 0, err
 	}
+	if start == stop {
+		// No unit was ever written (a crash between creating an index file
+		// and writing into it): the stream starts at its first file and the
+		// re-dispatch below rebuilds it — not at stop, which would hide the
+		// rebuilt offsets below it as "too small".
+		start = first
+	}
 	count, err := s.searchUnits(p, start, stop, func(phys int64, size int32) bool {
 		return !(size > 0 && phys < cut)
 	})
