@@ -83,9 +83,10 @@ func TestPacer(t *testing.T) {
 	if p.Behind() < 15*time.Millisecond {
 		t.Fatalf("behind %v", p.Behind())
 	}
-	t0 := time.Now()
+	// (Checked by the intended time it returns, not by how fast it returned:
+	// a timed upper bound failed on a loaded machine.)
 	it, _ := p.Wait(ctx)
-	if time.Since(t0) > 50*time.Millisecond || time.Since(it) < 15*time.Millisecond {
+	if !it.Equal(last.Add(time.Millisecond)) || time.Since(it) < 15*time.Millisecond {
 		t.Fatal("late sender was rescheduled instead of measured from the intended time")
 	}
 	// Cancellation.
