@@ -59,6 +59,7 @@ type conn struct {
 	parked  atomic.Int32
 	quit    bool
 	filters map[string]*protocol.TagFilter // tag expression cache (reader only)
+	wheres  whereCache                     // filter expression cache (where.go; reader only)
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup // writer + parked gets

@@ -140,6 +140,9 @@ func (s *Store) readInto(r *ReadResult, p *partition, offset, readable int64, ma
 	q := offset
 	skipped := 0
 	all := f.All()
+	rm := f.RecordMatcher() // an expression on the record (readmatch.go)
+	var pk recordPeek
+	defer pk.release()
 	caughtUp := false
 again:
 	stopped := false // the scan ended for a reason other than reaching readable
@@ -170,6 +173,27 @@ scan:
 					break scan
 				}
 				continue
+			}
+			if rm != nil {
+				ok, err := s.peekMatch(&pk, p, q, phys, int(size), rm)
+				if err != nil {
+					if r.Count > 0 {
+						stopped = true
+						break scan
+					}
+					if err == errBelowMin {
+						return s.tooSmall(r, p)
+					}
+					return err
+				}
+				if !ok {
+					q++
+					if skipped++; skipped >= maxFilteredScan && r.Count == 0 {
+						stopped = true
+						break scan
+					}
+					continue
+				}
 			}
 			if r.Count > 0 && r.Bytes+int(size) > maxBytes {
 				stopped = true
@@ -263,6 +287,11 @@ func (s *Store) appendRecord(r *ReadResult, p *partition, q, phys int64, size in
 // verifyRecord checks a record against the unit that points to it: size,
 // magic, partition, queue offset, topic, then the CRC.
 func verifyRecord(rec []byte, p *partition, q int64) bool {
+	return verifyHeader(rec, p, q) && binary.BigEndian.Uint32(rec[protocol.OffCRC:]) == protocol.CRC32C(rec[protocol.OffMsgID:])
+}
+
+// verifyHeader is verifyRecord without the CRC.
+func verifyHeader(rec []byte, p *partition, q int64) bool {
 	be := binary.BigEndian
 	if len(rec) < protocol.RecordOverhead+1 ||
 		int(be.Uint32(rec[protocol.OffSize:])) != len(rec) ||
@@ -272,10 +301,7 @@ func verifyRecord(rec []byte, p *partition, q int64) bool {
 		return false
 	}
 	tl := int(rec[protocol.OffTopicLen])
-	if protocol.OffTopicLen+1+tl > len(rec) || string(rec[protocol.OffTopicLen+1:protocol.OffTopicLen+1+tl]) != p.topic.name {
-		return false
-	}
-	return be.Uint32(rec[protocol.OffCRC:]) == protocol.CRC32C(rec[protocol.OffMsgID:])
+	return protocol.OffTopicLen+1+tl <= len(rec) && string(rec[protocol.OffTopicLen+1:protocol.OffTopicLen+1+tl]) == p.topic.name
 }
 
 // corrupt logs a verification failure and returns ErrCorrupt.
