@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/conf"
 )
 
@@ -73,5 +74,10 @@ func ServerOptions(c *conf.Config, log *slog.Logger) Options {
 		MaxConnections:  sys.MaxConnections,
 		Logger:          log,
 		ConfigPath:      c.Path,
+		Tx: tx.Config{
+			MaxTimeout:    sys.MaxTxTimeout,
+			CheckInterval: sys.TransactionCheckInterval,
+			CheckMax:      sys.TransactionCheckMax,
+		},
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/protocol"
 )
 
@@ -59,6 +60,7 @@ type conn struct {
 	parked  atomic.Int32
 	quit    bool
 	filters map[string]*protocol.TagFilter // tag expression cache (reader only)
+	txs     *tx.Session                    // transactions of this connection (txconn.go; reader only)
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup // writer + parked gets
@@ -89,6 +91,7 @@ func (c *conn) serve() {
 	}()
 	c.readLoop()
 	c.wg.Wait()
+	c.closeTx()
 }
 
 func (c *conn) signalWriter() {
@@ -141,7 +144,7 @@ func (c *conn) appendQueueLocked(src *outQueue) {
 	base := len(c.out.arena)
 	c.out.arena = append(c.out.arena, src.arena...)
 	for _, r := range src.replies {
-		if r.kind == replyResult {
+		if r.kind == replyResult || r.kind == replyRaw {
 			r.bodyStart += base
 			r.bodyEnd += base
 		}

@@ -89,6 +89,10 @@ type System struct {
 	MaxTxTimeoutTimerCapacity int           // maxTxTimeoutTimerCapacity, default 30000
 	MaxTxTimeout              time.Duration // maxTxTimeoutInSeconds, default 60s
 	FlushTxLogAtCommit        int           // flushTxLogAtCommit 0|1|2, default 1
+
+	// Transactional messages with check-back (RocketMQ's keys and defaults).
+	TransactionCheckInterval time.Duration // transactionCheckInterval (ms), default 60s
+	TransactionCheckMax      int           // transactionCheckMax, default 15
 }
 
 // ZK is the [zookeeper] section.
@@ -213,6 +217,8 @@ func defaults(brokerID int) *Config {
 			MaxTxTimeoutTimerCapacity: 30000,
 			MaxTxTimeout:              60 * time.Second,
 			FlushTxLogAtCommit:        1,
+			TransactionCheckInterval:  60 * time.Second,
+			TransactionCheckMax:       15,
 		},
 		ZK: ZK{
 			Enable:            true,
@@ -481,6 +487,12 @@ func (c *Config) validate(loc locator) []error {
 	}
 	if s.MaxTxTimeout <= 0 {
 		bad(sys, "maxTxTimeoutInSeconds", "must be > 0")
+	}
+	if s.TransactionCheckInterval <= 0 {
+		bad(sys, "transactionCheckInterval", "must be > 0")
+	}
+	if s.TransactionCheckMax < 1 {
+		bad(sys, "transactionCheckMax", "must be >= 1")
 	}
 	if s.FlushTxLogAtCommit < 0 || s.FlushTxLogAtCommit > 2 {
 		bad(sys, "flushTxLogAtCommit", "%d: want 0 (OS decides), 1 (every commit) or 2 (every second)", s.FlushTxLogAtCommit)
