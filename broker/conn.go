@@ -62,6 +62,8 @@ type conn struct {
 	filters map[string]*protocol.TagFilter // tag expression cache (reader only)
 	txs     *tx.Session                    // transactions of this connection (txconn.go; reader only)
 
+	own ownPuts // this connection's puts, for the gets after them (reader only; ordering.go)
+
 	closeOnce sync.Once
 	wg        sync.WaitGroup // writer + parked gets
 }

@@ -122,6 +122,12 @@ if [[ "$SKIP_LINT" != 1 ]]; then
 	if ! go vet ./...; then
 		lint_status=1
 	fi
+	# Code and docs point at the project's own docs/, never at the design contract outside the
+	# repository.
+	if git grep -n 'DESIGN §' -- ':!scripts/test.sh' 2>/dev/null; then
+		err "the lines above cite DESIGN §…, which is not in the repository: cite docs/*.md instead"
+		lint_status=1
+	fi
 	# go.mod/go.sum must be what go mod tidy makes them, in the main module and in bench/ (its own
 	# module, which replaces the main one with ../ and so sees the main module's requirements too).
 	for mod in . bench; do
