@@ -104,6 +104,7 @@ func (s *Server) appendSystemStats(b []byte) []byte {
 	b = protocol.AppendStatInt(b, "long_polls", s.stats.longPolls.Load())
 	b = protocol.AppendStatInt(b, "bad_requests", s.stats.badReqs.Load())
 	b = appendTxStats(b, txs)
+	b = s.putBudget.appendStats(b)
 	b = appendStoreStats(b, st)
 	return b
 }
