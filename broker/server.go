@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/broker/tx"
 )
 
 // Version is the string `version` answers with (MetaQ clients use the
@@ -44,6 +45,9 @@ type Options struct {
 	OnTopic func(topic string, numPartitions int)
 	// ConfigPath is reported by `stats config` when set.
 	ConfigPath string
+	// Tx configures transactions (txserver.go); Store, BrokerID and Logger
+	// are filled in.
+	Tx tx.Config
 }
 
 // Server is a running broker listener.
@@ -56,6 +60,7 @@ type Server struct {
 
 	topics topicTable
 	stats  counters
+	tx     *tx.Manager
 
 	rtMu   sync.Mutex
 	rtPrev realtimeSnap
@@ -109,6 +114,9 @@ func New(opts Options) (*Server, error) {
 		putBudget: newPutBudget(opts.MaxPendingPutBytes),
 	}
 	s.topics.init(opts.Topics)
+	if err := s.openTx(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -227,6 +235,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			<-done
 			err = ctx.Err()
 		}
+		s.tx.Close()
 	})
 	return err
 }
