@@ -73,5 +73,6 @@ func ServerOptions(c *conf.Config, log *slog.Logger) Options {
 		MaxConnections:  sys.MaxConnections,
 		Logger:          log,
 		ConfigPath:      c.Path,
+		DataPath:        sys.DataPath,
 	}
 }

@@ -38,6 +38,8 @@ type Options struct {
 	OnTopic func(topic string, numPartitions int)
 	// ConfigPath is reported by `stats config` when set.
 	ConfigPath string
+	// DataPath is the store's directory (`stats` reports its disk usage).
+	DataPath string
 }
 
 // Server is a running broker listener.
@@ -50,6 +52,7 @@ type Server struct {
 
 	topics topicTable
 	stats  counters
+	lat    atomic.Pointer[latencyObserver] // metrics.go
 
 	rtMu   sync.Mutex
 	rtPrev realtimeSnap

@@ -103,6 +103,7 @@ func (s *Server) appendSystemStats(b []byte) []byte {
 	b = protocol.AppendStatInt(b, "long_polls", s.stats.longPolls.Load())
 	b = protocol.AppendStatInt(b, "bad_requests", s.stats.badReqs.Load())
 	b = appendStoreStats(b, st)
+	b = appendDiskStats(b, s.opts.DataPath)
 	return b
 }
 

@@ -54,7 +54,7 @@ type System struct {
 	HostName          string // hostName: address advertised in ZooKeeper; default DefaultHostName()
 	BindHost          string // bindHost (metaq): listener address; "" = all interfaces
 	ServerPort        int    // serverPort, default 8123; 0 = any free port (tests)
-	DashboardHTTPPort int    // dashboardHttpPort, default 8120; 0 = disabled (accepted, not yet used)
+	DashboardHTTPPort int    // dashboardHttpPort, default 8120; 0 = disabled (HTTP side: broker/httpapi)
 	NumPartitions     int    // numPartitions: default partitions per topic, default 1
 	DataPath          string // dataPath, absolute; default ~/meta
 	DataLogPath       string // dataLogPath (transaction log), absolute; default dataPath (accepted, not yet used)
@@ -75,6 +75,12 @@ type System struct {
 
 	IdleTimeout    time.Duration // idleTimeout (metaq, seconds), default 600s; 0 = never
 	MaxConnections int           // maxConnections (metaq), default 0 = unlimited
+
+	// The HTTP side (metaq keys; docs/observability.md).
+	DashboardToken      string        // dashboardToken: needed by administrative HTTP actions; "" = read-only
+	MetricsMaxTopics    int           // metricsMaxTopics, default 2000: topics with their own series; later ones are summed into topic="_other"
+	MetricsMaxLagSeries int           // metricsMaxLagSeries, default 2000: per-partition consumer-lag series (largest lags first)
+	MetricsLagInterval  time.Duration // metricsLagIntervalMs, default 15s: how often consumer offsets are re-read from ZooKeeper
 
 	// Accepted for MetaQ compatibility; ignored (see Warnings).
 	GetProcessThreadCount       int    // getProcessThreadCount, default 10×CPUs
@@ -154,6 +160,10 @@ const (
 	DefaultZKRoot            = "/meta"
 	DefaultSlaveGroup        = "meta-slave-group"
 
+	DefaultMetricsMaxTopics    = 2000
+	DefaultMetricsMaxLagSeries = 2000
+	DefaultMetricsLagInterval  = 15 * time.Second
+
 	MaxBrokerID      = 1<<15 - 1 // msgId = brokerId<<48 | physical offset, positive
 	MaxNumPartitions = 65535
 	maxSegmentSize   = 64 << 30
@@ -203,6 +213,10 @@ func defaults(brokerID int) *Config {
 			AcceptSubscribe:   true,
 			Stat:              true,
 			IdleTimeout:       DefaultIdleTimeout,
+
+			MetricsMaxTopics:    DefaultMetricsMaxTopics,
+			MetricsMaxLagSeries: DefaultMetricsMaxLagSeries,
+			MetricsLagInterval:  DefaultMetricsLagInterval,
 
 			GetProcessThreadCount: threads,
 			PutProcessThreadCount: threads,
@@ -425,6 +439,15 @@ func (c *Config) validate(loc locator) []error {
 		bad(sys, "dashboardHttpPort", "%d is out of range 0..65535 (0 = disabled)", s.DashboardHTTPPort)
 	} else if s.DashboardHTTPPort != 0 && s.DashboardHTTPPort == s.ServerPort {
 		bad(sys, "dashboardHttpPort", "%d is also serverPort", s.DashboardHTTPPort)
+	}
+	if s.MetricsMaxTopics < 0 {
+		bad(sys, "metricsMaxTopics", "%d is negative", s.MetricsMaxTopics)
+	}
+	if s.MetricsMaxLagSeries < 0 {
+		bad(sys, "metricsMaxLagSeries", "%d is negative", s.MetricsMaxLagSeries)
+	}
+	if s.MetricsLagInterval < time.Second {
+		bad(sys, "metricsLagIntervalMs", "%v is below 1000 ms", s.MetricsLagInterval)
 	}
 	if s.NumPartitions < 1 || s.NumPartitions > MaxNumPartitions {
 		bad(sys, "numPartitions", "%d is out of range 1..%d", s.NumPartitions, MaxNumPartitions)

@@ -193,6 +193,7 @@ flushTxLogAtCommit = 2
 		MaxMessageSize: 1 << 20, IndexFileSize: 16 << 10, DeletePolicy: Retention{Delete: true, Keep: 168 * time.Hour},
 		DeleteWhen: s.DeleteWhen, AcceptPublish: false, AcceptSubscribe: false, Stat: false, UpdateConsumerOffsets: true,
 		IdleTimeout: 90 * time.Second, MaxConnections: 10000,
+		MetricsMaxTopics: DefaultMetricsMaxTopics, MetricsMaxLagSeries: DefaultMetricsMaxLagSeries, MetricsLagInterval: DefaultMetricsLagInterval,
 		GetProcessThreadCount: 80, PutProcessThreadCount: 80, LoadMessageStoresInParallel: true, QuartzThreadCount: 2,
 		AppClassPath: "/opt/meta/provided/", MaxCheckpoints: 5, CheckpointInterval: time.Minute,
 		MaxTxTimeoutTimerCapacity: 100, MaxTxTimeout: 30 * time.Second, FlushTxLogAtCommit: 2,
