@@ -81,6 +81,8 @@ type System struct {
 	MetricsMaxTopics    int           // metricsMaxTopics, default 2000: topics with their own series; later ones are summed into topic="_other"
 	MetricsMaxLagSeries int           // metricsMaxLagSeries, default 2000: per-partition consumer-lag series (largest lags first)
 	MetricsLagInterval  time.Duration // metricsLagIntervalMs, default 15s: how often consumer offsets are re-read from ZooKeeper
+	MaxPendingPutBytes  int64         // maxPendingPutBytes (metaq), default 256 MiB: put data buffered across connections
+	PutDataTimeout      time.Duration // putDataTimeoutMs (metaq), default 30s; 0 = only idleTimeout applies
 
 	// Accepted for MetaQ compatibility; ignored (see Warnings).
 	GetProcessThreadCount       int    // getProcessThreadCount, default 10×CPUs
@@ -145,20 +147,22 @@ func (t Topic) Wildcard() bool { return strings.Contains(t.Pattern, "*") }
 
 // Defaults (MetaQ's, plus metaq's own keys).
 const (
-	DefaultServerPort        = 8123
-	DefaultDashboardHTTPPort = 8120
-	DefaultUnflushThreshold  = 1000
-	DefaultUnflushInterval   = 10 * time.Second
-	DefaultMaxSegmentSize    = 1 << 30
-	DefaultMaxTransferSize   = 1 << 20
-	DefaultMaxMessageSize    = 4 << 20
-	DefaultIndexFileSize     = 20 << 20
-	DefaultDeletePolicy      = "delete,168"
-	DefaultDeleteWhen        = "0 0 6,18 * * ?"
-	DefaultIdleTimeout       = 600 * time.Second
-	DefaultZKConnect         = "localhost:2181"
-	DefaultZKRoot            = "/meta"
-	DefaultSlaveGroup        = "meta-slave-group"
+	DefaultServerPort         = 8123
+	DefaultDashboardHTTPPort  = 8120
+	DefaultUnflushThreshold   = 1000
+	DefaultUnflushInterval    = 10 * time.Second
+	DefaultMaxSegmentSize     = 1 << 30
+	DefaultMaxTransferSize    = 1 << 20
+	DefaultMaxMessageSize     = 4 << 20
+	DefaultIndexFileSize      = 20 << 20
+	DefaultDeletePolicy       = "delete,168"
+	DefaultDeleteWhen         = "0 0 6,18 * * ?"
+	DefaultIdleTimeout        = 600 * time.Second
+	DefaultMaxPendingPutBytes = 256 << 20
+	DefaultPutDataTimeout     = 30 * time.Second
+	DefaultZKConnect          = "localhost:2181"
+	DefaultZKRoot             = "/meta"
+	DefaultSlaveGroup         = "meta-slave-group"
 
 	DefaultMetricsMaxTopics    = 2000
 	DefaultMetricsMaxLagSeries = 2000
@@ -217,6 +221,8 @@ func defaults(brokerID int) *Config {
 			MetricsMaxTopics:    DefaultMetricsMaxTopics,
 			MetricsMaxLagSeries: DefaultMetricsMaxLagSeries,
 			MetricsLagInterval:  DefaultMetricsLagInterval,
+			MaxPendingPutBytes:  DefaultMaxPendingPutBytes,
+			PutDataTimeout:      DefaultPutDataTimeout,
 
 			GetProcessThreadCount: threads,
 			PutProcessThreadCount: threads,

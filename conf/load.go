@@ -111,6 +111,10 @@ var systemKeys = []keyDef{
 	{"metricsLagIntervalMs", used, "", func(p *parser, c *Config, v string) error {
 		return setDuration(&c.System.MetricsLagInterval, v, time.Millisecond)
 	}},
+	{"maxPendingPutBytes", used, "", func(p *parser, c *Config, v string) error { return setSize64(&c.System.MaxPendingPutBytes, v) }},
+	{"putDataTimeoutMs", used, "", func(p *parser, c *Config, v string) error {
+		return setDuration(&c.System.PutDataTimeout, v, time.Millisecond)
+	}},
 	{"slaveId", notYetUsed, "", func(p *parser, c *Config, v string) error { return p.setSlaveID(c, v, "system") }},
 	{"getProcessThreadCount", ignored, noteThreads, func(p *parser, c *Config, v string) error {
 		return setInt(&c.System.GetProcessThreadCount, v)
