@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/conf"
 )
 
@@ -77,6 +78,11 @@ func ServerOptions(c *conf.Config, log *slog.Logger) Options {
 		Logger:             log,
 		ConfigPath:         c.Path,
 		DataPath:           sys.DataPath,
+		Tx: tx.Config{
+			MaxTimeout:    sys.MaxTxTimeout,
+			CheckInterval: sys.TransactionCheckInterval,
+			CheckMax:      sys.TransactionCheckMax,
+		},
 	}
 }
 

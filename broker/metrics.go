@@ -101,15 +101,14 @@ func (s *Server) TopicCounters() []TopicCounters {
 
 // Counters are the broker-wide totals (`stats`).
 type Counters struct {
-	Puts, Gets, Offsets          int64
-	GetMiss, GetFailed           int64
-	PutFailed                    int64
-	LongPolls                    int64 // gets parked since start
-	BadRequests                  int64
-	Connections                  int
-	LongPollWaiters              int // gets parked now
-	Started                      time.Time
-	TxBegin, TxCommit, TxAborted int64
+	Puts, Gets, Offsets int64
+	GetMiss, GetFailed  int64
+	PutFailed           int64
+	LongPolls           int64 // gets parked since start
+	BadRequests         int64
+	Connections         int
+	LongPollWaiters     int // gets parked now
+	Started             time.Time
 }
 
 // Counters returns a snapshot of the broker-wide counters.
@@ -118,7 +117,6 @@ func (s *Server) Counters() Counters {
 		Puts: s.stats.cmdPut.Load(), Gets: s.stats.cmdGet.Load(), Offsets: s.stats.cmdOffset.Load(),
 		GetMiss: s.stats.getMiss.Load(), GetFailed: s.stats.getFailed.Load(), PutFailed: s.stats.putFailed.Load(),
 		LongPolls: s.stats.longPolls.Load(), BadRequests: s.stats.badReqs.Load(), Started: s.start,
-		TxBegin: s.stats.txBegin.Load(), TxCommit: s.stats.txCommit.Load(), TxAborted: s.stats.txRollback.Load(),
 	}
 	s.mu.Lock()
 	c.Connections = len(s.conns)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/broker/tx"
 )
 
 // Version is the string `version` answers with (MetaQ clients use the
@@ -46,6 +47,9 @@ type Options struct {
 	ConfigPath string
 	// DataPath is the store's directory (`stats` reports its disk usage).
 	DataPath string
+	// Tx configures transactions (txserver.go); Store, BrokerID and Logger
+	// are filled in.
+	Tx tx.Config
 }
 
 // Server is a running broker listener.
@@ -59,6 +63,7 @@ type Server struct {
 	topics topicTable
 	stats  counters
 	lat    atomic.Pointer[latencyObserver] // metrics.go
+	tx     *tx.Manager
 
 	rtMu   sync.Mutex
 	rtPrev realtimeSnap
@@ -112,6 +117,9 @@ func New(opts Options) (*Server, error) {
 		putBudget: newPutBudget(opts.MaxPendingPutBytes),
 	}
 	s.topics.init(opts.Topics)
+	if err := s.openTx(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -230,6 +238,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			<-done
 			err = ctx.Err()
 		}
+		s.tx.Close()
 	})
 	return err
 }

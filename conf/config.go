@@ -97,6 +97,10 @@ type System struct {
 	MaxTxTimeoutTimerCapacity int           // maxTxTimeoutTimerCapacity, default 30000
 	MaxTxTimeout              time.Duration // maxTxTimeoutInSeconds, default 60s
 	FlushTxLogAtCommit        int           // flushTxLogAtCommit 0|1|2, default 1
+
+	// Transactional messages with check-back (RocketMQ's keys and defaults).
+	TransactionCheckInterval time.Duration // transactionCheckInterval (ms), default 60s
+	TransactionCheckMax      int           // transactionCheckMax, default 15
 }
 
 // ZK is the [zookeeper] section.
@@ -233,6 +237,8 @@ func defaults(brokerID int) *Config {
 			MaxTxTimeoutTimerCapacity: 30000,
 			MaxTxTimeout:              60 * time.Second,
 			FlushTxLogAtCommit:        1,
+			TransactionCheckInterval:  60 * time.Second,
+			TransactionCheckMax:       15,
 		},
 		ZK: ZK{
 			Enable:            true,

@@ -137,9 +137,13 @@ var systemKeys = []keyDef{
 	{"maxTxTimeoutTimerCapacity", notYetUsed, "", func(p *parser, c *Config, v string) error {
 		return setInt(&c.System.MaxTxTimeoutTimerCapacity, v)
 	}},
-	{"maxTxTimeoutInSeconds", notYetUsed, "", func(p *parser, c *Config, v string) error {
+	{"maxTxTimeoutInSeconds", used, "", func(p *parser, c *Config, v string) error {
 		return setDuration(&c.System.MaxTxTimeout, v, time.Second)
 	}},
+	{"transactionCheckInterval", used, "", func(p *parser, c *Config, v string) error {
+		return setDuration(&c.System.TransactionCheckInterval, v, time.Millisecond)
+	}},
+	{"transactionCheckMax", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.TransactionCheckMax, v) }},
 	{"flushTxLogAtCommit", notYetUsed, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.FlushTxLogAtCommit, v) }},
 }
 
