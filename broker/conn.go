@@ -59,6 +59,7 @@ type conn struct {
 	parked  atomic.Int32
 	quit    bool
 	filters map[string]*protocol.TagFilter // tag expression cache (reader only)
+	delayBuf []byte                       // scratch for delayed puts and retries (reader only)
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup // writer + parked gets

@@ -37,6 +37,8 @@ func (c *conn) handle(cmd *protocol.Command) error {
 		c.handleQueryID(cmd)
 	case protocol.OpQueryKey:
 		c.handleQueryKey(cmd)
+	case protocol.OpRetry:
+		c.handleRetry(cmd)
 	case protocol.OpTransaction:
 		c.rq.addResultString(protocol.StatusServiceUnavailable, "transaction is not supported yet", cmd.Opaque)
 	case protocol.OpSync:
@@ -81,6 +83,10 @@ func (c *conn) failPut(ts *topicState, code int, body string, opaque int32) {
 func (c *conn) handlePut(cmd *protocol.Command) {
 	s := c.srv
 	s.stats.cmdPut.Add(1)
+	if protocol.IsSystemTopic(cmd.Topic) {
+		c.failPut(nil, protocol.StatusForbidden, s.putError(cmd.Topic, cmd.Partition, "system topics do not accept puts"), cmd.Opaque)
+		return
+	}
 	ts := s.topics.get(cmd.Topic)
 	if ts == nil || !ts.settings.AcceptPublish {
 		c.failPut(nil, protocol.StatusInternalServerError,
@@ -107,6 +113,10 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		return
 	}
 	msg := store.Message{Topic: ts.name, Partition: partition, Flag: flag, Properties: props, Data: data}
+	delayed, ok := c.delayPut(ts, &msg, cmd.Opaque)
+	if !ok {
+		return
+	}
 	res, flush, err := s.store.AppendAsync(&msg)
 	if err != nil {
 		code := protocol.StatusInternalServerError
@@ -122,6 +132,9 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		return
 	}
 	ts.putBytes.Add(int64(len(data)))
+	if delayed {
+		res.QueueOffset = -1 // stored in %SCHEDULE%: no queue offset in its topic yet
+	}
 	c.rq.addPut(flush, res.MsgID, partition, res.QueueOffset, cmd.Opaque)
 	if !ts.notified.Load() && ts.notified.CompareAndSwap(false, true) && s.opts.OnTopic != nil {
 		go s.opts.OnTopic(ts.name, ts.settings.NumPartitions)

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/store"
 )
 
@@ -25,6 +26,7 @@ type Options struct {
 	BrokerID        int
 	HostName        string // advertised host (ZooKeeper); defaults to the listener's host
 	Store           *store.Store
+	Delay           *delay.Service // delayed messages, retry, DLQ (nil: delay properties are stored as given)
 	Topics          TopicPolicy // which topics are accepted, with how many partitions
 	MaxMessageSize  int         // default 4 MiB
 	MaxTransferSize int         // default 1 MiB: cap of a get's value block

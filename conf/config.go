@@ -76,6 +76,8 @@ type System struct {
 	IdleTimeout    time.Duration // idleTimeout (metaq, seconds), default 600s; 0 = never
 	MaxConnections int           // maxConnections (metaq), default 0 = unlimited
 
+	Delay Delay // messageDelayLevel, maxReconsumeTimes (conf/delay.go)
+
 	// Accepted for MetaQ compatibility; ignored (see Warnings).
 	GetProcessThreadCount       int    // getProcessThreadCount, default 10×CPUs
 	PutProcessThreadCount       int    // putProcessThreadCount, default 10×CPUs
@@ -261,6 +263,9 @@ func (c *Config) NewTopic(pattern string) Topic {
 func (c *Config) Topic(name string) (t Topic, ok bool) {
 	if !ValidTopicName(name) {
 		return Topic{}, false
+	}
+	if protocol.IsSystemTopic(name) {
+		return c.systemTopic(name)
 	}
 	best := -1
 	for i := range c.Topics {

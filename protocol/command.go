@@ -38,6 +38,7 @@ const (
 	OpSeek
 	OpQueryID
 	OpQueryKey
+	OpRetry // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
 )
 
 var opNames = [...]string{
@@ -53,6 +54,7 @@ var opNames = [...]string{
 	OpSeek:        "seek",
 	OpQueryID:     "query id",
 	OpQueryKey:    "query key",
+	OpRetry:       "retry",
 }
 
 // String returns the command name as typed on the wire.
@@ -100,8 +102,10 @@ type Command struct {
 
 	Timestamp int64 // seek, unix ms
 
-	MsgID  int64  // sync, query id
-	Key    []byte // query key
+	MsgID  int64  // sync, query id, retry
+	Key    []byte // query key; retry: the reason (URL-escaped, nil when absent)
+
+	DelayLevel int32 // retry: 0 = the broker's ladder, < 0 = dead-letter queue at once
 	MaxNum int32  // query key
 
 	// Args are the raw fields after the command name (the opaque included).

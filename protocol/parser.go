@@ -431,6 +431,8 @@ func (p *Parser) processLine(line []byte) (lineAction, error) {
 		p.parseSeek(line, nf)
 	case eqFold(name, "query"):
 		p.parseQuery(line, nf)
+	case eqFold(name, "retry"):
+		p.parseRetry(line, nf)
 	default:
 		p.cmd.Op = OpUnknown
 		p.lastOpaque(line, nf)
