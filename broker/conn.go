@@ -55,11 +55,11 @@ type conn struct {
 	readerDone bool     // the reader stopped; the writer closes once the queue is empty
 	closeErr   error
 
-	rq      outQueue // reader-local replies, published after each parsed buffer
-	parked  atomic.Int32
-	quit    bool
-	filters map[string]*protocol.TagFilter // tag expression cache (reader only)
-	delayBuf []byte                       // scratch for delayed puts and retries (reader only)
+	rq       outQueue // reader-local replies, published after each parsed buffer
+	parked   atomic.Int32
+	quit     bool
+	filters  map[string]*protocol.TagFilter // tag expression cache (reader only)
+	delayBuf []byte                         // scratch for delayed puts and retries (reader only)
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup // writer + parked gets

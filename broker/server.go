@@ -27,9 +27,9 @@ type Options struct {
 	HostName        string // advertised host (ZooKeeper); defaults to the listener's host
 	Store           *store.Store
 	Delay           *delay.Service // delayed messages, retry, DLQ (nil: delay properties are stored as given)
-	Topics          TopicPolicy // which topics are accepted, with how many partitions
-	MaxMessageSize  int         // default 4 MiB
-	MaxTransferSize int         // default 1 MiB: cap of a get's value block
+	Topics          TopicPolicy    // which topics are accepted, with how many partitions
+	MaxMessageSize  int            // default 4 MiB
+	MaxTransferSize int            // default 1 MiB: cap of a get's value block
 	IdleTimeout     time.Duration
 	WriteTimeout    time.Duration // a client that does not read for this long is cut off (default 30s)
 	MaxConnections  int           // 0 = unlimited

@@ -102,11 +102,11 @@ type Command struct {
 
 	Timestamp int64 // seek, unix ms
 
-	MsgID  int64  // sync, query id, retry
-	Key    []byte // query key; retry: the reason (URL-escaped, nil when absent)
+	MsgID int64  // sync, query id, retry
+	Key   []byte // query key; retry: the reason (URL-escaped, nil when absent)
 
 	DelayLevel int32 // retry: 0 = the broker's ladder, < 0 = dead-letter queue at once
-	MaxNum int32  // query key
+	MaxNum     int32 // query key
 
 	// Args are the raw fields after the command name (the opaque included).
 	// Set only for transaction, sync and commands with an Err (for logging);

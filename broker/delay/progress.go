@@ -12,13 +12,13 @@ import (
 // Progress records (%SCHEDULE% partition ProgressPartition). The data is one
 // ASCII line, readable with `get`:
 //
-//	v=1&at=<unix ms written>&tq=<timer offset>&tt=<timer watermark ms>&l=<o1>,<o2>,…
+//		v=1&at=<unix ms written>&tq=<timer offset>&tt=<timer watermark ms>&l=<o1>,<o2>,…
 //
-//   - l: for delay level n (1-based), the %SCHEDULE% offset of partition n
-//     below which every record has been delivered.
-//   - tq, tt: every timer record (partition 0) with a queue offset below tq
-//     whose due time is below tt has been delivered. Records at or above tq
-//     are re-examined at recovery (and may be delivered twice).
+//	  - l: for delay level n (1-based), the %SCHEDULE% offset of partition n
+//	    below which every record has been delivered.
+//	  - tq, tt: every timer record (partition 0) with a queue offset below tq
+//	    whose due time is below tt has been delivered. Records at or above tq
+//	    are re-examined at recovery (and may be delivered twice).
 //
 // A progress record is appended after the deliveries it accounts for, so
 // the log order alone makes it safe: a crash that keeps the record kept the

@@ -13,7 +13,7 @@ const (
 	PropDeliverAt     = "deliverAt"        // deliverAt=<unix ms>
 	PropRealTopic     = "realTopic"        // on %SCHEDULE% records: where it goes
 	PropRealPartition = "realPartition"
-	PropOrigMsgID     = "origMsgId"           // the id the producer got (or the first delivery's, for retries)
+	PropOrigMsgID     = "origMsgId"             // the id the producer got (or the first delivery's, for retries)
 	PropRetryTopic    = protocol.PropRetryTopic // retry/DLQ: the topic the message was first consumed from
 	PropReason        = "reason"                // DLQ/retry: why the consumer gave it back
 )

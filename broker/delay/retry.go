@@ -117,4 +117,3 @@ func (s *Service) LevelDelayMs(n int) int64 {
 	n = min(max(n, 1), len(s.levels))
 	return s.levels[n-1].Milliseconds()
 }
-

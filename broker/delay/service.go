@@ -19,9 +19,9 @@ import (
 
 // Partitions of %SCHEDULE%.
 const (
-	TimerPartition    int32 = 0                            // deliverAt messages, indexed by the timer
-	ProgressPartition int32 = conf.SchedulePartitions - 1  // the service's progress records
-	MaxDelay                = 366 * 24 * time.Hour         // how far ahead deliverAt may be
+	TimerPartition    int32 = 0                           // deliverAt messages, indexed by the timer
+	ProgressPartition int32 = conf.SchedulePartitions - 1 // the service's progress records
+	MaxDelay                = 366 * 24 * time.Hour        // how far ahead deliverAt may be
 	scheduleTopic           = conf.ScheduleTopic
 )
 
