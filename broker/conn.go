@@ -61,6 +61,8 @@ type conn struct {
 	filters  map[string]*protocol.TagFilter // tag expression cache (reader only)
 	delayBuf []byte                         // scratch for delayed puts and retries (reader only)
 
+	own ownPuts // this connection's puts, for the gets after them (reader only; ordering.go)
+
 	closeOnce sync.Once
 	wg        sync.WaitGroup // writer + parked gets
 }
