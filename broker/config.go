@@ -71,7 +71,19 @@ func ServerOptions(c *conf.Config, log *slog.Logger) Options {
 		MaxTransferSize: sys.MaxTransferSize,
 		IdleTimeout:     sys.IdleTimeout,
 		MaxConnections:  sys.MaxConnections,
-		Logger:          log,
-		ConfigPath:      c.Path,
+
+		MaxPendingPutBytes: sys.MaxPendingPutBytes,
+		PutDataTimeout:     putDataTimeout(sys.PutDataTimeout),
+		Logger:             log,
+		ConfigPath:         c.Path,
 	}
+}
+
+// putDataTimeout maps putDataTimeoutMs (0 = only idleTimeout applies) to
+// Options.PutDataTimeout (0 = default, negative = none).
+func putDataTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -61,7 +61,8 @@ type conn struct {
 	filters  map[string]*protocol.TagFilter // tag expression cache (reader only)
 	delayBuf []byte                         // scratch for delayed puts and retries (reader only)
 
-	own ownPuts // this connection's puts, for the gets after them (reader only; ordering.go)
+	own ownPuts    // this connection's puts, for the gets after them (reader only; ordering.go)
+	put partialPut // a put whose data spans reads (reader only; putbudget.go)
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup // writer + parked gets
@@ -175,9 +176,7 @@ func (c *conn) readLoop() {
 	buf := make([]byte, minReadBuf)
 	idle := c.srv.opts.IdleTimeout
 	for {
-		if idle > 0 {
-			_ = c.nc.SetReadDeadline(time.Now().Add(idle))
-		}
+		c.armReadDeadline(idle)
 		// Shutdown sets shuttingDown, then the read deadline to now. Checking
 		// the flag after re-arming the deadline means either we see it here or
 		// Shutdown's deadline lands after ours and wakes the Read below.
@@ -196,6 +195,9 @@ func (c *conn) readLoop() {
 				c.fatal(perr)
 				return
 			}
+			if !c.trackPartialPut(n) {
+				return
+			}
 			if !c.waitBackpressure() {
 				return
 			}
@@ -212,6 +214,10 @@ func (c *conn) readLoop() {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
+				if c.putExpired() {
+					c.cutExpiredPut()
+					return
+				}
 				if c.parked.Load() > 0 || c.queued() {
 					continue // a long poll or a slow write is not idleness
 				}
@@ -262,6 +268,7 @@ func (c *conn) fatal(err error) {
 // finishReading runs when the reader stops for any reason: parked gets are
 // answered at once, the writer writes what is queued and then closes.
 func (c *conn) finishReading() {
+	c.endPartialPut()
 	c.mu.Lock()
 	c.readerDone = true
 	c.mu.Unlock()

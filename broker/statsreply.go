@@ -105,6 +105,7 @@ func (s *Server) appendSystemStats(b []byte) []byte {
 	b = protocol.AppendStatInt(b, "get_failed", s.stats.getFailed.Load())
 	b = protocol.AppendStatInt(b, "long_polls", s.stats.longPolls.Load())
 	b = protocol.AppendStatInt(b, "bad_requests", s.stats.badReqs.Load())
+	b = s.putBudget.appendStats(b)
 	b = appendStoreStats(b, st)
 	b = s.appendDelayStats(b, false)
 	return b

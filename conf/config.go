@@ -76,7 +76,9 @@ type System struct {
 	IdleTimeout    time.Duration // idleTimeout (metaq, seconds), default 600s; 0 = never
 	MaxConnections int           // maxConnections (metaq), default 0 = unlimited
 
-	Delay Delay // messageDelayLevel, maxReconsumeTimes (conf/delay.go)
+	Delay              Delay         // messageDelayLevel, maxReconsumeTimes (conf/delay.go)
+	MaxPendingPutBytes int64         // maxPendingPutBytes (metaq), default 256 MiB: put data buffered across connections
+	PutDataTimeout     time.Duration // putDataTimeoutMs (metaq), default 30s; 0 = only idleTimeout applies
 
 	// Accepted for MetaQ compatibility; ignored (see Warnings).
 	GetProcessThreadCount       int    // getProcessThreadCount, default 10×CPUs
@@ -141,20 +143,22 @@ func (t Topic) Wildcard() bool { return strings.Contains(t.Pattern, "*") }
 
 // Defaults (MetaQ's, plus metaq's own keys).
 const (
-	DefaultServerPort        = 8123
-	DefaultDashboardHTTPPort = 8120
-	DefaultUnflushThreshold  = 1000
-	DefaultUnflushInterval   = 10 * time.Second
-	DefaultMaxSegmentSize    = 1 << 30
-	DefaultMaxTransferSize   = 1 << 20
-	DefaultMaxMessageSize    = 4 << 20
-	DefaultIndexFileSize     = 20 << 20
-	DefaultDeletePolicy      = "delete,168"
-	DefaultDeleteWhen        = "0 0 6,18 * * ?"
-	DefaultIdleTimeout       = 600 * time.Second
-	DefaultZKConnect         = "localhost:2181"
-	DefaultZKRoot            = "/meta"
-	DefaultSlaveGroup        = "meta-slave-group"
+	DefaultServerPort         = 8123
+	DefaultDashboardHTTPPort  = 8120
+	DefaultUnflushThreshold   = 1000
+	DefaultUnflushInterval    = 10 * time.Second
+	DefaultMaxSegmentSize     = 1 << 30
+	DefaultMaxTransferSize    = 1 << 20
+	DefaultMaxMessageSize     = 4 << 20
+	DefaultIndexFileSize      = 20 << 20
+	DefaultDeletePolicy       = "delete,168"
+	DefaultDeleteWhen         = "0 0 6,18 * * ?"
+	DefaultIdleTimeout        = 600 * time.Second
+	DefaultMaxPendingPutBytes = 256 << 20
+	DefaultPutDataTimeout     = 30 * time.Second
+	DefaultZKConnect          = "localhost:2181"
+	DefaultZKRoot             = "/meta"
+	DefaultSlaveGroup         = "meta-slave-group"
 
 	MaxBrokerID      = 1<<15 - 1 // msgId = brokerId<<48 | physical offset, positive
 	MaxNumPartitions = 65535
@@ -205,6 +209,9 @@ func defaults(brokerID int) *Config {
 			AcceptSubscribe:   true,
 			Stat:              true,
 			IdleTimeout:       DefaultIdleTimeout,
+
+			MaxPendingPutBytes: DefaultMaxPendingPutBytes,
+			PutDataTimeout:     DefaultPutDataTimeout,
 
 			GetProcessThreadCount: threads,
 			PutProcessThreadCount: threads,

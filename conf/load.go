@@ -107,6 +107,10 @@ var systemKeys = []keyDef{
 	{"maxConnections", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MaxConnections, v) }},
 	{"messageDelayLevel", used, "", func(p *parser, c *Config, v string) error { return set(&c.System.Delay.Levels, v, ParseDelayLevels) }},
 	{"maxReconsumeTimes", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Delay.MaxReconsumeTimes, v) }},
+	{"maxPendingPutBytes", used, "", func(p *parser, c *Config, v string) error { return setSize64(&c.System.MaxPendingPutBytes, v) }},
+	{"putDataTimeoutMs", used, "", func(p *parser, c *Config, v string) error {
+		return setDuration(&c.System.PutDataTimeout, v, time.Millisecond)
+	}},
 	{"slaveId", notYetUsed, "", func(p *parser, c *Config, v string) error { return p.setSlaveID(c, v, "system") }},
 	{"getProcessThreadCount", ignored, noteThreads, func(p *parser, c *Config, v string) error {
 		return setInt(&c.System.GetProcessThreadCount, v)

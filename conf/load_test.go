@@ -74,6 +74,8 @@ func TestMinimalConfigHasMetaQDefaults(t *testing.T) {
 		{"updateConsumerOffsets", s.UpdateConsumerOffsets, false},
 		{"idleTimeout", s.IdleTimeout, 600 * time.Second},
 		{"maxConnections", s.MaxConnections, 0},
+		{"maxPendingPutBytes", s.MaxPendingPutBytes, int64(256 << 20)},
+		{"putDataTimeoutMs", s.PutDataTimeout, 30 * time.Second},
 		{"bindHost", s.BindHost, ""},
 		{"getProcessThreadCount", s.GetProcessThreadCount, 10 * runtime.NumCPU()},
 		{"quartzThreadCount", s.QuartzThreadCount, 5},
@@ -180,6 +182,8 @@ checkpointInterval = 60000
 maxTxTimeoutTimerCapacity = 100
 maxTxTimeoutInSeconds = 30
 flushTxLogAtCommit = 2
+maxPendingPutBytes = 64m
+putDataTimeoutMs = 5000
 `
 	c, err := Parse([]byte(text), filepath.Join(dir, "server.ini"))
 	if err != nil {
@@ -192,7 +196,7 @@ flushTxLogAtCommit = 2
 		UnflushThreshold: -1, UnflushInterval: 2 * time.Second, MaxSegmentSize: 64 << 20, MaxTransferSize: 512 << 10,
 		MaxMessageSize: 1 << 20, IndexFileSize: 16 << 10, DeletePolicy: Retention{Delete: true, Keep: 168 * time.Hour},
 		DeleteWhen: s.DeleteWhen, AcceptPublish: false, AcceptSubscribe: false, Stat: false, UpdateConsumerOffsets: true,
-		IdleTimeout: 90 * time.Second, MaxConnections: 10000,
+		IdleTimeout: 90 * time.Second, MaxConnections: 10000, MaxPendingPutBytes: 64 << 20, PutDataTimeout: 5 * time.Second,
 		GetProcessThreadCount: 80, PutProcessThreadCount: 80, LoadMessageStoresInParallel: true, QuartzThreadCount: 2,
 		AppClassPath: "/opt/meta/provided/", MaxCheckpoints: 5, CheckpointInterval: time.Minute,
 		MaxTxTimeoutTimerCapacity: 100, MaxTxTimeout: 30 * time.Second, FlushTxLogAtCommit: 2,
@@ -341,6 +345,8 @@ func TestInvalidValues(t *testing.T) {
 		{"acceptPublish", "yes", `acceptPublish: invalid value "yes": want true or false`},
 		{"idleTimeout", "-5", "idleTimeout: invalid value \"-5\": must not be negative"},
 		{"maxConnections", "-1", "maxConnections: must not be negative"},
+		{"maxPendingPutBytes", "1k", "maxPendingPutBytes: 1024 is smaller than maxMessageSize"},
+		{"putDataTimeoutMs", "-1", "putDataTimeoutMs: invalid value \"-1\": must not be negative"},
 		{"hostName", "my host", "hostName: \"my host\" is not a host name"},
 		{"hostName", "host:8123", "no port here"},
 		{"bindHost", "0.0.0.0/0", "bindHost: \"0.0.0.0/0\" is not a host name"},

@@ -115,6 +115,12 @@ func validateLimits(c *Config, p *problems) {
 	if s.MaxConnections < 0 {
 		p.bad(sysSection, "maxConnections", "must not be negative (0 = unlimited)")
 	}
+	if s.MaxPendingPutBytes < int64(s.MaxMessageSize) {
+		p.bad(sysSection, "maxPendingPutBytes", "%d is smaller than maxMessageSize (%d): one put must fit", s.MaxPendingPutBytes, s.MaxMessageSize)
+	}
+	if s.PutDataTimeout < 0 {
+		p.bad(sysSection, "putDataTimeoutMs", "must not be negative (0 = only idleTimeout applies)")
+	}
 	for _, n := range []struct {
 		key string
 		v   int
