@@ -14,6 +14,7 @@ import (
 
 	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/broker/tx"
 )
 
 // Version is the string `version` answers with (MetaQ clients use the
@@ -46,6 +47,11 @@ type Options struct {
 	OnTopic func(topic string, numPartitions int)
 	// ConfigPath is reported by `stats config` when set.
 	ConfigPath string
+	// DataPath is the store's directory (`stats` reports its disk usage).
+	DataPath string
+	// Tx configures transactions (txserver.go); Store, BrokerID and Logger
+	// are filled in.
+	Tx tx.Config
 }
 
 // Server is a running broker listener.
@@ -58,6 +64,8 @@ type Server struct {
 
 	topics topicTable
 	stats  counters
+	lat    atomic.Pointer[latencyObserver] // metrics.go
+	tx     *tx.Manager
 
 	rtMu   sync.Mutex
 	rtPrev realtimeSnap
@@ -111,6 +119,9 @@ func New(opts Options) (*Server, error) {
 		putBudget: newPutBudget(opts.MaxPendingPutBytes),
 	}
 	s.topics.init(opts.Topics)
+	if err := s.openTx(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -229,6 +240,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			<-done
 			err = ctx.Err()
 		}
+		s.tx.Close()
 	})
 	return err
 }

@@ -38,7 +38,9 @@ const (
 	OpSeek
 	OpQueryID
 	OpQueryKey
-	OpRetry // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
+	OpTxEnd    // txend <msgId> commit|rollback|unknown <opaque> (txparse.go)
+	OpProducer // producer <group> <opaque> (txparse.go)
+	OpRetry    // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
 )
 
 var opNames = [...]string{
@@ -54,6 +56,8 @@ var opNames = [...]string{
 	OpSeek:        "seek",
 	OpQueryID:     "query id",
 	OpQueryKey:    "query key",
+	OpTxEnd:       "txend",
+	OpProducer:    "producer",
 	OpRetry:       "retry",
 }
 

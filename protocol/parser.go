@@ -453,6 +453,10 @@ func (p *Parser) processLine(line []byte) (lineAction, error) {
 		p.parseQuery(line, nf)
 	case eqFold(name, "retry"):
 		p.parseRetry(line, nf)
+	case eqFold(name, "txend"):
+		p.parseTxEnd(line, nf)
+	case eqFold(name, "producer"):
+		p.parseProducer(line, nf)
 	default:
 		p.cmd.Op = OpUnknown
 		p.lastOpaque(line, nf)
