@@ -76,6 +76,9 @@ type System struct {
 	IdleTimeout    time.Duration // idleTimeout (metaq, seconds), default 600s; 0 = never
 	MaxConnections int           // maxConnections (metaq), default 0 = unlimited
 
+	MaxPendingPutBytes int64         // maxPendingPutBytes (metaq), default 256 MiB: put data buffered across connections
+	PutDataTimeout     time.Duration // putDataTimeoutMs (metaq), default 30s; 0 = only idleTimeout applies
+
 	// Accepted for MetaQ compatibility; ignored (see Warnings).
 	GetProcessThreadCount       int    // getProcessThreadCount, default 10×CPUs
 	PutProcessThreadCount       int    // putProcessThreadCount, default 10×CPUs
@@ -89,6 +92,10 @@ type System struct {
 	MaxTxTimeoutTimerCapacity int           // maxTxTimeoutTimerCapacity, default 30000
 	MaxTxTimeout              time.Duration // maxTxTimeoutInSeconds, default 60s
 	FlushTxLogAtCommit        int           // flushTxLogAtCommit 0|1|2, default 1
+
+	// Transactional messages with check-back (RocketMQ's keys and defaults).
+	TransactionCheckInterval time.Duration // transactionCheckInterval (ms), default 60s
+	TransactionCheckMax      int           // transactionCheckMax, default 15
 }
 
 // ZK is the [zookeeper] section.
@@ -139,20 +146,22 @@ func (t Topic) Wildcard() bool { return strings.Contains(t.Pattern, "*") }
 
 // Defaults (MetaQ's, plus metaq's own keys).
 const (
-	DefaultServerPort        = 8123
-	DefaultDashboardHTTPPort = 8120
-	DefaultUnflushThreshold  = 1000
-	DefaultUnflushInterval   = 10 * time.Second
-	DefaultMaxSegmentSize    = 1 << 30
-	DefaultMaxTransferSize   = 1 << 20
-	DefaultMaxMessageSize    = 4 << 20
-	DefaultIndexFileSize     = 20 << 20
-	DefaultDeletePolicy      = "delete,168"
-	DefaultDeleteWhen        = "0 0 6,18 * * ?"
-	DefaultIdleTimeout       = 600 * time.Second
-	DefaultZKConnect         = "localhost:2181"
-	DefaultZKRoot            = "/meta"
-	DefaultSlaveGroup        = "meta-slave-group"
+	DefaultServerPort         = 8123
+	DefaultDashboardHTTPPort  = 8120
+	DefaultUnflushThreshold   = 1000
+	DefaultUnflushInterval    = 10 * time.Second
+	DefaultMaxSegmentSize     = 1 << 30
+	DefaultMaxTransferSize    = 1 << 20
+	DefaultMaxMessageSize     = 4 << 20
+	DefaultIndexFileSize      = 20 << 20
+	DefaultDeletePolicy       = "delete,168"
+	DefaultDeleteWhen         = "0 0 6,18 * * ?"
+	DefaultIdleTimeout        = 600 * time.Second
+	DefaultMaxPendingPutBytes = 256 << 20
+	DefaultPutDataTimeout     = 30 * time.Second
+	DefaultZKConnect          = "localhost:2181"
+	DefaultZKRoot             = "/meta"
+	DefaultSlaveGroup         = "meta-slave-group"
 
 	MaxBrokerID      = 1<<15 - 1 // msgId = brokerId<<48 | physical offset, positive
 	MaxNumPartitions = 65535
@@ -204,6 +213,9 @@ func defaults(brokerID int) *Config {
 			Stat:              true,
 			IdleTimeout:       DefaultIdleTimeout,
 
+			MaxPendingPutBytes: DefaultMaxPendingPutBytes,
+			PutDataTimeout:     DefaultPutDataTimeout,
+
 			GetProcessThreadCount: threads,
 			PutProcessThreadCount: threads,
 			QuartzThreadCount:     5,
@@ -213,6 +225,8 @@ func defaults(brokerID int) *Config {
 			MaxTxTimeoutTimerCapacity: 30000,
 			MaxTxTimeout:              60 * time.Second,
 			FlushTxLogAtCommit:        1,
+			TransactionCheckInterval:  60 * time.Second,
+			TransactionCheckMax:       15,
 		},
 		ZK: ZK{
 			Enable:            true,
@@ -392,151 +406,6 @@ func moreSpecific(a, b string) bool {
 // call it again after changing a Config in code).
 func (c *Config) Validate() error {
 	return errors.Join(c.validate(nil)...)
-}
-
-// locator returns the line of key in section (0 when unknown).
-type locator func(section, key string) int
-
-func (c *Config) validate(loc locator) []error {
-	var errs []error
-	bad := func(section, key, format string, args ...any) {
-		line := 0
-		if loc != nil {
-			line = loc(section, key)
-		}
-		errs = append(errs, &Error{File: c.Path, Line: line, Section: section, Key: key,
-			Msg: fmt.Sprintf("[%s] %s: ", section, key) + fmt.Sprintf(format, args...)})
-	}
-	s := &c.System
-	const sys = "system"
-	if s.BrokerID < 0 || s.BrokerID > MaxBrokerID {
-		bad(sys, "brokerId", "%d is out of range 0..%d (message ids are brokerId<<48 | offset)", s.BrokerID, MaxBrokerID)
-	}
-	if err := checkHost(s.HostName, false); err != nil {
-		bad(sys, "hostName", "%v", err)
-	}
-	if err := checkHost(s.BindHost, true); err != nil {
-		bad(sys, "bindHost", "%v", err)
-	}
-	if s.ServerPort < 0 || s.ServerPort > 65535 {
-		bad(sys, "serverPort", "%d is out of range 0..65535", s.ServerPort)
-	}
-	if s.DashboardHTTPPort < 0 || s.DashboardHTTPPort > 65535 {
-		bad(sys, "dashboardHttpPort", "%d is out of range 0..65535 (0 = disabled)", s.DashboardHTTPPort)
-	} else if s.DashboardHTTPPort != 0 && s.DashboardHTTPPort == s.ServerPort {
-		bad(sys, "dashboardHttpPort", "%d is also serverPort", s.DashboardHTTPPort)
-	}
-	if s.NumPartitions < 1 || s.NumPartitions > MaxNumPartitions {
-		bad(sys, "numPartitions", "%d is out of range 1..%d", s.NumPartitions, MaxNumPartitions)
-	}
-	if s.DataPath == "" {
-		bad(sys, "dataPath", "must not be empty")
-	}
-	if s.UnflushInterval <= 0 {
-		bad(sys, "unflushInterval", "must be > 0 (got %v)", s.UnflushInterval)
-	}
-	if s.MaxMessageSize < 1 || s.MaxMessageSize > maxMessageSize {
-		bad(sys, "maxMessageSize", "%d is out of range 1..%d (1g)", s.MaxMessageSize, maxMessageSize)
-	}
-	if min := int64(s.MaxMessageSize) + RecordLimitOverhead; s.MaxSegmentSize < min || s.MaxSegmentSize > maxSegmentSize {
-		if s.MaxSegmentSize > maxSegmentSize {
-			bad(sys, "maxSegmentSize", "%d is larger than %s", s.MaxSegmentSize, FormatSize(maxSegmentSize))
-		} else {
-			bad(sys, "maxSegmentSize", "%d cannot hold the largest record: need at least maxMessageSize (%d) + %d = %d bytes",
-				s.MaxSegmentSize, s.MaxMessageSize, RecordLimitOverhead, min)
-		}
-	}
-	if s.MaxTransferSize < 1 || s.MaxTransferSize > maxMessageSize {
-		bad(sys, "maxTransferSize", "%d is out of range 1..%d (1g)", s.MaxTransferSize, maxMessageSize)
-	}
-	if s.IndexFileSize < 16 || s.IndexFileSize%16 != 0 || s.IndexFileSize > maxIndexFileSize {
-		bad(sys, "indexFileSize", "%d must be a multiple of 16 (index unit size) in 16..%d (1g)", s.IndexFileSize, maxIndexFileSize)
-	}
-	if s.DeleteWhen == nil {
-		bad(sys, "deleteWhen", "must be set")
-	}
-	if s.IdleTimeout < 0 {
-		bad(sys, "idleTimeout", "must not be negative")
-	}
-	if s.MaxConnections < 0 {
-		bad(sys, "maxConnections", "must not be negative (0 = unlimited)")
-	}
-	if s.GetProcessThreadCount < 0 {
-		bad(sys, "getProcessThreadCount", "must not be negative")
-	}
-	if s.PutProcessThreadCount < 0 {
-		bad(sys, "putProcessThreadCount", "must not be negative")
-	}
-	if s.QuartzThreadCount < 0 {
-		bad(sys, "quartzThreadCount", "must not be negative")
-	}
-	if s.MaxCheckpoints < 1 {
-		bad(sys, "maxCheckpoints", "must be >= 1")
-	}
-	if s.CheckpointInterval <= 0 {
-		bad(sys, "checkpointInterval", "must be > 0")
-	}
-	if s.MaxTxTimeoutTimerCapacity < 1 {
-		bad(sys, "maxTxTimeoutTimerCapacity", "must be >= 1")
-	}
-	if s.MaxTxTimeout <= 0 {
-		bad(sys, "maxTxTimeoutInSeconds", "must be > 0")
-	}
-	if s.FlushTxLogAtCommit < 0 || s.FlushTxLogAtCommit > 2 {
-		bad(sys, "flushTxLogAtCommit", "%d: want 0 (OS decides), 1 (every commit) or 2 (every second)", s.FlushTxLogAtCommit)
-	}
-
-	z := &c.ZK
-	const zk = "zookeeper"
-	if z.Enable {
-		if err := checkZKConnect(z.Connect); err != nil {
-			bad(zk, "zk.zkConnect", "%v", err)
-		}
-	}
-	if err := checkZKRoot(z.Root); err != nil {
-		bad(zk, "zk.zkRoot", "%v", err)
-	}
-	if z.SessionTimeout <= 0 {
-		bad(zk, "zk.zkSessionTimeoutMs", "must be > 0")
-	}
-	if z.ConnectionTimeout <= 0 {
-		bad(zk, "zk.zkConnectionTimeoutMs", "must be > 0")
-	}
-	if z.SyncTime < 0 {
-		bad(zk, "zk.zkSyncTimeMs", "must not be negative")
-	}
-
-	if c.Slave.ID < -1 || c.Slave.ID > MaxBrokerID {
-		bad("slave", "slaveId", "%d is out of range -1..%d (-1 = master)", c.Slave.ID, MaxBrokerID)
-	}
-	if c.Slave.MaxDelay < 0 {
-		bad("slave", "slaveMaxDelayInMills", "must not be negative")
-	}
-
-	seen := make(map[string]bool, len(c.Topics))
-	for _, t := range c.Topics {
-		sec := "topic=" + t.Pattern
-		if !ValidTopicPattern(t.Pattern) {
-			errs = append(errs, &Error{File: c.Path, Line: t.Line, Section: sec,
-				Msg: fmt.Sprintf("[%s]: invalid topic name %q: want 1-255 of A-Z a-z 0-9 _ . %% - (and * wildcards), not . or ..", sec, t.Pattern)})
-			continue
-		}
-		if seen[t.Pattern] {
-			errs = append(errs, &Error{File: c.Path, Line: t.Line, Section: sec,
-				Msg: fmt.Sprintf("[%s]: duplicate section", sec)})
-		}
-		seen[t.Pattern] = true
-		if t.NumPartitions < 1 || t.NumPartitions > MaxNumPartitions {
-			bad(sec, "numPartitions", "%d is out of range 1..%d", t.NumPartitions, MaxNumPartitions)
-		}
-		if t.UnflushInterval <= 0 {
-			bad(sec, "unflushInterval", "must be > 0 (got %v)", t.UnflushInterval)
-		}
-		if t.DeleteWhen == nil {
-			bad(sec, "deleteWhen", "must be set")
-		}
-	}
-	return errs
 }
 
 func checkHost(h string, emptyOK bool) error {
