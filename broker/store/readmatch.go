@@ -24,7 +24,8 @@ func (k *recordPeek) release() {
 
 // peekMatch checks the header of the record at phys (unit q of p) and
 // reports whether m matches it. Errors are appendRecord's: errBelowMin when
-// retention removed it, ErrCorrupt when the header disagrees with the unit.
+// retention removed it, the others when the unit is damaged (Read repairs
+// the index from the commit log, repair.go).
 func (s *Store) peekMatch(k *recordPeek, p *partition, q, phys int64, size int, m protocol.RecordMatcher) (bool, error) {
 	g := k.g
 	if g == nil || phys < g.base || phys+int64(size) > g.end() {
@@ -36,17 +37,17 @@ func (s *Store) peekMatch(k *recordPeek, p *partition, q, phys int64, size int, 
 			if phys < s.logMin.Load() {
 				return false, errBelowMin
 			}
-			return false, s.corrupt("index unit points outside the commit log", p, q, phys)
+			return false, errUnitOutside
 		}
 		k.g = g
 	}
 	off := phys - g.base
 	if off+int64(size) > g.size {
-		return false, s.corrupt("index unit runs past its segment", p, q, phys)
+		return false, errUnitPastSegment
 	}
 	rec := g.data[off : off+int64(size)]
-	if !verifyHeader(rec, p, q) {
-		return false, s.corrupt("record header disagrees with its index unit", p, q, phys)
+	if !headerMatches(rec, p, q) {
+		return false, errRecordMismatch
 	}
 	return m.MatchRecord(rec), nil
 }
