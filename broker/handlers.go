@@ -83,6 +83,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 	s.stats.cmdPut.Add(1)
 	ts := s.topics.get(cmd.Topic)
 	if ts == nil || !ts.settings.AcceptPublish {
+		c.log.Warn("put refused: the topic is not accepted for publishing here", "topic", string(cmd.Topic))
 		c.failPut(nil, protocol.StatusInternalServerError,
 			s.putError(cmd.Topic, cmd.Partition, "The server do not accept topic "+string(cmd.Topic)), cmd.Opaque)
 		return
@@ -107,7 +108,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		return
 	}
 	msg := store.Message{Topic: ts.name, Partition: partition, Flag: flag, Properties: props, Data: data}
-	res, flush, err := s.store.AppendAsync(&msg)
+	res, flush, err := s.appendAsync(&msg)
 	if err != nil {
 		code := protocol.StatusInternalServerError
 		switch {

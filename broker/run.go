@@ -9,6 +9,7 @@ import (
 
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/internal/logx"
 )
 
 // Broker is a whole broker process: store, server and (when enabled)
@@ -19,6 +20,8 @@ type Broker struct {
 	Server *Server
 	zk     *zkRegistration
 	log    *slog.Logger
+
+	logLimiter *logx.Limiter
 }
 
 // StartOptions adjust a broker started by StartWith (tests, embedding).
@@ -41,6 +44,9 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	// Repeated identical lines (store and server) are rate-limited
+	// (internal/logx); Stop writes the pending counts.
+	log, lim := logx.New(log, logx.Options{})
 	for _, w := range c.Warnings {
 		log.Warn("config: " + w)
 	}
@@ -50,11 +56,12 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	}
 	st, err := store.Open(sc)
 	if err != nil {
+		lim.Stop()
 		return nil, fmt.Errorf("opening store at %s: %w", c.System.DataPath, err)
 	}
 	opts := ServerOptions(c, log)
 	opts.Store = st
-	b := &Broker{Config: c, Store: st, log: log}
+	b := &Broker{Config: c, Store: st, log: log, logLimiter: lim}
 	if c.ZK.Enable {
 		b.zk = newZKRegistration(c, log)
 		opts.OnTopic = b.zk.topicWritten
@@ -68,6 +75,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	}
 	if err != nil {
 		_ = st.Close()
+		lim.Stop()
 		return nil, err
 	}
 	b.Server = srv
@@ -111,5 +119,6 @@ func (b *Broker) Stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	b.log.Info("broker stopped")
+	b.logLimiter.Stop()
 	return errors.Join(errs...)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/internal/logx"
 )
 
 // Version is the string `version` answers with (MetaQ clients use the
@@ -61,7 +62,9 @@ type Server struct {
 	rtPrev realtimeSnap
 
 	shuttingDown atomic.Bool
-	putBudget    *putBudget // buffered put data (putbudget.go)
+	putBudget    *putBudget    // buffered put data (putbudget.go)
+	appendFault  appendFault   // tests only (faults.go)
+	logLimiter   *logx.Limiter // rate limiting of s.log when New set it up (nil: the caller's)
 	connID       atomic.Uint64
 
 	mu    sync.Mutex // guards conns
@@ -94,6 +97,10 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	// Every log line a client can cause (a bad request, a refused topic, a
+	// put failing while the disk is full) goes through a rate limiter.
+	var lim *logx.Limiter
+	opts.Logger, lim = logx.New(opts.Logger, logx.Options{})
 	if opts.MaxPendingPutBytes <= 0 {
 		opts.MaxPendingPutBytes = defaultMaxPendingPutBytes
 	}
@@ -106,7 +113,8 @@ func New(opts Options) (*Server, error) {
 		store: opts.Store,
 		conns: make(map[*conn]struct{}),
 
-		putBudget: newPutBudget(opts.MaxPendingPutBytes),
+		putBudget:  newPutBudget(opts.MaxPendingPutBytes),
+		logLimiter: lim,
 	}
 	s.topics.init(opts.Topics)
 	return s, nil
@@ -227,6 +235,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			<-done
 			err = ctx.Err()
 		}
+		s.logLimiter.Stop() // pending "repeated N times" lines are written now
 	})
 	return err
 }
