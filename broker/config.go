@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/conf"
 )
 
@@ -76,6 +77,12 @@ func ServerOptions(c *conf.Config, log *slog.Logger) Options {
 		PutDataTimeout:     putDataTimeout(sys.PutDataTimeout),
 		Logger:             log,
 		ConfigPath:         c.Path,
+		DataPath:           sys.DataPath,
+		Tx: tx.Config{
+			MaxTimeout:    sys.MaxTxTimeout,
+			CheckInterval: sys.TransactionCheckInterval,
+			CheckMax:      sys.TransactionCheckMax,
+		},
 	}
 }
 

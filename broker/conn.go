@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/protocol"
 )
 
@@ -59,6 +60,7 @@ type conn struct {
 	parked  atomic.Int32
 	quit    bool
 	filters map[string]*protocol.TagFilter // tag expression cache (reader only)
+	txs     *tx.Session                    // transactions of this connection (txconn.go; reader only)
 
 	own ownPuts    // this connection's puts, for the gets after them (reader only; ordering.go)
 	put partialPut // a put whose data spans reads (reader only; putbudget.go)
@@ -92,6 +94,7 @@ func (c *conn) serve() {
 	}()
 	c.readLoop()
 	c.wg.Wait()
+	c.closeTx()
 }
 
 func (c *conn) signalWriter() {
@@ -144,7 +147,7 @@ func (c *conn) appendQueueLocked(src *outQueue) {
 	base := len(c.out.arena)
 	c.out.arena = append(c.out.arena, src.arena...)
 	for _, r := range src.replies {
-		if r.kind == replyResult {
+		if r.kind == replyResult || r.kind == replyRaw {
 			r.bodyStart += base
 			r.bodyEnd += base
 		}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/protocol"
 )
 
@@ -38,7 +39,11 @@ func (c *conn) handle(cmd *protocol.Command) error {
 	case protocol.OpQueryKey:
 		c.handleQueryKey(cmd)
 	case protocol.OpTransaction:
-		c.rq.addResultString(protocol.StatusServiceUnavailable, "transaction is not supported yet", cmd.Opaque)
+		c.handleTransaction(cmd)
+	case protocol.OpTxEnd:
+		c.handleTxEnd(cmd)
+	case protocol.OpProducer:
+		c.handleProducer(cmd)
 	case protocol.OpSync:
 		c.rq.addResultString(protocol.StatusServiceUnavailable, "sync (replication) is not supported yet", cmd.Opaque)
 	default:
@@ -88,9 +93,9 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 			s.putError(cmd.Topic, cmd.Partition, "The server do not accept topic "+string(cmd.Topic)), cmd.Opaque)
 		return
 	}
-	ts.puts.Add(1)
-	if len(cmd.TxKey) > 0 {
-		c.failPut(ts, protocol.StatusServiceUnavailable, "transactional put is not supported yet", cmd.Opaque)
+	sampled := s.sampleStart(ts.puts.Add(1))
+	if len(cmd.TxKey) > 0 || isSystemTopic(ts.name) {
+		c.txPut(ts, cmd) // txconn.go
 		return
 	}
 	partition := cmd.Partition
@@ -108,6 +113,10 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		return
 	}
 	msg := store.Message{Topic: ts.name, Partition: partition, Flag: flag, Properties: props, Data: data}
+	if grp, half := tx.HalfGroup(props); half {
+		c.halfPut(ts, grp, &msg, cmd.Opaque) // txconn.go
+		return
+	}
 	res, flush, err := s.appendAsync(&msg)
 	if err != nil {
 		code := protocol.StatusInternalServerError
@@ -124,6 +133,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 	}
 	ts.putBytes.Add(int64(len(data)))
 	c.rq.addPut(flush, res.MsgID, partition, res.QueueOffset, cmd.Opaque)
+	c.rq.replies[len(c.rq.replies)-1].t0 = sampled
 	c.own.note(ts, partition, res.QueueOffset, flush)
 	if !ts.notified.Load() && ts.notified.CompareAndSwap(false, true) && s.opts.OnTopic != nil {
 		go s.opts.OnTopic(ts.name, ts.settings.NumPartitions)
@@ -154,7 +164,7 @@ func (c *conn) handleGet(cmd *protocol.Command) {
 		s.stats.getMiss.Add(1)
 		return
 	}
-	ts.gets.Add(1)
+	sampled := s.sampleStart(ts.gets.Add(1))
 	if cmd.MaxSize <= 0 {
 		c.rq.addResultString(protocol.StatusBadRequest, "Bad request,invalid max size:"+strconv.Itoa(int(cmd.MaxSize)), cmd.Opaque)
 		return
@@ -175,6 +185,7 @@ func (c *conn) handleGet(cmd *protocol.Command) {
 		return
 	}
 	c.srv.readReply(&c.rq, &g, res, err)
+	s.observeGet(sampled)
 }
 
 // getReq is what a get needs to be answered later (long polling).
@@ -200,6 +211,8 @@ func (s *Server) readReply(q *outQueue, g *getReq, res *store.ReadResult, err er
 	var moved int64
 	switch res.Status {
 	case store.ReadFound:
+		g.ts.getMsgs.Add(int64(res.Count))
+		g.ts.getBytes.Add(int64(res.Bytes))
 		q.addValue(res, g.opaque)
 		return
 	case store.ReadNoMessage:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/internal/logx"
 )
 
@@ -45,6 +46,11 @@ type Options struct {
 	OnTopic func(topic string, numPartitions int)
 	// ConfigPath is reported by `stats config` when set.
 	ConfigPath string
+	// DataPath is the store's directory (`stats` reports its disk usage).
+	DataPath string
+	// Tx configures transactions (txserver.go); Store, BrokerID and Logger
+	// are filled in.
+	Tx tx.Config
 }
 
 // Server is a running broker listener.
@@ -57,6 +63,8 @@ type Server struct {
 
 	topics topicTable
 	stats  counters
+	lat    atomic.Pointer[latencyObserver] // metrics.go
+	tx     *tx.Manager
 
 	rtMu   sync.Mutex
 	rtPrev realtimeSnap
@@ -117,6 +125,9 @@ func New(opts Options) (*Server, error) {
 		logLimiter: lim,
 	}
 	s.topics.init(opts.Topics)
+	if err := s.openTx(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -235,6 +246,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			<-done
 			err = ctx.Err()
 		}
+		s.tx.Close()
 		s.logLimiter.Stop() // pending "repeated N times" lines are written now
 	})
 	return err

@@ -89,10 +89,11 @@ func (s *Server) appendSystemStats(b []byte) []byte {
 	b = protocol.AppendStatInt(b, "cmd_put", s.stats.cmdPut.Load())
 	b = protocol.AppendStatInt(b, "cmd_get", s.stats.cmdGet.Load())
 	b = protocol.AppendStatInt(b, "cmd_offset", s.stats.cmdOffset.Load())
-	b = protocol.AppendStatInt(b, "tx_begin", s.stats.txBegin.Load())
-	b = protocol.AppendStatInt(b, "tx_xa_begin", s.stats.txXABegin.Load())
-	b = protocol.AppendStatInt(b, "tx_commit", s.stats.txCommit.Load())
-	b = protocol.AppendStatInt(b, "tx_rollback", s.stats.txRollback.Load())
+	txs := s.tx.Stats()
+	b = protocol.AppendStatInt(b, "tx_begin", txs.Begun)
+	b = protocol.AppendStatInt(b, "tx_xa_begin", txs.XABegun)
+	b = protocol.AppendStatInt(b, "tx_commit", txs.Committed)
+	b = protocol.AppendStatInt(b, "tx_rollback", txs.RolledBack)
 	b = protocol.AppendStatInt(b, "get_miss", s.stats.getMiss.Load())
 	b = protocol.AppendStatInt(b, "put_failed", s.stats.putFailed.Load())
 	b = protocol.AppendStatInt(b, "total_messages", total)
@@ -102,8 +103,10 @@ func (s *Server) appendSystemStats(b []byte) []byte {
 	b = protocol.AppendStatInt(b, "get_failed", s.stats.getFailed.Load())
 	b = protocol.AppendStatInt(b, "long_polls", s.stats.longPolls.Load())
 	b = protocol.AppendStatInt(b, "bad_requests", s.stats.badReqs.Load())
+	b = appendTxStats(b, txs)
 	b = s.putBudget.appendStats(b)
 	b = appendStoreStats(b, st)
+	b = appendDiskStats(b, s.opts.DataPath)
 	return b
 }
 

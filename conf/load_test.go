@@ -84,6 +84,8 @@ func TestMinimalConfigHasMetaQDefaults(t *testing.T) {
 		{"maxTxTimeoutTimerCapacity", s.MaxTxTimeoutTimerCapacity, 30000},
 		{"maxTxTimeoutInSeconds", s.MaxTxTimeout, time.Minute},
 		{"flushTxLogAtCommit", s.FlushTxLogAtCommit, 1},
+		{"transactionCheckInterval", s.TransactionCheckInterval, time.Minute},
+		{"transactionCheckMax", s.TransactionCheckMax, 15},
 		{"zk.zkEnable", c.ZK.Enable, true},
 		{"zk.zkConnect", c.ZK.Connect, "localhost:2181"},
 		{"zk.zkRoot", c.ZK.Root, "/meta"},
@@ -182,6 +184,8 @@ checkpointInterval = 60000
 maxTxTimeoutTimerCapacity = 100
 maxTxTimeoutInSeconds = 30
 flushTxLogAtCommit = 2
+transactionCheckInterval = 5000
+transactionCheckMax = 3
 maxPendingPutBytes = 64m
 putDataTimeoutMs = 5000
 `
@@ -196,10 +200,12 @@ putDataTimeoutMs = 5000
 		UnflushThreshold: -1, UnflushInterval: 2 * time.Second, MaxSegmentSize: 64 << 20, MaxTransferSize: 512 << 10,
 		MaxMessageSize: 1 << 20, IndexFileSize: 16 << 10, DeletePolicy: Retention{Delete: true, Keep: 168 * time.Hour},
 		DeleteWhen: s.DeleteWhen, AcceptPublish: false, AcceptSubscribe: false, Stat: false, UpdateConsumerOffsets: true,
+		MetricsMaxTopics: DefaultMetricsMaxTopics, MetricsMaxLagSeries: DefaultMetricsMaxLagSeries, MetricsLagInterval: DefaultMetricsLagInterval,
 		IdleTimeout: 90 * time.Second, MaxConnections: 10000, MaxPendingPutBytes: 64 << 20, PutDataTimeout: 5 * time.Second,
 		GetProcessThreadCount: 80, PutProcessThreadCount: 80, LoadMessageStoresInParallel: true, QuartzThreadCount: 2,
 		AppClassPath: "/opt/meta/provided/", MaxCheckpoints: 5, CheckpointInterval: time.Minute,
 		MaxTxTimeoutTimerCapacity: 100, MaxTxTimeout: 30 * time.Second, FlushTxLogAtCommit: 2,
+		TransactionCheckInterval: 5 * time.Second, TransactionCheckMax: 3,
 	}
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("system:\n got %+v\nwant %+v", s, want)

@@ -150,6 +150,12 @@ func validateTx(c *Config, p *problems) {
 	if s.MaxTxTimeout <= 0 {
 		p.bad(sysSection, "maxTxTimeoutInSeconds", "must be > 0")
 	}
+	if s.TransactionCheckInterval <= 0 {
+		p.bad(sysSection, "transactionCheckInterval", "must be > 0")
+	}
+	if s.TransactionCheckMax < 1 {
+		p.bad(sysSection, "transactionCheckMax", "must be >= 1")
+	}
 	if s.FlushTxLogAtCommit < 0 || s.FlushTxLogAtCommit > 2 {
 		p.bad(sysSection, "flushTxLogAtCommit", "%d: want 0 (OS decides), 1 (every commit) or 2 (every second)", s.FlushTxLogAtCommit)
 	}

@@ -451,6 +451,10 @@ func (p *Parser) processLine(line []byte) (lineAction, error) {
 		p.parseSeek(line, nf)
 	case eqFold(name, "query"):
 		p.parseQuery(line, nf)
+	case eqFold(name, "txend"):
+		p.parseTxEnd(line, nf)
+	case eqFold(name, "producer"):
+		p.parseProducer(line, nf)
 	default:
 		p.cmd.Op = OpUnknown
 		p.lastOpaque(line, nf)
