@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/conf"
 	"github.com/metaqgo/metaq/internal/logx"
@@ -17,6 +18,7 @@ import (
 type Broker struct {
 	Config *conf.Config
 	Store  *store.Store
+	Delay  *delay.Service
 	Server *Server
 	zk     *zkRegistration
 	log    *slog.Logger
@@ -29,6 +31,7 @@ type StartOptions struct {
 	Logger *slog.Logger
 	Server func(*Options)      // changes to the server options derived from the config
 	Store  func(*store.Config) // changes to the store configuration
+	Delay  func(*delay.Config) // changes to the delay service configuration
 }
 
 // Start opens the store, starts the listener and registers in ZooKeeper.
@@ -66,6 +69,12 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		b.zk = newZKRegistration(c, log)
 		opts.OnTopic = b.zk.topicWritten
 	}
+	dl, err := openDelay(c, st, log, b.zk, so.Delay)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	b.Delay, opts.Delay = dl, dl
 	if so.Server != nil {
 		so.Server(&opts)
 	}
@@ -74,6 +83,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		err = srv.Start()
 	}
 	if err != nil {
+		_ = dl.Close()
 		_ = st.Close()
 		lim.Stop()
 		return nil, err
@@ -114,6 +124,11 @@ func (b *Broker) Stop(ctx context.Context) error {
 	}
 	if b.zk != nil {
 		b.zk.close()
+	}
+	if b.Delay != nil {
+		if err := b.Delay.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := b.Store.Close(); err != nil {
 		errs = append(errs, err)

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/internal/logx"
@@ -27,9 +28,10 @@ type Options struct {
 	BrokerID        int
 	HostName        string // advertised host (ZooKeeper); defaults to the listener's host
 	Store           *store.Store
-	Topics          TopicPolicy // which topics are accepted, with how many partitions
-	MaxMessageSize  int         // default 4 MiB
-	MaxTransferSize int         // default 1 MiB: cap of a get's value block
+	Delay           *delay.Service // delayed messages, retry, DLQ (nil: delay properties are stored as given)
+	Topics          TopicPolicy    // which topics are accepted, with how many partitions
+	MaxMessageSize  int            // default 4 MiB
+	MaxTransferSize int            // default 1 MiB: cap of a get's value block
 	IdleTimeout     time.Duration
 	WriteTimeout    time.Duration // a client that does not read for this long is cut off (default 30s)
 	MaxConnections  int           // 0 = unlimited
