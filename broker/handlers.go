@@ -94,6 +94,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 	}
 	ts := s.topics.get(cmd.Topic)
 	if ts == nil || !ts.settings.AcceptPublish {
+		c.log.Warn("put refused: the topic is not accepted for publishing here", "topic", string(cmd.Topic))
 		c.failPut(nil, protocol.StatusInternalServerError,
 			s.putError(cmd.Topic, cmd.Partition, "The server do not accept topic "+string(cmd.Topic)), cmd.Opaque)
 		return
@@ -126,7 +127,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 	if !ok {
 		return
 	}
-	res, flush, err := s.store.AppendAsync(&msg)
+	res, flush, err := s.appendAsync(&msg)
 	if err != nil {
 		code := protocol.StatusInternalServerError
 		switch {
