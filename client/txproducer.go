@@ -85,6 +85,10 @@ func NewTransactionProducer(cfg Config, group string, l TransactionListener) (*T
 	}
 	tp := &TransactionProducer{group: group, l: l, sem: make(chan struct{}, maxConcurrentChecks)}
 	tp.ctx, tp.cancel = context.WithCancel(context.Background())
+	// Held until tp.p is set: connections dialled meanwhile announce
+	// themselves from goTracked, which waits for it.
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
 	p, err := newProducer(cfg, func(cc *connConfig) {
 		cc.onUp = tp.announce
 		cc.onCheck = tp.check
