@@ -142,6 +142,9 @@ func (s *Store) readInto(r *ReadResult, p *partition, offset, readable int64, ma
 	q := offset
 	skipped := 0
 	all := f.All()
+	rm := f.RecordMatcher() // an expression on the record (readmatch.go)
+	var pk recordPeek
+	defer pk.release()
 	caughtUp := false
 	repairs := 0 // index repairs by this read (repair.go)
 	limit := s.written.Load()
@@ -182,6 +185,33 @@ scan:
 					break scan
 				}
 				continue
+			}
+			if rm != nil {
+				ok, err := s.peekMatch(&pk, p, q, phys, int(size), rm)
+				if err != nil { // as for appendRecord below
+					switch {
+					case err != errBelowMin:
+						bad, badPhys = err.Error(), phys
+					case r.Count > 0:
+						stopped = true
+						break scan
+					default:
+						if m := s.refreshMin(p); m > q {
+							r.Status, r.NextOffset, r.MinOffset = ReadOffsetTooSmall, m, m
+							return nil
+						}
+						bad, badPhys = "index unit points below the oldest segment", phys
+					}
+					break
+				}
+				if !ok {
+					q++
+					if skipped++; skipped >= maxFilteredScan && r.Count == 0 {
+						stopped = true
+						break scan
+					}
+					continue
+				}
 			}
 			if r.Count > 0 && r.Bytes+int(size) > maxBytes {
 				stopped = true
