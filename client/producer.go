@@ -33,7 +33,8 @@ type Producer struct {
 	mu       sync.Mutex // route creation and updates
 	closeMu  sync.Mutex // closed vs wg.Add of retries
 	closed   atomic.Bool
-	inflight atomic.Int64 // SendAsync calls whose callback has not returned
+	inflight atomic.Int64  // SendAsync calls whose callback has not returned
+	moved    atomic.Uint64 // messages moved off their partition (pick, spread)
 	wg       sync.WaitGroup
 
 	direct     *routeTable // direct mode (Config.Brokers)
@@ -356,8 +357,16 @@ func (p *Producer) asyncDone(cl *call) {
 }
 
 // pick chooses the partition of an attempt: the selector's choice first
-// (moved off a broker that is down unless ordered), then, on retries, the
-// next partition on another broker that is up.
+// (moved off a broker that is down unless ordered), then, on retries, a
+// partition on another broker that is up.
+//
+// A message moved off its partition goes to the healthy partitions in turn
+// (p.spread), not to the next one in the list: "the next one" is the first
+// partition of the next broker, which then takes the whole share of a broker
+// that is down or restarting on top of its own (every broker's partition 0
+// got ~12% more than the others in a chaos run with restarts). Taking the
+// moved messages round-robin over the partitions that can take them keeps
+// every live partition within one message of its share.
 func (p *Producer) pick(t *routeTable, msg *Message, s *sendState) int {
 	n := len(t.parts)
 	if s.attempt == 0 || s.idx < 0 || s.idx >= n {
@@ -368,33 +377,52 @@ func (p *Producer) pick(t *routeTable, msg *Message, s *sendState) int {
 		if s.ordered || t.conns[i].healthy() {
 			return i
 		}
-		for k := 1; k < n; k++ {
-			if j := (i + k) % n; t.conns[j].healthy() {
-				return j
-			}
+		if j := p.spread(t, -1, true); j >= 0 {
+			return j
 		}
 		return i
 	}
 	if s.ordered {
 		return s.idx
 	}
-	fallback := -1
-	for k := 1; k <= n; k++ {
-		j := (s.idx + k) % n
-		if t.brokerOf(j) == s.failedBroker {
-			continue
-		}
-		if t.conns[j].healthy() {
-			return j
-		}
-		if fallback < 0 {
-			fallback = j
-		}
+	if j := p.spread(t, s.failedBroker, true); j >= 0 {
+		return j
 	}
-	if fallback >= 0 {
-		return fallback
+	if j := p.spread(t, s.failedBroker, false); j >= 0 {
+		return j
 	}
 	return (s.idx + 1) % n
+}
+
+// spread returns the next, in turn, of t's partitions that are not on
+// broker avoid (any broker when avoid is -1: no broker id is -1 in a
+// ZooKeeper route, and direct-mode ids are ≤ -2) and, when mustBeHealthy,
+// whose connection is up; -1 when there is none. One counter for every
+// topic: each call moves it by one, so the moved messages rotate over the
+// candidates instead of piling up on the first.
+func (p *Producer) spread(t *routeTable, avoid int, mustBeHealthy bool) int {
+	ok := func(j int) bool {
+		return t.brokerOf(j) != avoid && (!mustBeHealthy || t.conns[j].healthy())
+	}
+	m := 0
+	for j := range t.parts {
+		if ok(j) {
+			m++
+		}
+	}
+	if m == 0 {
+		return -1
+	}
+	k := int(p.moved.Add(1) % uint64(m))
+	for j := range t.parts {
+		if ok(j) {
+			if k == 0 {
+				return j
+			}
+			k--
+		}
+	}
+	return -1 // health changed between the two loops: the caller falls back
 }
 
 var emptyTable = &routeTable{}
