@@ -60,6 +60,8 @@ type conn struct {
 	quit    bool
 	filters map[string]*protocol.TagFilter // tag expression cache (reader only)
 
+	own ownPuts // this connection's puts, for the gets after them (reader only; ordering.go)
+
 	closeOnce sync.Once
 	wg        sync.WaitGroup // writer + parked gets
 }

@@ -123,6 +123,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 	}
 	ts.putBytes.Add(int64(len(data)))
 	c.rq.addPut(flush, res.MsgID, partition, res.QueueOffset, cmd.Opaque)
+	c.own.note(ts, partition, res.QueueOffset, flush)
 	if !ts.notified.Load() && ts.notified.CompareAndSwap(false, true) && s.opts.OnTopic != nil {
 		go s.opts.OnTopic(ts.name, ts.settings.NumPartitions)
 	}
@@ -165,6 +166,7 @@ func (c *conn) handleGet(cmd *protocol.Command) {
 		filter:    c.tagFilter(cmd.Tags),
 		opaque:    cmd.Opaque,
 	}
+	c.awaitOwnPuts(ts, g.partition, g.offset)
 	res, err := s.store.Read(ts.name, g.partition, g.offset, g.maxBytes, g.filter)
 	if err == nil && res.Status == store.ReadNoMessage && cmd.MaxWaitMs > 0 && !s.shuttingDown.Load() {
 		res.Release()

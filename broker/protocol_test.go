@@ -20,13 +20,15 @@ func expect(t *testing.T, r protocol.Reply, kind protocol.ReplyKind, code int, o
 	}
 }
 
-// MetaQ's Python and Ruby producers send the 6-field put with opaques
-// starting at -2147483648 and expect a 4-field result line whose body has
-// three tokens, and answer `version <opaque>` heartbeats.
+// MetaQ's Python and Ruby producers send the 6-field put with opaques from a
+// counter that starts at -2147483648 and is incremented before use (so the
+// first put carries -2147483647, and -2147483648 comes after the wrap-around),
+// expect a 4-field result line whose body has three tokens, and send
+// `version <opaque>` heartbeats.
 func TestMetaQ6FieldPut(t *testing.T) {
 	b := brokertest.RunBroker(t, brokertest.Options{})
 	c := b.Dial()
-	const op = -2147483648
+	const op = -2147483647
 	c.Send(fmt.Sprintf("put test 1 11 0 %d\r\nhello metaq", op))
 	_ = c.Conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	line := readLine(t, c)
@@ -43,9 +45,9 @@ func TestMetaQ6FieldPut(t *testing.T) {
 	if len(tok) != 3 || tok[1] != "1" || tok[2] != "0" {
 		t.Fatalf("body %q", body)
 	}
-	c.Send("version -2147483647\r\n")
+	c.Send("version -2147483648\r\n")
 	r := c.Reply()
-	expect(t, r, protocol.ReplyResult, 200, -2147483647, "")
+	expect(t, r, protocol.ReplyResult, 200, -2147483648, "")
 	c.Send("version\r\n")
 	expect(t, c.Reply(), protocol.ReplyResult, 200, 2147483647, "")
 }

@@ -11,7 +11,8 @@ import (
 	"github.com/metaqgo/metaq/zkmeta/zktest"
 )
 
-// The broker registers itself and its topics exactly as DESIGN §5, a
+// The broker registers itself and its topics exactly as docs/zookeeper.md
+// ("The layout") says, a
 // wildcard topic on its first put, and unregisters on shutdown.
 func TestZooKeeperRegistration(t *testing.T) {
 	zkAddr := zktest.Server(t)

@@ -12,8 +12,8 @@ import (
 	"github.com/metaqgo/metaq/zkmeta"
 )
 
-// zkRegistration publishes the broker and its topics in ZooKeeper (DESIGN
-// §5) through zkmeta, which keeps the ephemeral nodes alive across session
+// zkRegistration publishes the broker and its topics in ZooKeeper (the layout
+// of docs/zookeeper.md) through zkmeta, which keeps the ephemeral nodes alive across session
 // expiries and ZooKeeper restarts. Nothing here blocks the broker: when
 // ZooKeeper is down the broker serves connected clients and registers once
 // it is back.

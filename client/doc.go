@@ -1,7 +1,7 @@
 // Package client is the Go client of metaq: a Producer, a Consumer (consumer
 // groups, clustering or broadcast) and an Admin toolbox, speaking MetaQ's text
 // protocol to the brokers and finding them — and keeping group state — in
-// ZooKeeper, exactly as MetaQ's own clients do (DESIGN §5–§6).
+// ZooKeeper, exactly as MetaQ's own clients do (docs/zookeeper.md, docs/client.md).
 //
 //	p, _ := client.NewProducer(client.Config{ZKConnect: "127.0.0.1:2181"})
 //	res, err := p.Send(ctx, &client.Message{Topic: "orders", Body: b, Tag: "paid", Keys: []string{"o-42"}})

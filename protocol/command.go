@@ -6,7 +6,7 @@ import (
 	"strconv"
 )
 
-// Wire limits (DESIGN §2).
+// Wire limits (docs/protocol.md §1, "Limits").
 const (
 	// MaxLineLen bounds a command or reply header line, line terminator
 	// included: a line that has not ended after MaxLineLen bytes is fatal.

@@ -7,7 +7,7 @@ import (
 	"hash/crc32"
 )
 
-// The data block of a put, as sent (DESIGN §2):
+// The data block of a put, as sent (docs/protocol.md §3, "The data block"):
 //
 //	[properties line '\n']   when flag bit 1 (FlagHasProperties) is set (metaq)
 //	[attrLen(4, big-endian) attribute]   when flag bit 0 (FlagHasAttribute) is set (MetaQ)

@@ -11,7 +11,9 @@ Usage: $(basename "$0") start|stop|status|restart [server.ini]   (default conf/s
 
   start     build bin/metaq when it is missing or older than the sources, start
             "metaq broker -c <server.ini>" in the background and wait until its port answers
-            the protocol's "version" command (no-op when that broker already runs)
+            the protocol's "version" command (no-op when that broker already runs; when it runs
+            an older bin/metaq than the current one it says so, or restarts it with
+            BROKER_RESTART_STALE=1)
   stop      SIGTERM (graceful: unregister from ZooKeeper, flush, close the store), then wait;
             SIGKILL after \$BROKER_STOP_TIMEOUT seconds (no-op when it is not running)
   status    print pid, address and version; exit 0 running, 3 not running, 1 broken
@@ -24,6 +26,7 @@ Environment (defaults in brackets):
   BROKER_START_TIMEOUT   seconds to wait for the port to answer [60]
   BROKER_STOP_TIMEOUT    seconds to wait after SIGTERM before SIGKILL [60]
   BROKER_ARGS            extra arguments for "metaq broker" (e.g. "--log-level debug")
+  BROKER_RESTART_STALE   1: start restarts a running broker whose binary was rebuilt since [0]
   METAQ_BIN              the binary [<project>/bin/metaq]
 EOF
 }
@@ -32,6 +35,7 @@ RUN_DIR="${RUN_DIR:-$PROJECT_ROOT/run}"
 BROKER_START_TIMEOUT="${BROKER_START_TIMEOUT:-60}"
 BROKER_STOP_TIMEOUT="${BROKER_STOP_TIMEOUT:-60}"
 BROKER_ARGS="${BROKER_ARGS:-}"
+BROKER_RESTART_STALE="${BROKER_RESTART_STALE:-0}"
 
 
 resolve_conf() {
@@ -92,6 +96,17 @@ cmd_start() {
 	local pid v
 	if pid="$(our_pid)"; then
 		v="$(broker_version "$HOST" "$PORT")"
+		if [[ -n "$v" ]] && ! runs_current_binary "$pid"; then
+			if [[ "$BROKER_RESTART_STALE" == 1 ]]; then
+				msg "broker on $HOST:$PORT (pid $pid) runs an older $METAQ_BIN than the one built since: restarting it"
+				cmd_stop
+				cmd_start
+				return
+			fi
+			msg "warning: broker already running on $HOST:$PORT (pid $pid, $v), but from an older $METAQ_BIN" \
+				"(rebuilt since it started); 'scripts/broker.sh restart' runs the new one"
+			return 0
+		fi
 		if [[ -n "$v" ]]; then
 			msg "broker already running on $HOST:$PORT (pid $pid, $v, log $LOG_FILE)"
 			return 0

@@ -48,7 +48,23 @@ build_metaq() {
 		err "go build ./tools/metaq failed"
 		exit 1
 	}
+	# The same bytes as before: keep the file (processes started from it still run the current
+	# binary, see runs_current_binary), only mark it fresh.
+	if [[ -f "$METAQ_BIN" ]] && cmp -s "$METAQ_BIN.tmp" "$METAQ_BIN"; then
+		rm -f "$METAQ_BIN.tmp"
+		touch "$METAQ_BIN"
+		return 0
+	fi
 	mv -f "$METAQ_BIN.tmp" "$METAQ_BIN"
+}
+
+# runs_current_binary <pid>: the process runs the bytes $METAQ_BIN holds now (false when the
+# binary was rebuilt with changes since the process started). Linux's /proc/<pid>/exe still
+# reads the file the process started from after it was replaced; without it, assume current.
+runs_current_binary() {
+	local exe="/proc/$1/exe"
+	[[ -r "$exe" ]] || return 0
+	cmp -s "$exe" "$METAQ_BIN"
 }
 
 # ini_get <file> <section> <key> [default]: a value from a server.ini (comments and spaces

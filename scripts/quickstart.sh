@@ -13,7 +13,8 @@ Usage: $(basename "$0") [--help]
 Builds bin/metaq, starts ZooKeeper on 127.0.0.1:2181 (scripts/zk.sh: installs Debian's
 zookeeper package when missing) and one broker with conf/server.ini on 127.0.0.1:8123
 (scripts/broker.sh; data in run/data), then sends a message to topic "test" and reads it back
-with the metaq CLI. Safe to run again: what already runs is reused.
+with the metaq CLI. Safe to run again: what already runs is reused, except a broker that runs
+an older bin/metaq than the one just built, which is restarted.
 
 Stop everything with:  scripts/broker.sh stop && scripts/zk.sh stop
 EOF
@@ -47,7 +48,8 @@ step "Starting ZooKeeper on 127.0.0.1:2181 (scripts/zk.sh start)"
 ZK_PORT=2181 "$SCRIPT_DIR/zk.sh" start
 
 step "Starting a broker on 127.0.0.1:$PORT (scripts/broker.sh start conf/server.ini)"
-"$SCRIPT_DIR/broker.sh" start "$CONF"
+# A broker left running by an earlier quickstart is restarted when bin/metaq changed since.
+BROKER_RESTART_STALE=1 "$SCRIPT_DIR/broker.sh" start "$CONF"
 
 export METAQ_ZK=127.0.0.1:2181
 # The broker registers its topics in ZooKeeper right after it starts.

@@ -16,16 +16,17 @@ Usage: $(basename "$0") [go test arguments…]
      temporary directory), stopped again when the script ends (also on Ctrl-C)
   3. gofmt -l (every .go file must be formatted)
   4. go vet ./...
-  5. go test -race -count=1 -timeout \$TEST_TIMEOUT ./... [arguments] with METAQ_TEST_ZK set
+  5. go mod tidy -diff in the main module and in bench/ (go.mod/go.sum must already be tidy)
+  6. go test -race -count=1 -timeout \$TEST_TIMEOUT ./... [arguments] with METAQ_TEST_ZK set
 
-Exits with the tests' status (or 1 when only gofmt or vet failed). Arguments go to go test:
+Exits with the tests' status (or 1 when only gofmt, vet or tidy failed). Arguments go to go test:
   $(basename "$0") -run TestKill9 ./tools/...     # packages given replace ./...
   $(basename "$0") -short
 
 Environment:
   TEST_TIMEOUT   go test -timeout [45m]
   TEST_RACE      0 to run without -race [1]
-  SKIP_LINT      1 to skip gofmt and go vet [0]
+  SKIP_LINT      1 to skip gofmt, go vet and the tidy check [0]
 EOF
 }
 
@@ -121,6 +122,21 @@ if [[ "$SKIP_LINT" != 1 ]]; then
 	if ! go vet ./...; then
 		lint_status=1
 	fi
+	# Code and docs point at the project's own docs/, never at the design contract outside the
+	# repository.
+	if git grep -n 'DESIGN §' -- ':!scripts/test.sh' 2>/dev/null; then
+		err "the lines above cite DESIGN §…, which is not in the repository: cite docs/*.md instead"
+		lint_status=1
+	fi
+	# go.mod/go.sum must be what go mod tidy makes them, in the main module and in bench/ (its own
+	# module, which replaces the main one with ../ and so sees the main module's requirements too).
+	for mod in . bench; do
+		msg "go mod tidy -diff ($mod)"
+		if ! (cd "$mod" && go mod tidy -diff); then
+			err "go.mod/go.sum in $mod are not tidy: run (cd $mod && go mod tidy)"
+			lint_status=1
+		fi
+	done
 fi
 
 args=("$@")
@@ -138,7 +154,7 @@ go test "${race[@]}" -count=1 -timeout "$TEST_TIMEOUT" "${args[@]}" || status=$?
 msg "go test finished in $((($(now_ms) - start_tests) / 1000))s with status $status (everything: $((($(now_ms) - start_all) / 1000))s)"
 
 if ((status == 0 && lint_status != 0)); then
-	err "tests passed, but gofmt or go vet failed"
+	err "tests passed, but gofmt, go vet or go mod tidy -diff failed"
 	status=1
 fi
 exit "$status"

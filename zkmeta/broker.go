@@ -65,7 +65,7 @@ func DefaultTopicConfig(n int) TopicConfig {
 	return TopicConfig{NumPartitions: n, AcceptPublish: true, AcceptSubscribe: true}
 }
 
-// BrokerRegistry keeps a broker's ephemeral nodes in ZooKeeper (DESIGN §5):
+// BrokerRegistry keeps a broker's ephemeral nodes in ZooKeeper (docs/zookeeper.md, "The layout"):
 //
 //	/brokers/ids/<id>/master                 meta://host:port      (slave<n> for a slave)
 //	/brokers/topics/<topic>/<id>-m           <numPartitions>       (-s<n> for a slave)

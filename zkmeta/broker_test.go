@@ -21,7 +21,7 @@ func newRegistry(t testing.TB, c *zkmeta.Client, b zkmeta.Broker) *zkmeta.Broker
 	return r
 }
 
-// Every node a master and a slave register, byte for byte as DESIGN §5.
+// Every node a master and a slave register, byte for byte as docs/zookeeper.md ("The layout").
 func TestBrokerRegistrationContents(t *testing.T) {
 	zkAddr := zktest.Server(t)
 	c, _ := connect(t, zkAddr)

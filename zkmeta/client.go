@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -27,8 +28,11 @@ var (
 	ErrClosed = errors.New("zkmeta: client closed")
 	// ErrNotConnected is returned by Connect when no session could be established in time.
 	ErrNotConnected = errors.New("zkmeta: not connected to ZooKeeper")
-	ErrNoNode       = zk.ErrNoNode
-	ErrNodeExists   = zk.ErrNodeExists
+	// ErrRefused is returned (with ErrNotConnected) by Connect with Config.FailFast when every
+	// server refused the connection.
+	ErrRefused    = errors.New("zkmeta: every ZooKeeper server refused the connection")
+	ErrNoNode     = zk.ErrNoNode
+	ErrNodeExists = zk.ErrNodeExists
 )
 
 // Config configures a Client. Field names follow server.ini's [zookeeper] section.
@@ -55,6 +59,11 @@ type Config struct {
 	Logger Logger
 	// Dialer replaces net.DialTimeout (tests, proxies).
 	Dialer Dialer
+	// FailFast makes Connect give up (ErrRefused) as soon as every server of the connect string
+	// has refused the connection in a row (nothing listens on its port, or its name does not
+	// resolve) instead of waiting ConnectionTimeout: for command-line tools. A client that had a
+	// session keeps retrying, as without it.
+	FailFast bool
 }
 
 // State is the client's view of its ZooKeeper session.
@@ -112,13 +121,18 @@ type Client struct {
 	maxBackoff     time.Duration
 	// handshakeTimeout bounds the wait for the server's answer to a connect request.
 	handshakeTimeout time.Duration
+	dropZxid         bool             // leave our last zxid out of the next connect request
+	sessionServer    string           // the server that answered the last handshake with a session
+	distinctServers  int              // servers in the connect string
+	refused          map[string]error // servers that refused in a row, before the first session
+	refusedErr       error            // the last refusal once every server refused
+	allRefused       chan struct{}    // closed then
 
 	mu          sync.Mutex
 	state       State
 	sessionID   int64         // current session, 0 before the first
 	connectedCh chan struct{} // closed while connected; replaced on disconnect
-	creds       sessionCreds
-	expiredFor  int64 // session id whose expiry was already announced
+	expiredFor  int64         // session id whose expiry was already announced
 	sawExpired  atomic.Bool
 	onExpired   []func()
 	onReconnect []func(newSession bool)
@@ -150,10 +164,20 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		wctx, cancel = context.WithTimeout(ctx, c.cfg.ConnectionTimeout)
 		defer cancel()
 	}
-	if err := c.WaitConnected(wctx); err != nil {
+	var refused <-chan struct{}
+	if c.cfg.FailFast {
+		refused = c.allRefused
+	}
+	if err := c.waitConnected(wctx, refused); err != nil {
 		c.Close()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if errors.Is(err, ErrRefused) {
+			c.dialMu.Lock()
+			last := c.refusedErr
+			c.dialMu.Unlock()
+			return nil, fmt.Errorf("%w: %w: %v (%v)", ErrNotConnected, ErrRefused, c.servers, last)
 		}
 		return nil, fmt.Errorf("%w: %v within %s (%w)", ErrNotConnected, c.servers, c.cfg.ConnectionTimeout, err)
 	}
@@ -207,14 +231,22 @@ func New(cfg Config) (*Client, error) {
 		dialLogEvery:     time.Second,
 		maxBackoff:       min(5*time.Second, max(cfg.SessionTimeout/3, 200*time.Millisecond)),
 		handshakeTimeout: max(time.Second, cfg.SessionTimeout/3),
+		distinctServers:  len(slices.Compact(slices.Sorted(slices.Values(zk.FormatServers(servers))))),
+		refused:          map[string]error{},
+		allRefused:       make(chan struct{}),
 		spawnOK:          true,
 	}
 	c.eph = newKeeper(c)
+	// zk.WithLogDialErrors, WithHandshakeTimeout, WithDropLastZxid and Conn.SessionCredentials are
+	// metaq's patch of go-zookeeper (third_party/go-zookeeper-zk/PATCHES.md).
 	conn, events, err := zk.Connect(servers, cfg.SessionTimeout,
 		zk.WithDialer(c.dial),
 		zk.WithHostProvider(&hostProvider{c: c}),
 		zk.WithLogger(zkLogger{c}),
 		zk.WithLogInfo(false),
+		zk.WithLogDialErrors(false),
+		zk.WithHandshakeTimeout(c.handshakeTimeout),
+		zk.WithDropLastZxid(c.dropLastZxid),
 		zk.WithEventCallback(c.onEvent),
 	)
 	if err != nil {
@@ -234,8 +266,12 @@ func (c *Client) onEvent(ev zk.Event) {
 	if ev.Type != zk.EventSession {
 		return
 	}
-	if ev.State == zk.StateExpired {
+	switch ev.State {
+	case zk.StateHasSession:
+		c.handshakeDone(ev.Server, true)
+	case zk.StateExpired:
 		c.sawExpired.Store(true)
+		c.handshakeDone(ev.Server, false)
 	}
 	c.kickState()
 }
@@ -439,25 +475,23 @@ func (c *Client) SessionTimeout() time.Duration {
 }
 
 func (c *Client) sessionTimeoutLocked() time.Duration {
-	if c.creds.timeout > 0 {
-		return c.creds.timeout
+	if _, _, t := c.conn.SessionCredentials(); t > 0 {
+		return t
 	}
 	return c.cfg.SessionTimeout
-}
-
-func (c *Client) setCreds(s sessionCreds) {
-	c.mu.Lock()
-	c.creds = s
-	c.mu.Unlock()
 }
 
 // SessionCredentials returns the current session's id, password and the server it is connected
 // to. Whoever holds them can take the session over — zktest.ExpireSession uses them to expire a
 // session for real. Do not log the password.
 func (c *Client) SessionCredentials() (id int64, passwd []byte, server string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.creds.id, append([]byte(nil), c.creds.passwd...), c.creds.server
+	id, passwd, _ = c.conn.SessionCredentials()
+	if id == 0 {
+		return 0, nil, ""
+	}
+	c.dialMu.Lock()
+	defer c.dialMu.Unlock()
+	return id, passwd, c.sessionServer
 }
 
 // Paths is the layout below the configured root.
@@ -484,7 +518,10 @@ func (c *Client) FullPath(p string) string {
 }
 
 // WaitConnected blocks until a session is usable, ctx is done or the client is closed.
-func (c *Client) WaitConnected(ctx context.Context) error {
+func (c *Client) WaitConnected(ctx context.Context) error { return c.waitConnected(ctx, nil) }
+
+// waitConnected is WaitConnected that also gives up with ErrRefused when refused is closed.
+func (c *Client) waitConnected(ctx context.Context, refused <-chan struct{}) error {
 	for {
 		c.mu.Lock()
 		st, ch := c.state, c.connectedCh
@@ -499,6 +536,8 @@ func (c *Client) WaitConnected(ctx context.Context) error {
 		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-refused:
+			return ErrRefused
 		case <-c.closing:
 			return ErrClosed
 		}

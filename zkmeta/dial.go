@@ -1,11 +1,11 @@
 package zkmeta
 
 import (
-	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"net"
-	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -16,8 +16,7 @@ type Dialer func(network, address string, timeout time.Duration) (net.Conn, erro
 //   - backs off between failed attempts (go-zookeeper itself retries about once a second), capped
 //     well below the session timeout so that a returning server is found in time;
 //   - logs unreachable servers with exponentially growing intervals instead of every second;
-//   - reads the session id, password and negotiated timeout out of the connect response, which
-//     go-zookeeper keeps private (zktest.ExpireSession needs them to expire a session for real).
+//   - notes servers that refuse the connection (Config.FailFast).
 func (c *Client) dial(network, address string, timeout time.Duration) (net.Conn, error) {
 	c.dialMu.Lock()
 	fails := c.dialFails
@@ -64,6 +63,7 @@ func (c *Client) dial(network, address string, timeout time.Duration) (net.Conn,
 	}
 	if err != nil {
 		c.awaitHandshake = false
+		c.noteRefusedLocked(address, err)
 		c.dialFails++
 		now := time.Now()
 		if c.dialFails == 1 {
@@ -80,17 +80,53 @@ func (c *Client) dial(network, address string, timeout time.Duration) (net.Conn,
 		return nil, err
 	}
 	c.awaitHandshake = true
-	return &sniffConn{Conn: conn, c: c, server: address, dropZxid: c.refusals >= 3}, nil
+	c.dropZxid = c.refusals >= 3
+	clear(c.refused)
+	return conn, nil
 }
 
-// handshakeDone: a server answered our connect request, with a session (sid != 0) or saying that
-// ours expired.
-func (c *Client) handshakeDone(server string, sid int64) {
+// dropLastZxid is go-zookeeper's zk.WithDropLastZxid hook, asked right after dial returned a
+// connection: after three connections closed before the server answered, the connect request
+// leaves out our last zxid. A server refuses a client that has seen a newer zxid than its own, and
+// go-zookeeper keeps its last zxid until a session expires: after ZooKeeper lost its data (a wiped
+// or replaced standalone server) we would be refused forever. Without the zxid the server answers
+// that our session expired, and go-zookeeper starts a new one.
+func (c *Client) dropLastZxid() bool {
+	c.dialMu.Lock()
+	defer c.dialMu.Unlock()
+	return c.dropZxid
+}
+
+// noteRefusedLocked records a dial that failed because nothing listens at address (or its name
+// does not resolve). Once every server has refused in a row before the first session, Connect
+// with Config.FailFast gives up (allRefused is closed).
+func (c *Client) noteRefusedLocked(address string, err error) {
+	var dnsErr *net.DNSError
+	if !errors.Is(err, syscall.ECONNREFUSED) && !(errors.As(err, &dnsErr) && dnsErr.IsNotFound) {
+		clear(c.refused) // a timeout or another error: the server may still answer
+		return
+	}
+	if c.sessionServer != "" {
+		return // we had a session: keep retrying (the server may be restarting)
+	}
+	c.refused[address] = err
+	if len(c.refused) >= c.distinctServers && c.refusedErr == nil {
+		c.refusedErr = err
+		close(c.allRefused)
+	}
+}
+
+// handshakeDone: a server answered our connect request, with a session (ok) or saying that ours
+// expired. Called from go-zookeeper's event callback.
+func (c *Client) handshakeDone(server string, ok bool) {
 	c.dialMu.Lock()
 	defer c.dialMu.Unlock()
 	c.awaitHandshake = false
 	c.refusals = 0
-	c.hadSession = sid != 0
+	c.hadSession = ok
+	if ok {
+		c.sessionServer = server
+	}
 	if c.dialFails > 0 {
 		c.log.Printf("zkmeta: ZooKeeper %s reachable again after %d failed attempts (%s)",
 			server, c.dialFails, time.Since(c.downSince).Round(time.Millisecond))
@@ -125,118 +161,26 @@ func (h *hostProvider) Len() int {
 
 func (h *hostProvider) Next() (string, bool) {
 	h.mu.Lock()
+	newRound := h.next == 0 // every server was tried since the last time we were here
 	s := h.servers[h.next]
 	h.next = (h.next + 1) % len(h.servers)
-	wrapped := h.next == 0
 	h.mu.Unlock()
 	h.c.dialMu.Lock()
 	failing := h.c.dialFails > 0
 	h.c.dialMu.Unlock()
-	// retryStart also fails requests queued while disconnected (zk.ErrNoServer), which is what we
-	// want while no server can be reached.
-	return s, wrapped && failing
+	// retryStart makes go-zookeeper pause a second before a new round over the servers (not
+	// before the last server of a round: Config.FailFast must see every server refuse first).
+	// It also fails requests queued while disconnected (zk.ErrNoServer), which is what we want
+	// while no server can be reached.
+	return s, newRound && failing
 }
 
 func (h *hostProvider) Connected() {}
 
-// sniffConn captures the first frame the server sends on a new connection: the connect response
-// (protocolVersion int32, timeOut int32, sessionId int64, passwd buffer, readOnly bool).
-//
-// With dropZxid it also zeroes lastZxidSeen in the connect request (protocolVersion int32,
-// lastZxidSeen int64, …). A server refuses a client that has seen a newer zxid than its own, and
-// go-zookeeper keeps its last zxid until a session expires: after ZooKeeper lost its data (a
-// wiped or replaced standalone server) it would be refused forever. Without the zxid the server
-// answers that the session expired, and go-zookeeper starts a new one.
-type sniffConn struct {
-	net.Conn
-	c        *Client
-	server   string
-	dropZxid bool
-	wrote    bool
-	mu       sync.Mutex
-	done     bool
-	buf      []byte
-}
-
-// SetReadDeadline shortens go-zookeeper's handshake deadline (ten receive timeouts, 20 s for a
-// 3 s session): a server that accepts connections but does not answer yet (still starting) is
-// retried after handshakeTimeout instead.
-func (s *sniffConn) SetReadDeadline(t time.Time) error {
-	s.mu.Lock()
-	done := s.done
-	s.mu.Unlock()
-	if !done {
-		if limit := time.Now().Add(s.c.handshakeTimeout); t.IsZero() || t.After(limit) {
-			t = limit
-		}
-	}
-	return s.Conn.SetReadDeadline(t)
-}
-
-func (s *sniffConn) Write(p []byte) (int, error) {
-	if !s.wrote {
-		s.wrote = true
-		if s.dropZxid && len(p) >= 16 {
-			q := append([]byte(nil), p...)
-			clear(q[8:16])
-			return s.Conn.Write(q)
-		}
-	}
-	return s.Conn.Write(p)
-}
-
-func (s *sniffConn) Read(p []byte) (int, error) {
-	n, err := s.Conn.Read(p)
-	if n > 0 {
-		s.mu.Lock()
-		if !s.done {
-			s.buf = append(s.buf, p[:n]...)
-			s.parse()
-		}
-		s.mu.Unlock()
-	}
-	return n, err
-}
-
-func (s *sniffConn) parse() {
-	if len(s.buf) < 4 {
-		return
-	}
-	size := int(binary.BigEndian.Uint32(s.buf))
-	if size < 20 || size > 1<<16 {
-		s.done, s.buf = true, nil
-		return
-	}
-	if len(s.buf) < 4+size {
-		return
-	}
-	f := s.buf[4 : 4+size]
-	s.done, s.buf = true, nil
-	timeout := int32(binary.BigEndian.Uint32(f[4:]))
-	sid := int64(binary.BigEndian.Uint64(f[8:]))
-	s.c.handshakeDone(s.server, sid)
-	plen := int(int32(binary.BigEndian.Uint32(f[16:])))
-	if sid == 0 || plen < 0 || 20+plen > len(f) {
-		return
-	}
-	passwd := append([]byte(nil), f[20:20+plen]...)
-	s.c.setCreds(sessionCreds{id: sid, passwd: passwd, timeout: time.Duration(timeout) * time.Millisecond, server: s.server})
-}
-
-type sessionCreds struct {
-	id      int64
-	passwd  []byte
-	timeout time.Duration
-	server  string
-}
-
-// zkLogger routes go-zookeeper's log lines to the client's logger. "failed to connect" lines are
-// dropped: dial logs unreachable servers itself, with backoff.
+// zkLogger routes go-zookeeper's log lines to the client's logger. Failed dials are not among them
+// (zk.WithLogDialErrors(false)): dial logs unreachable servers itself, with backoff.
 type zkLogger struct{ c *Client }
 
 func (l zkLogger) Printf(format string, args ...any) {
-	if strings.HasPrefix(format, "failed to connect to") {
-		return
-	}
 	l.c.log.Printf("zkmeta: go-zookeeper: "+format, args...)
 }

@@ -1,4 +1,4 @@
-// Package zkmeta is the one place that knows metaq's ZooKeeper layout (DESIGN §5, MetaQ's):
+// Package zkmeta is the one place that knows metaq's ZooKeeper layout (MetaQ's; docs/zookeeper.md, "The layout"):
 //
 //	<root>/brokers/ids/<brokerId>/master                       E  meta://host:port
 //	<root>/brokers/ids/<brokerId>/slave<n>                     E  meta://host:port

@@ -16,7 +16,7 @@ const DefaultRoot = "/meta"
 // MasterSlaveID is the slave id of a master broker (MetaQ's slaveId = -1).
 const MasterSlaveID = -1
 
-// Paths builds every ZooKeeper path of the metaq layout (DESIGN §5) below one root (zk.zkRoot).
+// Paths builds every ZooKeeper path of the metaq layout (docs/zookeeper.md) below one root (zk.zkRoot).
 // Paths are relative to the client's chroot, if any. The zero value uses the root "/" (no
 // prefix); use NewPaths to apply MetaQ's default "/meta".
 type Paths struct {

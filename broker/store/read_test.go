@@ -257,7 +257,8 @@ func TestReadNeverServesCorruptRecord(t *testing.T) {
 	}
 }
 
-// TestReadYourWrites: DESIGN §2 — a record is readable as soon as it is
+// TestReadYourWrites (docs/storage.md, "Flushing and visibility" and
+// "Partition indexes"): a record is readable as soon as it is
 // appended (async) or as soon as Append returns (sync), without waiting for
 // the asynchronous index to be told.
 func TestReadYourWrites(t *testing.T) {

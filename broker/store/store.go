@@ -1,4 +1,4 @@
-// Package store is metaq's storage engine (DESIGN §3–§4): one sequential
+// Package store is metaq's storage engine (docs/storage.md): one sequential
 // commit log shared by every topic, per-partition index files of fixed
 // 16-byte units built asynchronously by a dispatcher, group-commit flushing,
 // crash recovery, retention, a key index and time lookup.
@@ -439,7 +439,7 @@ func (s *Store) closeFiles() {
 const maxTopicLen = 255
 
 // validTopic reports whether a topic can be stored: 1..255 bytes and safe as a
-// directory name (the broker enforces the stricter DESIGN §2 charset).
+// directory name (the broker enforces the stricter charset of docs/protocol.md §1).
 func validTopic(t string) bool {
 	if len(t) == 0 || len(t) > maxTopicLen || t == "." || t == ".." {
 		return false

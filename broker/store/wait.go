@@ -74,7 +74,8 @@ func (s *Store) closeAllWaiters() {
 	}
 }
 
-// Read-your-writes. DESIGN §2: a record is readable as soon as it is appended
+// Read-your-writes (docs/storage.md, "Flushing and visibility" and "Partition
+// indexes"): a record is readable as soon as it is appended
 // (async mode) or durable (sync mode). Records become readable through
 // their index unit, which the dispatcher writes a little later; so a read
 // of an offset that is already assigned but not yet indexed first writes out

@@ -112,6 +112,12 @@ type Conn struct {
 	logger  Logger
 	logInfo bool // true if information messages are logged; false if only errors are logged
 
+	// metaq patch (see PATCHES.md).
+	sessMu           sync.Mutex    // guards passwd and sessionTimeoutMs against SessionCredentials
+	logDialErrors    bool          // log "failed to connect to" (WithLogDialErrors)
+	handshakeTimeout time.Duration // bounds the wait for the connect response (WithHandshakeTimeout)
+	dropLastZxid     func() bool   // WithDropLastZxid
+
 	buf []byte
 }
 
@@ -203,6 +209,7 @@ func Connect(servers []string, sessionTimeout time.Duration, options ...connOpti
 		passwd:         emptyPassword,
 		logger:         DefaultLogger,
 		logInfo:        true, // default is true for backwards compatability
+		logDialErrors:  true,
 		buf:            make([]byte, bufferSize),
 		resendZkAuthFn: resendZkAuth,
 	}
@@ -256,6 +263,47 @@ func WithLogInfo(logInfo bool) connOption {
 	return func(c *Conn) {
 		c.logInfo = logInfo
 	}
+}
+
+// WithLogDialErrors (metaq patch) says whether a failed dial is logged ("failed to connect to
+// <server>: <err>"); the default is true. A dialer that logs failures itself (with backoff) turns
+// it off instead of filtering log lines by their text.
+func WithLogDialErrors(log bool) connOption {
+	return func(c *Conn) {
+		c.logDialErrors = log
+	}
+}
+
+// WithHandshakeTimeout (metaq patch) bounds the wait for the server's answer to a connect request
+// when d is shorter than the default (ten receive timeouts: 20 s for a 3 s session). A server
+// that accepts connections but does not answer yet (it is still starting) is then left for the
+// next one sooner.
+func WithHandshakeTimeout(d time.Duration) connOption {
+	return func(c *Conn) {
+		c.handshakeTimeout = d
+	}
+}
+
+// WithDropLastZxid (metaq patch): fn is called before every connect request; when it returns
+// true the request says lastZxidSeen = 0 instead of the last zxid this client saw. A server
+// refuses (closes the connection of) a client that has seen a newer zxid than its own, and the
+// client keeps its last zxid until its session expires: after ZooKeeper lost its data (a wiped or
+// replaced standalone server) it would be refused forever. Without the zxid the server answers
+// that the session expired, and a new one starts.
+func WithDropLastZxid(fn func() bool) connOption {
+	return func(c *Conn) {
+		c.dropLastZxid = fn
+	}
+}
+
+// SessionCredentials (metaq patch) returns the current session's id, password and negotiated
+// timeout (the requested one before the first session; id 0 and an empty password when there is
+// none). Whoever holds the id and password can take the session over (tests use them to expire a
+// session for real): do not log the password.
+func (c *Conn) SessionCredentials() (id int64, passwd []byte, timeout time.Duration) {
+	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
+	return c.SessionID(), append([]byte(nil), c.passwd...), time.Duration(c.sessionTimeoutMs) * time.Millisecond
 }
 
 // EventCallback is a function that is called when an Event occurs.
@@ -340,7 +388,9 @@ func (c *Conn) SetLogger(l Logger) {
 }
 
 func (c *Conn) setTimeouts(sessionTimeoutMs int32) {
+	c.sessMu.Lock()
 	c.sessionTimeoutMs = sessionTimeoutMs
+	c.sessMu.Unlock()
 	sessionTimeout := time.Duration(sessionTimeoutMs) * time.Millisecond
 	c.recvTimeout = sessionTimeout * 2 / 3
 	c.pingInterval = c.recvTimeout / 2
@@ -394,7 +444,9 @@ func (c *Conn) connect() error {
 			return nil
 		}
 
-		c.logger.Printf("failed to connect to %s: %v", c.Server(), err)
+		if c.logDialErrors {
+			c.logger.Printf("failed to connect to %s: %v", c.Server(), err)
+		}
 	}
 }
 
@@ -659,9 +711,13 @@ func (c *Conn) authenticate() error {
 	buf := make([]byte, 256)
 
 	// Encode and send a connect request.
+	lastZxid := atomic.LoadInt64(&c.lastZxid)
+	if c.dropLastZxid != nil && c.dropLastZxid() {
+		lastZxid = 0
+	}
 	n, err := encodePacket(buf[4:], &connectRequest{
 		ProtocolVersion: protocolVersion,
-		LastZxidSeen:    atomic.LoadInt64(&c.lastZxid),
+		LastZxidSeen:    lastZxid,
 		TimeOut:         c.sessionTimeoutMs,
 		SessionID:       c.SessionID(),
 		Passwd:          c.passwd,
@@ -680,9 +736,17 @@ func (c *Conn) authenticate() error {
 	}
 
 	// Receive and decode a connect response.
-	c.conn.SetReadDeadline(time.Now().Add(c.recvTimeout * 10))
+	// metaq patch: with a shorter handshakeTimeout it bounds the whole response, not only its length.
+	wait := c.recvTimeout * 10
+	bounded := c.handshakeTimeout > 0 && c.handshakeTimeout < wait
+	if bounded {
+		wait = c.handshakeTimeout
+	}
+	c.conn.SetReadDeadline(time.Now().Add(wait))
 	_, err = io.ReadFull(c.conn, buf[:4])
-	c.conn.SetReadDeadline(time.Time{})
+	if !bounded {
+		c.conn.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		return err
 	}
@@ -693,6 +757,9 @@ func (c *Conn) authenticate() error {
 	}
 
 	_, err = io.ReadFull(c.conn, buf[:blen])
+	if bounded {
+		c.conn.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		return err
 	}
@@ -703,16 +770,20 @@ func (c *Conn) authenticate() error {
 		return err
 	}
 	if r.SessionID == 0 {
+		c.sessMu.Lock()
 		atomic.StoreInt64(&c.sessionID, int64(0))
 		c.passwd = emptyPassword
+		c.sessMu.Unlock()
 		atomic.StoreInt64(&c.lastZxid, 0)
 		c.setState(StateExpired)
 		return ErrSessionExpired
 	}
 
+	c.sessMu.Lock()
 	atomic.StoreInt64(&c.sessionID, r.SessionID)
-	c.setTimeouts(r.TimeOut)
 	c.passwd = r.Passwd
+	c.sessMu.Unlock()
+	c.setTimeouts(r.TimeOut)
 	c.setState(StateHasSession)
 
 	return nil

@@ -135,6 +135,7 @@ func (a *App) zkClient(ctx context.Context) (*zkmeta.Client, error) {
 		SessionTimeout:    10 * time.Second,
 		ConnectionTimeout: a.ConnectTimeout,
 		Logger:            logger,
+		FailFast:          true, // every server refused: exit 4 at once, not after --connect-timeout
 	})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -147,6 +148,9 @@ func (a *App) zkClient(ctx context.Context) (*zkmeta.Client, error) {
 }
 
 func (a *App) zkUnreachable(err error) error {
+	if errors.Is(err, zkmeta.ErrRefused) {
+		return unavailableErr("cannot reach ZooKeeper at %s: every server refused the connection (is it running? set --zk or %s): %v", a.ZK, EnvZK, err)
+	}
 	return unavailableErr("cannot reach ZooKeeper at %s within %s (set --zk or %s): %v", a.ZK, a.ConnectTimeout, EnvZK, err)
 }
 

@@ -82,6 +82,11 @@ func (a *App) newBencher(ctx context.Context, o *benchOpts) (*bencher, error) {
 		}
 		cfg.ZKConnect, cfg.ZKRoot = a.ZK, a.ZKRoot
 		cfg.ZKConnectionTimeout = a.ConnectTimeout
+		// The producers open ZooKeeper sessions of their own; connecting here first fails fast
+		// (exit 4) when no ZooKeeper server listens.
+		if _, err := a.zkClient(ctx); err != nil {
+			return nil, err
+		}
 	}
 	b.cfg = cfg
 	var err error

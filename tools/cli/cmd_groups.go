@@ -92,7 +92,8 @@ offsets for: the owning consumer, the committed offset (the next message the gro
 the partition's max offset (the next offset to be written) and the lag, max - committed
 (counted from the partition's min when retention already deleted the committed position).
 Partitions without a committed offset show "-" and count nothing in the total.`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: app.completeGroupArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := app.describeGroup(cmd.Context(), args[0])
 			if err != nil {

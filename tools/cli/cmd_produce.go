@@ -53,7 +53,8 @@ broker, which picks the partition. --broker host:port talks to one broker direct
 ZooKeeper (standalone brokers, zk.zkEnable=false).
 
 For every message it prints "<msgId> <brokerId>-<partition> <offset>" (JSON lines with --json);
---quiet prints only a summary. On a terminal, a progress line shows the count and the rate.`,
+--quiet prints only a summary. On a terminal, a progress line shows the count and the rate.
+An input without any message (an empty file or stdin) sends nothing and exits 1.`,
 		Example: `  metaq produce --topic test --message hello
   metaq produce -t orders -m '{"id":42}' --tag paid --key o-42
   seq 1000 | metaq produce -t test --quiet
@@ -86,7 +87,7 @@ type sendResult struct {
 	err error
 }
 
-func (a *App) produce(cmd *cobra.Command, o *produceOpts) error {
+func (o *produceOpts) validate() error {
 	if o.count < 1 {
 		return usageErr("--count must be >= 1")
 	}
@@ -101,6 +102,13 @@ func (a *App) produce(cmd *cobra.Command, o *produceOpts) error {
 			return usageErr("bad --key %q: keys are single words", k)
 		}
 	}
+	return nil
+}
+
+func (a *App) produce(cmd *cobra.Command, o *produceOpts) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
 	ctx := cmd.Context()
 	src, closeSrc, err := a.produceSource(o)
 	if err != nil {
@@ -112,64 +120,63 @@ func (a *App) produce(cmd *cobra.Command, o *produceOpts) error {
 		return err
 	}
 	defer snd.p.Close()
-	prog := a.newProgress("produce "+o.topic+":", o.quiet)
-	defer prog.finish()
+	r := a.newProduceRun(o, snd)
+	defer r.prog.finish()
+	defer r.out.Flush()
+	items, stopReading := readMessages(src)
+	defer stopReading()
 
 	start := time.Now()
-	var sent int64
-	var queue []chan sendResult // in send order: results are printed in that order
-	out := bufio.NewWriter(a.Stdout)
-	defer out.Flush()
-	enc := json.NewEncoder(out)
-	enc.SetEscapeHTML(false)
-	var firstErr error
-
-	// complete waits for the oldest put and prints its result.
-	complete := func() {
-		ch := queue[0]
-		queue = queue[1:]
-		var r sendResult
-		select {
-		case r = <-ch:
-		case <-ctx.Done():
-			r.err = ctx.Err()
-		}
-		if r.err != nil {
-			if firstErr == nil {
-				firstErr = r.err
-			}
-			return
-		}
-		sent++
-		prog.add(1)
-		if o.quiet {
-			return
-		}
-		pr := r.res
-		if a.JSON {
-			_ = enc.Encode(sentRow{MsgID: pr.MsgID, Topic: o.topic, BrokerID: pr.Partition.BrokerID, Partition: pr.Partition.Partition, Offset: pr.Offset})
-		} else {
-			fmt.Fprintf(out, "%d %s %d\n", pr.MsgID, pr.Partition, pr.Offset)
-		}
-		if len(queue) == 0 {
-			_ = out.Flush()
-		}
+	if err := r.sendAll(ctx, items); err != nil {
+		return err
 	}
-
-	// Read on a goroutine, so that Ctrl-C ends the command even while it waits for a line.
-	type item struct {
-		body []byte
-		err  error
+	for len(r.queue) > 0 {
+		r.complete(ctx)
 	}
-	items := make(chan item, 1024)
-	readerDone := make(chan struct{})
-	defer close(readerDone)
+	r.prog.finish()
+	if o.quiet {
+		r.summary(time.Since(start))
+	}
+	return r.outcome(ctx)
+}
+
+// produceRun is one `metaq produce`: the puts in flight, in send order, and what was printed.
+type produceRun struct {
+	app      *App
+	o        *produceOpts
+	snd      *sender
+	prog     *progress
+	out      *bufio.Writer
+	enc      *json.Encoder
+	queue    []chan sendResult // in send order: results are printed in that order
+	sent     int64
+	firstErr error
+}
+
+func (a *App) newProduceRun(o *produceOpts, snd *sender) *produceRun {
+	r := &produceRun{app: a, o: o, snd: snd, prog: a.newProgress("produce "+o.topic+":", o.quiet), out: bufio.NewWriter(a.Stdout)}
+	r.enc = json.NewEncoder(r.out)
+	r.enc.SetEscapeHTML(false)
+	return r
+}
+
+// readItem is a message body read from the input, or the error that ended it (io.EOF).
+type readItem struct {
+	body []byte
+	err  error
+}
+
+// readMessages reads src on a goroutine, so that Ctrl-C ends the command even while it waits
+// for a line; stop ends the goroutine.
+func readMessages(src messageSource) (items <-chan readItem, stop func()) {
+	ch := make(chan readItem, 1024)
+	done := make(chan struct{})
 	go func() {
 		for {
 			b, err := src()
 			select {
-			case items <- item{b, err}:
-			case <-readerDone:
+			case ch <- readItem{b, err}:
+			case <-done:
 				return
 			}
 			if err != nil {
@@ -177,72 +184,119 @@ func (a *App) produce(cmd *cobra.Command, o *produceOpts) error {
 			}
 		}
 	}()
-loop:
+	return ch, func() { close(done) }
+}
+
+// next returns the next input item. When none is ready (a terminal, a slow pipe) it first
+// finishes what is in flight and shows it. ok is false when ctx ended.
+func (r *produceRun) next(ctx context.Context, items <-chan readItem) (it readItem, ok bool) {
+	select {
+	case it = <-items:
+		return it, true
+	case <-ctx.Done():
+		return it, false
+	default:
+	}
+	for len(r.queue) > 0 {
+		r.complete(ctx)
+	}
+	_ = r.out.Flush()
+	select {
+	case it = <-items:
+		return it, true
+	case <-ctx.Done():
+		return it, false
+	}
+}
+
+// sendAll sends every input message --count times, at most --window in flight, until the
+// input ends, a put fails or ctx ends. The error is the input's (a put's is r.firstErr).
+func (r *produceRun) sendAll(ctx context.Context, items <-chan readItem) error {
 	for {
-		var it item
-		select {
-		case it = <-items:
-		case <-ctx.Done():
-			break loop
-		default:
-			// No input ready (a terminal, a slow pipe): finish what is in flight and show
-			// it before waiting for more.
-			for len(queue) > 0 {
-				complete()
-			}
-			_ = out.Flush()
-			select {
-			case it = <-items:
-			case <-ctx.Done():
-				break loop
-			}
+		it, ok := r.next(ctx, items)
+		if !ok || errors.Is(it.err, io.EOF) {
+			return nil
 		}
-		body, err := it.body, it.err
-		if errors.Is(err, io.EOF) {
-			break
+		if it.err != nil {
+			return fmt.Errorf("reading messages: %w", it.err)
 		}
-		if err != nil {
-			return fmt.Errorf("reading messages: %w", err)
-		}
-		msg := &client.Message{Topic: o.topic, Body: body, Tag: o.tag, Keys: o.keys} // never modified: shared by its --count sends
-		for range o.count {
-			if firstErr != nil || ctx.Err() != nil {
-				break loop
+		msg := &client.Message{Topic: r.o.topic, Body: it.body, Tag: r.o.tag, Keys: r.o.keys} // never modified: shared by its --count sends
+		for range r.o.count {
+			if r.firstErr != nil || ctx.Err() != nil {
+				return nil
 			}
 			ch := make(chan sendResult, 1)
-			snd.send(ctx, msg, func(res client.SendResult, err error) { ch <- sendResult{res, err} })
-			queue = append(queue, ch)
-			for len(queue) >= o.window {
-				complete()
+			r.snd.send(ctx, msg, func(res client.SendResult, err error) { ch <- sendResult{res, err} })
+			r.queue = append(r.queue, ch)
+			for len(r.queue) >= r.o.window {
+				r.complete(ctx)
 			}
 		}
 	}
-	for len(queue) > 0 {
-		complete()
+}
+
+// complete waits for the oldest put and prints its result.
+func (r *produceRun) complete(ctx context.Context) {
+	ch := r.queue[0]
+	r.queue = r.queue[1:]
+	var res sendResult
+	select {
+	case res = <-ch:
+	case <-ctx.Done():
+		res.err = ctx.Err()
 	}
-	prog.finish()
-	if o.quiet {
-		el := time.Since(start)
-		if a.JSON {
-			_ = enc.Encode(map[string]any{"topic": o.topic, "sent": sent, "seconds": el.Seconds()})
-		} else {
-			fmt.Fprintf(out, "sent %d message(s) to %s in %s (%.0f msg/s)\n", sent, o.topic, el.Round(time.Millisecond), float64(sent)/max(el.Seconds(), 1e-9))
+	if res.err != nil {
+		if r.firstErr == nil {
+			r.firstErr = res.err
 		}
+		return
 	}
-	if firstErr != nil {
-		_ = out.Flush()
-		if errors.Is(firstErr, context.Canceled) {
-			a.warnf("interrupted after %d message(s)", sent)
+	r.sent++
+	r.prog.add(1)
+	if r.o.quiet {
+		return
+	}
+	r.printSent(res.res)
+	if len(r.queue) == 0 {
+		_ = r.out.Flush()
+	}
+}
+
+func (r *produceRun) printSent(pr client.SendResult) {
+	if r.app.JSON {
+		_ = r.enc.Encode(sentRow{MsgID: pr.MsgID, Topic: r.o.topic, BrokerID: pr.Partition.BrokerID, Partition: pr.Partition.Partition, Offset: pr.Offset})
+		return
+	}
+	fmt.Fprintf(r.out, "%d %s %d\n", pr.MsgID, pr.Partition, pr.Offset)
+}
+
+// summary is what --quiet prints at the end.
+func (r *produceRun) summary(el time.Duration) {
+	if r.app.JSON {
+		_ = r.enc.Encode(map[string]any{"topic": r.o.topic, "sent": r.sent, "seconds": el.Seconds()})
+		return
+	}
+	fmt.Fprintf(r.out, "sent %d message(s) to %s in %s (%.0f msg/s)\n", r.sent, r.o.topic, el.Round(time.Millisecond), float64(r.sent)/max(el.Seconds(), 1e-9))
+}
+
+// outcome is the command's result once every put is done: the first failed put, an
+// interruption (exit 130), or nothing sent at all (exit 1: the input had no message).
+func (r *produceRun) outcome(ctx context.Context) error {
+	a := r.app
+	if r.firstErr != nil {
+		_ = r.out.Flush()
+		if errors.Is(r.firstErr, context.Canceled) {
+			a.warnf("interrupted after %d message(s)", r.sent)
 			return silentExit{code: ExitInterrupted}
 		}
-		return fmt.Errorf("after %d message(s): %w", sent, firstErr)
+		return fmt.Errorf("after %d message(s): %w", r.sent, r.firstErr)
 	}
 	if ctx.Err() != nil {
-		a.warnf("interrupted after %d message(s)", sent)
+		a.warnf("interrupted after %d message(s)", r.sent)
 		return silentExit{code: ExitInterrupted}
 	}
-	if sent == 0 {
-		a.warnf("nothing sent: the input had no message")
+	if r.sent == 0 {
+		return withCode(ExitFailure, "nothing sent: the input had no message (give --message, --file, or lines on stdin)")
 	}
 	return nil
 }

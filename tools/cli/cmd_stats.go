@@ -19,7 +19,8 @@ server.ini), help, or a topic name.`,
 		Example: `  metaq stats 127.0.0.1:8123
   metaq stats 0 topics
   metaq stats 127.0.0.1:8123 test --json`,
-		Args: cobra.RangeArgs(1, 2),
+		Args:              cobra.RangeArgs(1, 2),
+		ValidArgsFunction: firstArg(app.completeBrokers),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			addr, err := app.resolveBrokerArg(ctx, args[0])

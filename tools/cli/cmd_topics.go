@@ -96,9 +96,10 @@ func newTopicsCommand(app *App) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE:  list,
 	}, &cobra.Command{
-		Use:   "describe <topic>",
-		Short: "Show a topic's partitions per broker with min/max offsets and message counts",
-		Args:  cobra.ExactArgs(1),
+		Use:               "describe <topic>",
+		Short:             "Show a topic's partitions per broker with min/max offsets and message counts",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: app.completeTopicArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := app.describeTopic(cmd.Context(), args[0])
 			if err != nil {

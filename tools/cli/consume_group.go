@@ -20,6 +20,11 @@ import (
 // committed either.
 func (c *consumeRun) joinGroup(ctx context.Context) (stop func(), err error) {
 	a, o := c.app, c.o
+	// The consumer opens a ZooKeeper session of its own and waits for it; connecting here first
+	// fails fast (exit 4) when no ZooKeeper server listens.
+	if _, err := a.zkClient(ctx); err != nil {
+		return nil, err
+	}
 	cfg := a.clientConfig(slog.LevelWarn)
 	cfg.Consumer = client.ConsumerOptions{
 		CommitInterval: o.commitInterval,

@@ -119,6 +119,7 @@ the ` + EnvZK + ` / ` + EnvZKRoot + ` environment variables).`,
 	for _, f := range extra {
 		root.AddCommand(f(app))
 	}
+	app.addCompletions(root) // --topic and --group flags complete names from ZooKeeper
 	return root
 }
 
