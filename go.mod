@@ -6,6 +6,7 @@ require (
 	github.com/edsrzf/mmap-go v1.2.0
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/spf13/cobra v1.10.2
+	github.com/valyala/bytebufferpool v1.0.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.50.0
 	gopkg.in/ini.v1 v1.68.0
