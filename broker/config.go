@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/conf"
 )
 
@@ -71,7 +72,24 @@ func ServerOptions(c *conf.Config, log *slog.Logger) Options {
 		MaxTransferSize: sys.MaxTransferSize,
 		IdleTimeout:     sys.IdleTimeout,
 		MaxConnections:  sys.MaxConnections,
-		Logger:          log,
-		ConfigPath:      c.Path,
+
+		MaxPendingPutBytes: sys.MaxPendingPutBytes,
+		PutDataTimeout:     putDataTimeout(sys.PutDataTimeout),
+		Logger:             log,
+		ConfigPath:         c.Path,
+		Tx: tx.Config{
+			MaxTimeout:    sys.MaxTxTimeout,
+			CheckInterval: sys.TransactionCheckInterval,
+			CheckMax:      sys.TransactionCheckMax,
+		},
 	}
+}
+
+// putDataTimeout maps putDataTimeoutMs (0 = only idleTimeout applies) to
+// Options.PutDataTimeout (0 = default, negative = none).
+func putDataTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

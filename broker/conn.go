@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/protocol"
 )
 
@@ -59,8 +60,10 @@ type conn struct {
 	parked  atomic.Int32
 	quit    bool
 	filters map[string]*protocol.TagFilter // tag expression cache (reader only)
+	txs     *tx.Session                    // transactions of this connection (txconn.go; reader only)
 
-	own ownPuts // this connection's puts, for the gets after them (reader only; ordering.go)
+	own ownPuts    // this connection's puts, for the gets after them (reader only; ordering.go)
+	put partialPut // a put whose data spans reads (reader only; putbudget.go)
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup // writer + parked gets
@@ -91,6 +94,7 @@ func (c *conn) serve() {
 	}()
 	c.readLoop()
 	c.wg.Wait()
+	c.closeTx()
 }
 
 func (c *conn) signalWriter() {
@@ -143,7 +147,7 @@ func (c *conn) appendQueueLocked(src *outQueue) {
 	base := len(c.out.arena)
 	c.out.arena = append(c.out.arena, src.arena...)
 	for _, r := range src.replies {
-		if r.kind == replyResult {
+		if r.kind == replyResult || r.kind == replyRaw {
 			r.bodyStart += base
 			r.bodyEnd += base
 		}
@@ -174,9 +178,7 @@ func (c *conn) readLoop() {
 	buf := make([]byte, minReadBuf)
 	idle := c.srv.opts.IdleTimeout
 	for {
-		if idle > 0 {
-			_ = c.nc.SetReadDeadline(time.Now().Add(idle))
-		}
+		c.armReadDeadline(idle)
 		// Shutdown sets shuttingDown, then the read deadline to now. Checking
 		// the flag after re-arming the deadline means either we see it here or
 		// Shutdown's deadline lands after ours and wakes the Read below.
@@ -195,6 +197,9 @@ func (c *conn) readLoop() {
 				c.fatal(perr)
 				return
 			}
+			if !c.trackPartialPut(n) {
+				return
+			}
 			if !c.waitBackpressure() {
 				return
 			}
@@ -211,6 +216,10 @@ func (c *conn) readLoop() {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
+				if c.putExpired() {
+					c.cutExpiredPut()
+					return
+				}
 				if c.parked.Load() > 0 || c.queued() {
 					continue // a long poll or a slow write is not idleness
 				}
@@ -261,6 +270,7 @@ func (c *conn) fatal(err error) {
 // finishReading runs when the reader stops for any reason: parked gets are
 // answered at once, the writer writes what is queued and then closes.
 func (c *conn) finishReading() {
+	c.endPartialPut()
 	c.mu.Lock()
 	c.readerDone = true
 	c.mu.Unlock()

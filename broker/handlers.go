@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/protocol"
 )
 
@@ -38,7 +39,11 @@ func (c *conn) handle(cmd *protocol.Command) error {
 	case protocol.OpQueryKey:
 		c.handleQueryKey(cmd)
 	case protocol.OpTransaction:
-		c.rq.addResultString(protocol.StatusServiceUnavailable, "transaction is not supported yet", cmd.Opaque)
+		c.handleTransaction(cmd)
+	case protocol.OpTxEnd:
+		c.handleTxEnd(cmd)
+	case protocol.OpProducer:
+		c.handleProducer(cmd)
 	case protocol.OpSync:
 		c.rq.addResultString(protocol.StatusServiceUnavailable, "sync (replication) is not supported yet", cmd.Opaque)
 	default:
@@ -88,8 +93,8 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		return
 	}
 	ts.puts.Add(1)
-	if len(cmd.TxKey) > 0 {
-		c.failPut(ts, protocol.StatusServiceUnavailable, "transactional put is not supported yet", cmd.Opaque)
+	if len(cmd.TxKey) > 0 || isSystemTopic(ts.name) {
+		c.txPut(ts, cmd) // txconn.go
 		return
 	}
 	partition := cmd.Partition
@@ -107,6 +112,10 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		return
 	}
 	msg := store.Message{Topic: ts.name, Partition: partition, Flag: flag, Properties: props, Data: data}
+	if grp, half := tx.HalfGroup(props); half {
+		c.halfPut(ts, grp, &msg, cmd.Opaque) // txconn.go
+		return
+	}
 	res, flush, err := s.store.AppendAsync(&msg)
 	if err != nil {
 		code := protocol.StatusInternalServerError

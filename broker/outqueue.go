@@ -11,6 +11,7 @@ const (
 	replyResult replyKind = iota // result <code> <len> <opaque>\r\n<body>
 	replyValue                   // value <len> <opaque>\r\n<records from res>
 	replyPut                     // result 200 (or 500 when the flush failed) with "<msgId> <partition> <offset>"
+	replyRaw                     // arena bytes as they are: a request of the broker (`check`, txconn.go)
 )
 
 // reply is one queued reply. Replies are plain values in a reused slice, so
@@ -24,7 +25,7 @@ type reply struct {
 	bodyStart int
 	bodyEnd   int
 	res       *store.ReadResult
-	flush     *store.Flush // replyPut: the group commit that must succeed first (nil: async flush)
+	flush     *store.Flush // replyPut, replyResult: the group commit that must succeed first (nil: async flush)
 	msgID     int64
 	offset    int64
 	partition int32

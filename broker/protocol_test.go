@@ -87,12 +87,12 @@ func TestPutForms(t *testing.T) {
 	// 7 fields with a checksum.
 	c.Send(fmt.Sprintf("put test 0 %d 0 %d 10\r\n%s", len(data), sum, data))
 	expect(t, c.Reply(), protocol.ReplyResult, 200, 10, " 0 0")
-	// 8 fields: checksum -1 (unchecked) and a txKey → transactions are not supported yet.
+	// 8 fields: checksum -1 (unchecked) and a txKey of a transaction never begun (tx_test.go has the rest).
 	c.Send(fmt.Sprintf("put test 0 %d 0 -1 TX:1:1 11\r\n%s", len(data), data))
-	expect(t, c.Reply(), protocol.ReplyResult, 503, 11, "not supported")
+	expect(t, c.Reply(), protocol.ReplyResult, 500, 11, "Local transaction 'TX:1:1' has not been started.")
 	// 7 fields with a txKey.
 	c.Send(fmt.Sprintf("put test 0 %d 0 TX:1:2 12\r\n%s", len(data), data))
-	expect(t, c.Reply(), protocol.ReplyResult, 503, 12, "not supported")
+	expect(t, c.Reply(), protocol.ReplyResult, 500, 12, "has not been started")
 	// Checksum mismatch: 400, and the stream goes on.
 	c.Send(fmt.Sprintf("put test 0 %d 0 %d 13\r\n%s", len(data), sum+1, data))
 	expect(t, c.Reply(), protocol.ReplyResult, 400, 13, "checksum")
@@ -216,9 +216,9 @@ func TestGetOffsetsAndMoved(t *testing.T) {
 	}
 	c.Send(fmt.Sprintf("query id %d 15\r\n", id+1))
 	expect(t, c.Reply(), protocol.ReplyResult, 404, 15, "not found")
-	// transaction and sync: parsed, not supported yet.
+	// transaction (tx_test.go has the rest); sync: parsed, not supported yet.
 	c.Send("transaction TX:1:1 sess BEGIN 16\r\n")
-	expect(t, c.Reply(), protocol.ReplyResult, 503, 16, "not supported")
+	expect(t, c.Reply(), protocol.ReplyResult, 200, 16, "")
 	c.Send("sync test 0 3 0 12345 17\r\nabc")
 	expect(t, c.Reply(), protocol.ReplyResult, 503, 17, "not supported")
 	// The stream is still framed after sync's data: the next command works.

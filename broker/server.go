@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/broker/tx"
 )
 
 // Version is the string `version` answers with (MetaQ clients use the
@@ -31,13 +32,22 @@ type Options struct {
 	IdleTimeout     time.Duration
 	WriteTimeout    time.Duration // a client that does not read for this long is cut off (default 30s)
 	MaxConnections  int           // 0 = unlimited
-	Logger          *slog.Logger
+	// MaxPendingPutBytes bounds the put data buffered across all connections
+	// while it arrives (default 256 MiB; putbudget.go).
+	MaxPendingPutBytes int64
+	// PutDataTimeout: a put's data must arrive within this long (default
+	// 30s; negative: no limit but IdleTimeout).
+	PutDataTimeout time.Duration
+	Logger         *slog.Logger
 	// OnTopic is called (from its own goroutine) the first time a topic is
 	// written since start, so the ZooKeeper registration can pick up topics
 	// accepted through a wildcard section.
 	OnTopic func(topic string, numPartitions int)
 	// ConfigPath is reported by `stats config` when set.
 	ConfigPath string
+	// Tx configures transactions (txserver.go); Store, BrokerID and Logger
+	// are filled in.
+	Tx tx.Config
 }
 
 // Server is a running broker listener.
@@ -50,11 +60,13 @@ type Server struct {
 
 	topics topicTable
 	stats  counters
+	tx     *tx.Manager
 
 	rtMu   sync.Mutex
 	rtPrev realtimeSnap
 
 	shuttingDown atomic.Bool
+	putBudget    *putBudget // buffered put data (putbudget.go)
 	connID       atomic.Uint64
 
 	mu    sync.Mutex // guards conns
@@ -87,13 +99,24 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.MaxPendingPutBytes <= 0 {
+		opts.MaxPendingPutBytes = defaultMaxPendingPutBytes
+	}
+	if opts.PutDataTimeout == 0 {
+		opts.PutDataTimeout = defaultPutDataTimeout
+	}
 	s := &Server{
 		opts:  opts,
 		log:   opts.Logger,
 		store: opts.Store,
 		conns: make(map[*conn]struct{}),
+
+		putBudget: newPutBudget(opts.MaxPendingPutBytes),
 	}
 	s.topics.init(opts.Topics)
+	if err := s.openTx(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -189,6 +212,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.shuttingDown.Store(true)
+		s.putBudget.close()
 		if s.ln != nil {
 			_ = s.ln.Close()
 		}
@@ -211,6 +235,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			<-done
 			err = ctx.Err()
 		}
+		s.tx.Close()
 	})
 	return err
 }

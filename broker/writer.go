@@ -80,30 +80,34 @@ func (w *writer) writeQueue(q *outQueue) error {
 	w.segs = w.segs[:0]
 	for i := range q.replies {
 		r := &q.replies[i]
-		switch r.kind {
-		case replyPut:
-			if r.flush != nil {
+		if r.flush != nil { // a put or a transaction outcome: durable first
+			select {
+			case <-r.flush.Done():
+			default:
+				if err := w.flush(q); err != nil {
+					return err
+				}
 				select {
 				case <-r.flush.Done():
-				default:
-					if err := w.flush(q); err != nil {
-						return err
-					}
-					select {
-					case <-r.flush.Done():
-					case <-w.c.dead:
-						return errConnClosed
-					}
-				}
-				if err := r.flush.Err(); err != nil {
-					w.c.srv.stats.putFailed.Add(1)
-					w.appendResult(protocol.StatusInternalServerError, w.c.srv.putFailedMessage(err), r.opaque)
-					continue
+				case <-w.c.dead:
+					return errConnClosed
 				}
 			}
+			if err := r.flush.Err(); err != nil {
+				w.c.srv.stats.putFailed.Add(1)
+				w.appendResult(protocol.StatusInternalServerError, w.c.srv.putFailedMessage(err), r.opaque)
+				continue
+			}
+		}
+		switch r.kind {
+		case replyPut:
 			w.appendPutResult(r)
 		case replyResult:
 			w.appendResultBytes(r.code, q.arena[r.bodyStart:r.bodyEnd], r.opaque)
+		case replyRaw:
+			start := len(w.buf)
+			w.buf = append(w.buf, q.arena[r.bodyStart:r.bodyEnd]...)
+			w.addBuf(start)
 		case replyValue:
 			start := len(w.buf)
 			w.buf = protocol.AppendValueHeader(w.buf, r.res.Bytes, r.opaque)

@@ -76,6 +76,9 @@ type System struct {
 	IdleTimeout    time.Duration // idleTimeout (metaq, seconds), default 600s; 0 = never
 	MaxConnections int           // maxConnections (metaq), default 0 = unlimited
 
+	MaxPendingPutBytes int64         // maxPendingPutBytes (metaq), default 256 MiB: put data buffered across connections
+	PutDataTimeout     time.Duration // putDataTimeoutMs (metaq), default 30s; 0 = only idleTimeout applies
+
 	// Accepted for MetaQ compatibility; ignored (see Warnings).
 	GetProcessThreadCount       int    // getProcessThreadCount, default 10×CPUs
 	PutProcessThreadCount       int    // putProcessThreadCount, default 10×CPUs
@@ -89,6 +92,10 @@ type System struct {
 	MaxTxTimeoutTimerCapacity int           // maxTxTimeoutTimerCapacity, default 30000
 	MaxTxTimeout              time.Duration // maxTxTimeoutInSeconds, default 60s
 	FlushTxLogAtCommit        int           // flushTxLogAtCommit 0|1|2, default 1
+
+	// Transactional messages with check-back (RocketMQ's keys and defaults).
+	TransactionCheckInterval time.Duration // transactionCheckInterval (ms), default 60s
+	TransactionCheckMax      int           // transactionCheckMax, default 15
 }
 
 // ZK is the [zookeeper] section.
@@ -139,20 +146,22 @@ func (t Topic) Wildcard() bool { return strings.Contains(t.Pattern, "*") }
 
 // Defaults (MetaQ's, plus metaq's own keys).
 const (
-	DefaultServerPort        = 8123
-	DefaultDashboardHTTPPort = 8120
-	DefaultUnflushThreshold  = 1000
-	DefaultUnflushInterval   = 10 * time.Second
-	DefaultMaxSegmentSize    = 1 << 30
-	DefaultMaxTransferSize   = 1 << 20
-	DefaultMaxMessageSize    = 4 << 20
-	DefaultIndexFileSize     = 20 << 20
-	DefaultDeletePolicy      = "delete,168"
-	DefaultDeleteWhen        = "0 0 6,18 * * ?"
-	DefaultIdleTimeout       = 600 * time.Second
-	DefaultZKConnect         = "localhost:2181"
-	DefaultZKRoot            = "/meta"
-	DefaultSlaveGroup        = "meta-slave-group"
+	DefaultServerPort         = 8123
+	DefaultDashboardHTTPPort  = 8120
+	DefaultUnflushThreshold   = 1000
+	DefaultUnflushInterval    = 10 * time.Second
+	DefaultMaxSegmentSize     = 1 << 30
+	DefaultMaxTransferSize    = 1 << 20
+	DefaultMaxMessageSize     = 4 << 20
+	DefaultIndexFileSize      = 20 << 20
+	DefaultDeletePolicy       = "delete,168"
+	DefaultDeleteWhen         = "0 0 6,18 * * ?"
+	DefaultIdleTimeout        = 600 * time.Second
+	DefaultMaxPendingPutBytes = 256 << 20
+	DefaultPutDataTimeout     = 30 * time.Second
+	DefaultZKConnect          = "localhost:2181"
+	DefaultZKRoot             = "/meta"
+	DefaultSlaveGroup         = "meta-slave-group"
 
 	MaxBrokerID      = 1<<15 - 1 // msgId = brokerId<<48 | physical offset, positive
 	MaxNumPartitions = 65535
@@ -204,6 +213,9 @@ func defaults(brokerID int) *Config {
 			Stat:              true,
 			IdleTimeout:       DefaultIdleTimeout,
 
+			MaxPendingPutBytes: DefaultMaxPendingPutBytes,
+			PutDataTimeout:     DefaultPutDataTimeout,
+
 			GetProcessThreadCount: threads,
 			PutProcessThreadCount: threads,
 			QuartzThreadCount:     5,
@@ -213,6 +225,8 @@ func defaults(brokerID int) *Config {
 			MaxTxTimeoutTimerCapacity: 30000,
 			MaxTxTimeout:              60 * time.Second,
 			FlushTxLogAtCommit:        1,
+			TransactionCheckInterval:  60 * time.Second,
+			TransactionCheckMax:       15,
 		},
 		ZK: ZK{
 			Enable:            true,

@@ -105,6 +105,10 @@ var systemKeys = []keyDef{
 	}},
 	{"idleTimeout", used, "", func(p *parser, c *Config, v string) error { return setDuration(&c.System.IdleTimeout, v, time.Second) }},
 	{"maxConnections", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MaxConnections, v) }},
+	{"maxPendingPutBytes", used, "", func(p *parser, c *Config, v string) error { return setSize64(&c.System.MaxPendingPutBytes, v) }},
+	{"putDataTimeoutMs", used, "", func(p *parser, c *Config, v string) error {
+		return setDuration(&c.System.PutDataTimeout, v, time.Millisecond)
+	}},
 	{"slaveId", notYetUsed, "", func(p *parser, c *Config, v string) error { return p.setSlaveID(c, v, "system") }},
 	{"getProcessThreadCount", ignored, noteThreads, func(p *parser, c *Config, v string) error {
 		return setInt(&c.System.GetProcessThreadCount, v)
@@ -127,9 +131,13 @@ var systemKeys = []keyDef{
 	{"maxTxTimeoutTimerCapacity", notYetUsed, "", func(p *parser, c *Config, v string) error {
 		return setInt(&c.System.MaxTxTimeoutTimerCapacity, v)
 	}},
-	{"maxTxTimeoutInSeconds", notYetUsed, "", func(p *parser, c *Config, v string) error {
+	{"maxTxTimeoutInSeconds", used, "", func(p *parser, c *Config, v string) error {
 		return setDuration(&c.System.MaxTxTimeout, v, time.Second)
 	}},
+	{"transactionCheckInterval", used, "", func(p *parser, c *Config, v string) error {
+		return setDuration(&c.System.TransactionCheckInterval, v, time.Millisecond)
+	}},
+	{"transactionCheckMax", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.TransactionCheckMax, v) }},
 	{"flushTxLogAtCommit", notYetUsed, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.FlushTxLogAtCommit, v) }},
 }
 

@@ -74,6 +74,8 @@ func TestMinimalConfigHasMetaQDefaults(t *testing.T) {
 		{"updateConsumerOffsets", s.UpdateConsumerOffsets, false},
 		{"idleTimeout", s.IdleTimeout, 600 * time.Second},
 		{"maxConnections", s.MaxConnections, 0},
+		{"maxPendingPutBytes", s.MaxPendingPutBytes, int64(256 << 20)},
+		{"putDataTimeoutMs", s.PutDataTimeout, 30 * time.Second},
 		{"bindHost", s.BindHost, ""},
 		{"getProcessThreadCount", s.GetProcessThreadCount, 10 * runtime.NumCPU()},
 		{"quartzThreadCount", s.QuartzThreadCount, 5},
@@ -82,6 +84,8 @@ func TestMinimalConfigHasMetaQDefaults(t *testing.T) {
 		{"maxTxTimeoutTimerCapacity", s.MaxTxTimeoutTimerCapacity, 30000},
 		{"maxTxTimeoutInSeconds", s.MaxTxTimeout, time.Minute},
 		{"flushTxLogAtCommit", s.FlushTxLogAtCommit, 1},
+		{"transactionCheckInterval", s.TransactionCheckInterval, time.Minute},
+		{"transactionCheckMax", s.TransactionCheckMax, 15},
 		{"zk.zkEnable", c.ZK.Enable, true},
 		{"zk.zkConnect", c.ZK.Connect, "localhost:2181"},
 		{"zk.zkRoot", c.ZK.Root, "/meta"},
@@ -180,6 +184,10 @@ checkpointInterval = 60000
 maxTxTimeoutTimerCapacity = 100
 maxTxTimeoutInSeconds = 30
 flushTxLogAtCommit = 2
+transactionCheckInterval = 5000
+transactionCheckMax = 3
+maxPendingPutBytes = 64m
+putDataTimeoutMs = 5000
 `
 	c, err := Parse([]byte(text), filepath.Join(dir, "server.ini"))
 	if err != nil {
@@ -192,10 +200,11 @@ flushTxLogAtCommit = 2
 		UnflushThreshold: -1, UnflushInterval: 2 * time.Second, MaxSegmentSize: 64 << 20, MaxTransferSize: 512 << 10,
 		MaxMessageSize: 1 << 20, IndexFileSize: 16 << 10, DeletePolicy: Retention{Delete: true, Keep: 168 * time.Hour},
 		DeleteWhen: s.DeleteWhen, AcceptPublish: false, AcceptSubscribe: false, Stat: false, UpdateConsumerOffsets: true,
-		IdleTimeout: 90 * time.Second, MaxConnections: 10000,
+		IdleTimeout: 90 * time.Second, MaxConnections: 10000, MaxPendingPutBytes: 64 << 20, PutDataTimeout: 5 * time.Second,
 		GetProcessThreadCount: 80, PutProcessThreadCount: 80, LoadMessageStoresInParallel: true, QuartzThreadCount: 2,
 		AppClassPath: "/opt/meta/provided/", MaxCheckpoints: 5, CheckpointInterval: time.Minute,
 		MaxTxTimeoutTimerCapacity: 100, MaxTxTimeout: 30 * time.Second, FlushTxLogAtCommit: 2,
+		TransactionCheckInterval: 5 * time.Second, TransactionCheckMax: 3,
 	}
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("system:\n got %+v\nwant %+v", s, want)
@@ -341,6 +350,8 @@ func TestInvalidValues(t *testing.T) {
 		{"acceptPublish", "yes", `acceptPublish: invalid value "yes": want true or false`},
 		{"idleTimeout", "-5", "idleTimeout: invalid value \"-5\": must not be negative"},
 		{"maxConnections", "-1", "maxConnections: must not be negative"},
+		{"maxPendingPutBytes", "1k", "maxPendingPutBytes: 1024 is smaller than maxMessageSize"},
+		{"putDataTimeoutMs", "-1", "putDataTimeoutMs: invalid value \"-1\": must not be negative"},
 		{"hostName", "my host", "hostName: \"my host\" is not a host name"},
 		{"hostName", "host:8123", "no port here"},
 		{"bindHost", "0.0.0.0/0", "bindHost: \"0.0.0.0/0\" is not a host name"},

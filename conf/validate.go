@@ -115,6 +115,12 @@ func validateLimits(c *Config, p *problems) {
 	if s.MaxConnections < 0 {
 		p.bad(sysSection, "maxConnections", "must not be negative (0 = unlimited)")
 	}
+	if s.MaxPendingPutBytes < int64(s.MaxMessageSize) {
+		p.bad(sysSection, "maxPendingPutBytes", "%d is smaller than maxMessageSize (%d): one put must fit", s.MaxPendingPutBytes, s.MaxMessageSize)
+	}
+	if s.PutDataTimeout < 0 {
+		p.bad(sysSection, "putDataTimeoutMs", "must not be negative (0 = only idleTimeout applies)")
+	}
 	for _, n := range []struct {
 		key string
 		v   int
@@ -143,6 +149,12 @@ func validateTx(c *Config, p *problems) {
 	}
 	if s.MaxTxTimeout <= 0 {
 		p.bad(sysSection, "maxTxTimeoutInSeconds", "must be > 0")
+	}
+	if s.TransactionCheckInterval <= 0 {
+		p.bad(sysSection, "transactionCheckInterval", "must be > 0")
+	}
+	if s.TransactionCheckMax < 1 {
+		p.bad(sysSection, "transactionCheckMax", "must be >= 1")
 	}
 	if s.FlushTxLogAtCommit < 0 || s.FlushTxLogAtCommit > 2 {
 		p.bad(sysSection, "flushTxLogAtCommit", "%d: want 0 (OS decides), 1 (every commit) or 2 (every second)", s.FlushTxLogAtCommit)

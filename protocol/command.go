@@ -38,6 +38,8 @@ const (
 	OpSeek
 	OpQueryID
 	OpQueryKey
+	OpTxEnd    // txend <msgId> commit|rollback|unknown <opaque> (txparse.go)
+	OpProducer // producer <group> <opaque> (txparse.go)
 )
 
 var opNames = [...]string{
@@ -53,6 +55,8 @@ var opNames = [...]string{
 	OpSeek:        "seek",
 	OpQueryID:     "query id",
 	OpQueryKey:    "query key",
+	OpTxEnd:       "txend",
+	OpProducer:    "producer",
 }
 
 // String returns the command name as typed on the wire.

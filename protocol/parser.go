@@ -104,6 +104,26 @@ func (p *Parser) Pending() bool {
 	return p.state != stLine || p.hdrN > 0
 }
 
+// PartialData describes a put or sync whose data block is being read across
+// reads (Parser.Partial).
+type PartialData struct {
+	Len      int   // announced data length
+	Received int   // bytes of it read so far
+	Buffered bool  // the data is kept (false: the data of a bad request, skipped)
+	Opaque   int32 // the request's opaque
+}
+
+// Partial reports the put or sync whose data block is in progress, if any.
+// The broker uses it to budget buffered put data and to time out puts whose
+// data stops arriving.
+func (p *Parser) Partial() (PartialData, bool) {
+	switch p.state {
+	case stData, stSkip:
+		return PartialData{Len: p.dataLen, Received: p.dataLen - p.need, Buffered: p.state == stData, Opaque: p.cmd.Opaque}, true
+	}
+	return PartialData{}, false
+}
+
 // Reset forgets any partial command and a sticky error.
 func (p *Parser) Reset() {
 	maxMsg, data, hdr := p.MaxMessageSize, p.data, p.hdr
@@ -431,6 +451,10 @@ func (p *Parser) processLine(line []byte) (lineAction, error) {
 		p.parseSeek(line, nf)
 	case eqFold(name, "query"):
 		p.parseQuery(line, nf)
+	case eqFold(name, "txend"):
+		p.parseTxEnd(line, nf)
+	case eqFold(name, "producer"):
+		p.parseProducer(line, nf)
 	default:
 		p.cmd.Op = OpUnknown
 		p.lastOpaque(line, nf)

@@ -14,6 +14,7 @@ type ReplyKind uint8
 const (
 	ReplyResult ReplyKind = iota + 1 // result <code> <len> <opaque>\r\n<body>
 	ReplyValue                       // value <len> <opaque>\r\n<records>
+	ReplyCheck                       // check <msgId> <opaque>: a request from the broker (txparse.go)
 )
 
 func (k ReplyKind) String() string {
@@ -22,6 +23,8 @@ func (k ReplyKind) String() string {
 		return "result"
 	case ReplyValue:
 		return "value"
+	case ReplyCheck:
+		return "check"
 	}
 	return "reply(" + strconv.Itoa(int(k)) + ")"
 }
@@ -32,7 +35,7 @@ type Reply struct {
 	Kind   ReplyKind
 	Code   int
 	Opaque int32
-	Body   []byte
+	Body   []byte // ReplyCheck: the half message's id in decimal
 }
 
 // DefaultMaxReplyBody bounds a reply body when NewReplyReader gets 0: a
@@ -171,6 +174,8 @@ func parseReplyLine(line []byte, maxBody int) (Reply, int, error) {
 		}
 		rep.Kind, rep.Code = ReplyResult, int(code)
 		lenField, opField = f[2], f[3]
+	case nf == 3 && string(f[0]) == "check":
+		return parseCheckLine(line, f[1], f[2])
 	case nf == 3 && string(f[0]) == "value":
 		rep.Kind, rep.Code = ReplyValue, StatusSuccess
 		lenField, opField = f[1], f[2]

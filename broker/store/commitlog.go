@@ -85,6 +85,21 @@ func (s *Store) AppendAsync(m *Message) (AppendResult, *Flush, error) {
 		s.mu.Unlock()
 		return AppendResult{}, nil, err
 	}
+	res, f, kickFlusher := s.appendLocked(p, m, size, now)
+	s.mu.Unlock()
+
+	if kickFlusher {
+		kick(s.flushKick)
+	}
+	// Async mode: the record becomes visible when it is written out
+	// (WriteOut, stage.go), which wakes the dispatcher.
+	return res, f, nil
+}
+
+// appendLocked encodes m (size bytes, room made by makeRoomLocked) at the
+// write position of partition p. It never releases s.mu, so AppendBatch can
+// append a run of records with nothing in between.
+func (s *Store) appendLocked(p *partition, m *Message, size, now int64) (AppendResult, *Flush, bool) {
 	phys := s.wpos
 	st := now
 	if st < s.lastStore {
@@ -136,20 +151,13 @@ func (s *Store) AppendAsync(m *Message) (AppendResult, *Flush, error) {
 		s.unflushed = 0
 		kickFlusher = true
 	}
-	s.mu.Unlock()
-
-	if kickFlusher {
-		kick(s.flushKick)
-	}
-	// Async mode: the record becomes visible when it is written out
-	// (WriteOut, stage.go), which wakes the dispatcher.
 	return AppendResult{
 		MsgID:          rec.MsgID,
 		QueueOffset:    q,
 		PhysicalOffset: phys,
 		StoreTime:      st,
 		Size:           int(size),
-	}, f, nil
+	}, f, kickFlusher
 }
 
 // appendErrLocked returns why appends are refused, if they are.

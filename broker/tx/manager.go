@@ -1,0 +1,555 @@
+package tx
+
+import (
+	"errors"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// Config configures a Manager. Zero values take the defaults.
+type Config struct {
+	Store    *store.Store
+	BrokerID int
+	// MaxTimeout is maxTxTimeoutInSeconds: the longest life of a transaction
+	// that is not prepared, and the timeout of one that asked for none.
+	MaxTimeout time.Duration
+	// CheckInterval (transactionCheckInterval) is how long a half message
+	// waits for its txend before the broker checks back, and the spacing of
+	// later checks. CheckMax (transactionCheckMax) checks without an outcome
+	// roll it back.
+	CheckInterval time.Duration
+	CheckMax      int
+	// MaxHeldBytes bounds the message bytes held in memory by open
+	// (unprepared) transactions, broker-wide; a put beyond it fails.
+	MaxHeldBytes int64
+	// MaxPendingHalf bounds the half messages waiting for an outcome.
+	MaxPendingHalf int
+	// ScanBudget bounds the time one check scan may take.
+	ScanBudget time.Duration
+	Logger     *slog.Logger
+	Now        func() time.Time
+}
+
+// Defaults.
+const (
+	DefaultMaxTimeout     = 60 * time.Second
+	DefaultCheckInterval  = 60 * time.Second
+	DefaultCheckMax       = 15
+	DefaultMaxHeldBytes   = 256 << 20
+	DefaultMaxPendingHalf = 1 << 20
+	DefaultScanBudget     = 100 * time.Millisecond
+)
+
+type txState uint8
+
+const (
+	stStart    txState = iota // begun, no message yet
+	stInUse                   // at least one put
+	stPrepared                // XA prepared: messages in %TX_HALF%
+)
+
+// Tx is one open transaction.
+type Tx struct {
+	key   string
+	kind  Kind
+	uq    string
+	sess  *Session // local transactions: the owning connection's session
+	state txState
+	busy  bool // a prepare/commit/rollback is appending; others get XAER_PROTO
+	msgs  []store.Message
+	bytes int64
+	timer *time.Timer
+
+	halfFrom int64 // prepared: %TX_HALF%/0 [halfFrom, halfFrom+halfN)
+	halfN    int
+}
+
+// half is a half message waiting for txend.
+type half struct {
+	id     int64 // message id of the %TX_HALF% record
+	group  string
+	due    time.Time
+	checks int
+	idx    int // position in Manager.due
+}
+
+// Prober is a live producer connection the broker can send `check` to.
+// SendCheck must not block; it reports whether the request was queued.
+type Prober interface {
+	SendCheck(msgID int64) bool
+}
+
+type group struct {
+	members []Prober
+	next    int
+}
+
+// Manager is the broker's transaction table.
+type Manager struct {
+	cfg Config
+	st  *store.Store
+	log *slog.Logger
+
+	mu       sync.Mutex
+	xa       map[string]*Tx
+	held     int64
+	halves   map[int64]*half
+	due      dueHeap
+	groups   map[string]*group
+	localN   int
+	closed   bool
+	lastWarn time.Time // rate limit of "no live producer" warnings
+
+	halfMu sync.Mutex // serialises appends to %TX_HALF% (held across them; taken before mu, never inside it)
+
+	provisional atomic.Int64 // provisional ids of puts inside a transaction
+
+	begun, xaBegun, committed, rolledBack, timedOut, checksSent, checkRollbacks atomic.Int64
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// Errors the broker maps to reply codes.
+var (
+	ErrBusy     = errors.New("tx: too many pending transactions or held bytes")
+	ErrNotFound = errors.New("tx: no such pending half message")
+	ErrClosed   = errors.New("tx: closed")
+)
+
+// BadRequest is an error the client caused (reply 400).
+type BadRequest struct{ Msg string }
+
+func (e *BadRequest) Error() string { return e.Msg }
+
+// Open rebuilds the transaction table from the commit log (prepared XA
+// transactions and pending half messages) and starts the check-back loop.
+func Open(cfg Config) (*Manager, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("tx: Config.Store is required")
+	}
+	if cfg.MaxTimeout <= 0 {
+		cfg.MaxTimeout = DefaultMaxTimeout
+	}
+	if cfg.CheckInterval <= 0 {
+		cfg.CheckInterval = DefaultCheckInterval
+	}
+	if cfg.CheckMax <= 0 {
+		cfg.CheckMax = DefaultCheckMax
+	}
+	if cfg.MaxHeldBytes <= 0 {
+		cfg.MaxHeldBytes = DefaultMaxHeldBytes
+	}
+	if cfg.MaxPendingHalf <= 0 {
+		cfg.MaxPendingHalf = DefaultMaxPendingHalf
+	}
+	if cfg.ScanBudget <= 0 {
+		cfg.ScanBudget = DefaultScanBudget
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	m := &Manager{
+		cfg:    cfg,
+		st:     cfg.Store,
+		log:    cfg.Logger.With("component", "tx"),
+		xa:     make(map[string]*Tx),
+		halves: make(map[int64]*half),
+		groups: make(map[string]*group),
+		stop:   make(chan struct{}),
+	}
+	if err := m.recover(); err != nil {
+		return nil, err
+	}
+	m.wg.Add(1)
+	go m.checkLoop()
+	return m, nil
+}
+
+// Close stops the check-back loop and the timeouts. Open transactions that
+// are not prepared are dropped (they were never visible).
+func (m *Manager) Close() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.closed = true
+	for _, t := range m.xa {
+		if t.timer != nil {
+			t.timer.Stop()
+		}
+	}
+	m.mu.Unlock()
+	close(m.stop)
+	m.wg.Wait()
+}
+
+// Stats are the counters `stats` reports.
+type Stats struct {
+	PendingHalf    int   // half messages waiting for an outcome
+	Prepared       int   // prepared XA transactions
+	Open           int   // transactions begun, not prepared
+	HeldBytes      int64 // bytes held in memory by open transactions
+	Begun          int64 // local transactions begun
+	XABegun        int64 // XA transactions begun
+	Committed      int64
+	RolledBack     int64
+	TimedOut       int64
+	ChecksSent     int64
+	CheckRollbacks int64 // half messages rolled back after transactionCheckMax checks
+}
+
+// Stats returns the current counters.
+func (m *Manager) Stats() Stats {
+	m.mu.Lock()
+	s := Stats{PendingHalf: len(m.halves), HeldBytes: m.held, Open: m.localN}
+	for _, t := range m.xa {
+		if t.state == stPrepared {
+			s.Prepared++
+		} else {
+			s.Open++
+		}
+	}
+	m.mu.Unlock()
+	s.Begun, s.XABegun = m.begun.Load(), m.xaBegun.Load()
+	s.Committed, s.RolledBack, s.TimedOut = m.committed.Load(), m.rolledBack.Load(), m.timedOut.Load()
+	s.ChecksSent, s.CheckRollbacks = m.checksSent.Load(), m.checkRollbacks.Load()
+	return s
+}
+
+// Session holds one connection's local transactions; Close rolls them back.
+type Session struct {
+	m      *Manager
+	txs    map[string]*Tx // guarded by m.mu
+	probes []string       // producer groups this connection registered in (guarded by m.mu)
+	probe  Prober
+	closed bool
+}
+
+// NewSession returns the transaction state of a new connection; p is the
+// connection as a check-back target.
+func (m *Manager) NewSession(p Prober) *Session {
+	return &Session{m: m, txs: make(map[string]*Tx), probe: p}
+}
+
+// Close rolls back the session's local transactions (a closed connection
+// rolls back, as MetaQ) and removes the connection from its producer groups.
+func (s *Session) Close() {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	n := 0
+	for _, t := range s.txs {
+		if !t.busy {
+			m.dropLocked(t)
+			n++
+		}
+	}
+	for _, g := range s.probes {
+		m.removeProberLocked(g, s.probe)
+	}
+	s.probes = nil
+	if n > 0 {
+		m.rolledBack.Add(int64(n))
+		m.log.Debug("connection closed: local transactions rolled back", "count", n)
+	}
+}
+
+// Result is the outcome of a transaction command, for the reply.
+type Result struct {
+	Body    string       // result 200 body
+	NoReply bool         // END: MetaQ sends no reply
+	Flush   *store.Flush // reply only once this group commit is durable (nil: already)
+}
+
+// Command runs `transaction <key> <sessionId> <type> [<timeoutS>] [<uq>]`.
+// The error is an *XAError, a *BadRequest or a plain error (reply 500).
+func (m *Manager) Command(s *Session, key, typ string, timeoutS int, uq string) (Result, error) {
+	kind, keyUQ, err := ParseKey([]byte(key))
+	if err != nil {
+		return Result{}, &BadRequest{Msg: err.Error()}
+	}
+	switch typ {
+	case "BEGIN":
+		return Result{}, m.begin(s, key, kind, keyUQ, timeoutS)
+	case "END":
+		return Result{NoReply: true}, nil
+	case "PREPARE":
+		return m.prepare(s, key, kind)
+	case "COMMIT_ONE_PHASE":
+		return m.commit(s, key, kind, true)
+	case "COMMIT_TWO_PHASE":
+		return m.commit(s, key, kind, false)
+	case "ROLLBACK":
+		return m.rollback(s, key, kind)
+	case "FORGET":
+		if kind != KindXA {
+			return Result{}, xaErr(XAErrNotA, "Transaction '"+key+"' is not an XA transaction")
+		}
+		return Result{}, nil
+	case "RECOVER":
+		return Result{Body: strings.Join(m.Prepared(uq), "\r\n")}, nil
+	}
+	return Result{}, errors.New("Unknow transaction command type:" + typ)
+}
+
+// Prepared lists the prepared XA transactions whose unique qualifier is uq
+// (all of them when uq is empty), sorted.
+func (m *Manager) Prepared(uq string) []string {
+	m.mu.Lock()
+	var out []string
+	for k, t := range m.xa {
+		if t.state == stPrepared && (uq == "" || t.uq == uq) {
+			out = append(out, k)
+		}
+	}
+	m.mu.Unlock()
+	sort.Strings(out)
+	return out
+}
+
+func (m *Manager) lookupLocked(s *Session, key string, kind Kind) *Tx {
+	if kind == KindXA {
+		return m.xa[key]
+	}
+	if s == nil {
+		return nil
+	}
+	return s.txs[key]
+}
+
+func (m *Manager) begin(s *Session, key string, kind Kind, uq string, timeoutS int) error {
+	if kind == KindNull {
+		return &BadRequest{Msg: "BEGIN needs a transaction id, not null"}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	if m.lookupLocked(s, key, kind) != nil {
+		return nil // MetaQ: BEGIN on an existing transaction is a no-op
+	}
+	if kind == KindLocal && (s == nil || s.closed) {
+		return ErrClosed
+	}
+	t := &Tx{key: key, kind: kind, uq: uq}
+	d := m.cfg.MaxTimeout
+	if timeoutS > 0 && time.Duration(timeoutS)*time.Second < d {
+		d = time.Duration(timeoutS) * time.Second
+	}
+	t.timer = time.AfterFunc(d, func() { m.expire(t) })
+	if kind == KindXA {
+		m.xa[key] = t
+		m.xaBegun.Add(1)
+	} else {
+		t.sess = s
+		s.txs[key] = t
+		m.localN++
+		m.begun.Add(1)
+	}
+	return nil
+}
+
+// expire rolls back a transaction that was not prepared in time.
+func (m *Manager) expire(t *Tx) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t.busy || t.state == stPrepared || m.lookupLocked(t.sess, t.key, t.kind) != t {
+		return
+	}
+	m.dropLocked(t)
+	m.timedOut.Add(1)
+	m.log.Info("transaction timed out and was rolled back", "tx", t.key, "messages", len(t.msgs))
+}
+
+// dropLocked forgets t (rollback of a transaction that is not prepared).
+func (m *Manager) dropLocked(t *Tx) {
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	m.held -= t.bytes
+	t.msgs, t.bytes = nil, 0
+	if t.kind == KindXA {
+		delete(m.xa, t.key)
+	} else if t.sess.txs[t.key] == t {
+		delete(t.sess.txs, t.key)
+		m.localN--
+	}
+}
+
+func notStarted(key string, kind Kind) string {
+	if kind == KindXA {
+		return "XA transaction '" + key + "' has not been started."
+	}
+	return "Local transaction '" + key + "' has not been started."
+}
+
+// Put holds msg (copied) in transaction key until it commits and returns
+// the provisional message id of the put's reply.
+func (m *Manager) Put(s *Session, key []byte, msg *store.Message) (int64, error) {
+	kind, _, err := ParseKey(key)
+	if err != nil {
+		return 0, &BadRequest{Msg: err.Error()}
+	}
+	if kind == KindNull {
+		return 0, &BadRequest{Msg: "a transactional put needs a transaction id, not null"}
+	}
+	size := int64(len(msg.Data) + len(msg.Properties) + len(msg.Topic))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.lookupLocked(s, string(key), kind)
+	switch {
+	case t == nil:
+		return 0, errors.New(notStarted(string(key), kind))
+	case t.busy || t.state == stPrepared:
+		return 0, xaErr(XAErrProto, "transaction '"+string(key)+"' is prepared or finishing: no more puts")
+	case m.held+size > m.cfg.MaxHeldBytes:
+		return 0, ErrBusy
+	}
+	buf := make([]byte, len(msg.Properties)+len(msg.Data))
+	copy(buf, msg.Properties)
+	copy(buf[len(msg.Properties):], msg.Data)
+	cp := *msg
+	cp.Properties = buf[:len(msg.Properties):len(msg.Properties)]
+	cp.Data = buf[len(msg.Properties):]
+	t.msgs = append(t.msgs, cp)
+	t.bytes += size
+	m.held += size
+	t.state = stInUse
+	// A provisional id: the message gets its real id (its position in the
+	// commit log) when the transaction commits.
+	return protocol.MakeMsgID(m.cfg.BrokerID, 1<<47|m.provisional.Add(1)), nil
+}
+
+// take marks t busy for an append, after checking it may do op.
+func (m *Manager) take(s *Session, key string, kind Kind, check func(*Tx) error) (*Tx, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.lookupLocked(s, key, kind)
+	if t == nil {
+		return nil, xaErr(XAErrNotA, notStarted(key, kind))
+	}
+	if t.busy {
+		return nil, xaErr(XAErrProto, "transaction '"+key+"' is busy with another command")
+	}
+	if err := check(t); err != nil {
+		return nil, err
+	}
+	t.busy = true
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	return t, nil
+}
+
+// release ends an append started by take: done removes t from the table.
+func (m *Manager) release(t *Tx, done bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t.busy = false
+	if done {
+		m.dropLocked(t)
+		return
+	}
+	if t.sess != nil && t.sess.closed && t.state != stPrepared {
+		m.dropLocked(t) // the connection closed meanwhile
+	}
+}
+
+// appendRun appends msgs as one contiguous run and makes it durable as the
+// store's mode says: in async mode written out now, in sync mode the
+// returned Flush completes when it is.
+func (m *Manager) appendRun(msgs []store.Message) (*store.Flush, error) {
+	res := make([]store.AppendResult, len(msgs))
+	f, err := m.st.AppendBatch(msgs, res)
+	if err != nil {
+		return nil, err
+	}
+	if f == nil {
+		err = m.st.WriteOut()
+	}
+	return f, err
+}
+
+func (m *Manager) prepare(s *Session, key string, kind Kind) (Result, error) {
+	if kind != KindXA {
+		return Result{}, xaErr(XAErrRMErr, "Local transaction '"+key+"' can not be prepared")
+	}
+	t, err := m.take(s, key, kind, func(t *Tx) error {
+		if t.state == stPrepared {
+			return xaErr(XAErrProto, "transaction '"+key+"' is already prepared")
+		}
+		return nil
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	if t.state == stStart {
+		m.release(t, true)
+		return Result{Body: strconv.Itoa(XARDOnly)}, nil
+	}
+	run := make([]store.Message, 0, len(t.msgs)+1)
+	for i := range t.msgs {
+		msg := &t.msgs[i]
+		run = append(run, store.Message{
+			Topic: HalfTopic, Flag: msg.Flag, BornTime: msg.BornTime,
+			SysFlag:    protocol.SysFlagTxPrepared,
+			Properties: halfProps(nil, msg.Topic, msg.Partition, "xid", key, msg.Properties),
+			Data:       msg.Data,
+		})
+	}
+	res := make([]store.AppendResult, len(run)+1)
+	run = append(run, store.Message{Topic: OpTopic})
+	f, err := m.appendPrepared(run, res, key, len(t.msgs))
+	if err != nil {
+		m.release(t, false)
+		return Result{}, xaErr(XAErrRMErr, "prepare failed: "+err.Error())
+	}
+	m.mu.Lock()
+	t.state = stPrepared
+	t.halfFrom, t.halfN = res[0].QueueOffset, len(t.msgs)
+	m.held -= t.bytes
+	t.msgs, t.bytes = nil, 0
+	t.busy = false
+	m.mu.Unlock()
+	return Result{Body: strconv.Itoa(XAOK), Flush: f}, nil
+}
+
+// appendPrepared appends a prepare run: the half records, then the op
+// record naming their range in %TX_HALF%/0. Every writer of %TX_HALF% holds
+// halfMu, so the partition's next offset read before the append is where
+// the run starts.
+func (m *Manager) appendPrepared(run []store.Message, res []store.AppendResult, key string, n int) (*store.Flush, error) {
+	m.halfMu.Lock()
+	defer m.halfMu.Unlock()
+	from := m.st.MaxOffset(HalfTopic, 0)
+	run[len(run)-1].Data = appendOp(run[len(run)-1].Data[:0], "prepare", key, from, n)
+	f, err := m.st.AppendBatch(run, res)
+	if err != nil {
+		return nil, err
+	}
+	if res[0].QueueOffset != from {
+		return nil, errors.New("tx: prepare run started at " + strconv.FormatInt(res[0].QueueOffset, 10) + ", not " + strconv.FormatInt(from, 10))
+	}
+	if f == nil {
+		err = m.st.WriteOut()
+	}
+	return f, err
+}

@@ -1,0 +1,173 @@
+package tx
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// System topics (partition 0 of each). Both are plain topics of the commit
+// log: readable with `get`, replicated like everything else, cut by
+// retention like everything else.
+const (
+	// HalfTopic holds messages that are not visible yet: the half messages
+	// of check-back transactions, and the messages of prepared XA
+	// transactions. Record format: flag, data and the user's properties are
+	// the message's own; the properties are prefixed by three pairs
+	//
+	//	rt=<real topic>&rp=<real partition>&xid=<XA key>   (prepared XA)
+	//	rt=<real topic>&rp=<real partition>&pg=<group>      (half message)
+	//
+	// followed by `&` and the message's own properties when it has any.
+	HalfTopic = "%TX_HALF%"
+	// OpTopic holds outcomes, one text line per record:
+	//
+	//	prepare <xid> <halfFrom> <n>  XA prepared: its messages are %TX_HALF%/0 [halfFrom, halfFrom+n)
+	//	commit <xid>                  XA committed (appended right after its messages)
+	//	rollback <xid>                prepared XA rolled back
+	//	hcommit <msgId>               half message committed (appended right after the real message)
+	//	hrollback <msgId>             half message rolled back (txend, or after transactionCheckMax checks)
+	OpTopic = "%TX_OP%"
+)
+
+// halfProps renders the properties of a %TX_HALF% record.
+func halfProps(dst []byte, topic string, partition int32, tagKey, tagVal string, own []byte) []byte {
+	dst = append(dst, "rt="...)
+	dst = protocol.AppendEscaped(dst, topic)
+	dst = append(dst, "&rp="...)
+	dst = strconv.AppendInt(dst, int64(partition), 10)
+	dst = append(dst, '&')
+	dst = append(dst, tagKey...)
+	dst = append(dst, '=')
+	dst = protocol.AppendEscaped(dst, tagVal)
+	if len(own) > 0 {
+		dst = append(dst, '&')
+		dst = append(dst, own...)
+	}
+	return dst
+}
+
+// halfMeta is what the prefix of a %TX_HALF% record's properties says.
+type halfMeta struct {
+	topic     string
+	partition int32
+	xid       string // prepared XA message
+	group     string // half message
+	own       []byte // the message's own properties (aliases the record)
+}
+
+var errBadHalf = errors.New("tx: malformed " + HalfTopic + " record properties")
+
+func parseHalfProps(props []byte) (halfMeta, error) {
+	var h halfMeta
+	rest := props
+	for k := 0; k < 3; k++ {
+		var pair []byte
+		if i := bytes.IndexByte(rest, '&'); i >= 0 {
+			pair, rest = rest[:i], rest[i+1:]
+		} else {
+			pair, rest = rest, nil
+			if k < 2 {
+				return h, errBadHalf
+			}
+		}
+		key, val, ok := bytes.Cut(pair, []byte("="))
+		if !ok {
+			return h, errBadHalf
+		}
+		switch {
+		case k == 0 && string(key) == "rt":
+			h.topic = protocol.Unescape(val)
+		case k == 1 && string(key) == "rp":
+			p, err := strconv.ParseInt(string(val), 10, 32)
+			if err != nil || p < 0 {
+				return h, errBadHalf
+			}
+			h.partition = int32(p)
+		case k == 2 && string(key) == "xid":
+			h.xid = protocol.Unescape(val)
+		case k == 2 && string(key) == "pg":
+			h.group = protocol.Unescape(val)
+		default:
+			return h, errBadHalf
+		}
+	}
+	if h.topic == "" {
+		return h, errBadHalf
+	}
+	h.own = rest
+	return h, nil
+}
+
+// op is one decoded %TX_OP% record.
+type op struct {
+	verb     string
+	key      string // xid, or the half message's id in decimal
+	halfFrom int64
+	n        int
+}
+
+func appendOp(dst []byte, verb, key string, halfFrom int64, n int) []byte {
+	dst = append(dst, verb...)
+	dst = append(dst, ' ')
+	dst = append(dst, key...)
+	if verb == "prepare" {
+		dst = append(dst, ' ')
+		dst = strconv.AppendInt(dst, halfFrom, 10)
+		dst = append(dst, ' ')
+		dst = strconv.AppendInt(dst, int64(n), 10)
+	}
+	return dst
+}
+
+func parseOp(data []byte) (op, error) {
+	f := bytes.Fields(data)
+	bad := errors.New("tx: malformed " + OpTopic + " record " + strconv.Quote(string(data[:min(len(data), 128)])))
+	if len(f) < 2 {
+		return op{}, bad
+	}
+	o := op{verb: string(f[0]), key: string(f[1])}
+	switch o.verb {
+	case "prepare":
+		if len(f) != 4 {
+			return op{}, bad
+		}
+		from, err1 := strconv.ParseInt(string(f[2]), 10, 64)
+		n, err2 := strconv.Atoi(string(f[3]))
+		if err1 != nil || err2 != nil || from < 0 || n <= 0 {
+			return op{}, bad
+		}
+		o.halfFrom, o.n = from, n
+	case "commit", "rollback", "hcommit", "hrollback":
+		if len(f) != 2 {
+			return op{}, bad
+		}
+	default:
+		return op{}, bad
+	}
+	return o, nil
+}
+
+// withoutProp returns props without the pairs whose key is key (a copy).
+func withoutProp(props []byte, key string) []byte {
+	out := make([]byte, 0, len(props))
+	for len(props) > 0 {
+		var pair []byte
+		if i := bytes.IndexByte(props, '&'); i >= 0 {
+			pair, props = props[:i], props[i+1:]
+		} else {
+			pair, props = props, nil
+		}
+		k, _, _ := bytes.Cut(pair, []byte("="))
+		if string(k) == key || len(pair) == 0 {
+			continue
+		}
+		if len(out) > 0 {
+			out = append(out, '&')
+		}
+		out = append(out, pair...)
+	}
+	return out
+}

@@ -1,0 +1,82 @@
+package tx
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// recover rebuilds the table from the log: %TX_OP% says which XA
+// transactions are prepared and which half messages are finished; the
+// %TX_HALF% records that are neither are pending half messages. Malformed
+// records (the system topics never accept client puts, so only a bug or a
+// damaged log makes them) are logged and skipped.
+func (m *Manager) recover() error {
+	start := time.Now()
+	prepared := map[string]op{}
+	done := map[int64]struct{}{}
+	bad := 0
+	err := m.scanAll(OpTopic, func(r *protocol.Record) error {
+		o, err := parseOp(r.Data)
+		if err != nil {
+			if bad++; bad <= 10 {
+				m.log.Warn("skipping malformed transaction op record", "offset", r.QueueOffset, "err", err)
+			}
+			return nil
+		}
+		switch o.verb {
+		case "prepare":
+			prepared[o.key] = o
+		case "commit", "rollback":
+			delete(prepared, o.key)
+		case "hcommit", "hrollback":
+			if id, err := strconv.ParseInt(o.key, 10, 64); err == nil {
+				done[id] = struct{}{}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = m.scanAll(HalfTopic, func(r *protocol.Record) error {
+		if _, ok := done[r.MsgID]; ok {
+			return nil
+		}
+		h, err := parseHalfProps(r.Properties)
+		if err != nil {
+			if bad++; bad <= 10 {
+				m.log.Warn("skipping malformed half record", "offset", r.QueueOffset, "err", err)
+			}
+			return nil
+		}
+		if h.group == "" {
+			return nil // a prepared XA message: found through its prepare op
+		}
+		due := time.UnixMilli(r.StoreTime).Add(m.cfg.CheckInterval)
+		m.addHalfLocked(&half{id: r.MsgID, group: h.group, due: due})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for key, o := range prepared {
+		_, uq, err := ParseKey([]byte(key))
+		if err != nil {
+			m.log.Warn("skipping prepared transaction with a malformed id", "tx", key, "err", err)
+			continue
+		}
+		m.xa[key] = &Tx{key: key, kind: KindXA, uq: uq, state: stPrepared, halfFrom: o.halfFrom, halfN: o.n}
+	}
+	if len(prepared) > 0 || len(m.halves) > 0 || bad > 0 {
+		m.log.Info("transactions recovered from the commit log", "preparedXA", len(m.xa), "pendingHalf", len(m.halves),
+			"malformedRecords", bad, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// scanAll scans every retained record of topic/0.
+func (m *Manager) scanAll(topic string, fn func(*protocol.Record) error) error {
+	return m.scan(topic, m.st.MinOffset(topic, 0), m.st.MaxOffset(topic, 0), fn)
+}

@@ -1,0 +1,236 @@
+package broker
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/broker/tx"
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// Transactions on a connection (docs/transactions.md): the `transaction`
+// command, puts with a txKey, half messages, txend, producer, and the
+// broker's `check` requests, which the writer sends like a reply.
+
+// openTx opens the transaction table (rebuilt from the commit log).
+func (s *Server) openTx() error {
+	cfg := s.opts.Tx
+	cfg.Store, cfg.BrokerID = s.store, s.opts.BrokerID
+	if cfg.Logger == nil {
+		cfg.Logger = s.log
+	}
+	m, err := tx.Open(cfg)
+	if err != nil {
+		return errors.New("broker: recovering transactions: " + err.Error())
+	}
+	s.tx = m
+	return nil
+}
+
+// TxStats returns the transaction counters.
+func (s *Server) TxStats() tx.Stats { return s.tx.Stats() }
+
+// Tx is the broker's transaction table.
+func (s *Server) Tx() *tx.Manager { return s.tx }
+
+// checkOpaque numbers the broker's check requests (clients ignore it: they
+// answer with a txend of their own).
+var checkOpaque atomic.Int32
+
+// isSystemTopic reports whether a topic is one of the broker's own (`%…%`):
+// clients may read them, never put to them.
+func isSystemTopic(name string) bool { return len(name) > 1 && name[0] == '%' }
+
+func (c *conn) session() *tx.Session {
+	if c.txs == nil {
+		c.txs = c.srv.tx.NewSession(c)
+	}
+	return c.txs
+}
+
+// closeTx rolls back the connection's local transactions and removes it from
+// its producer groups.
+func (c *conn) closeTx() {
+	if c.txs != nil {
+		c.txs.Close()
+	}
+}
+
+// SendCheck queues the broker's `check <msgId> <opaque>` request on this
+// connection (tx.Prober). It never blocks; a dead connection refuses.
+func (c *conn) SendCheck(msgID int64) bool {
+	select {
+	case <-c.dead:
+		return false
+	case <-c.stop:
+		return false
+	default:
+	}
+	ok := false
+	c.enqueue(func(q *outQueue) {
+		start := len(q.arena)
+		q.arena = protocol.AppendCheck(q.arena, msgID, checkOpaque.Add(1)&0x7fffffff)
+		q.replies = append(q.replies, reply{kind: replyRaw, bodyStart: start, bodyEnd: len(q.arena)})
+		q.bytes += len(q.arena) - start
+		ok = true
+	})
+	return ok
+}
+
+// txReply queues the reply of a transaction command or txend.
+func (c *conn) txReply(res tx.Result, err error, opaque int32) {
+	var xe *tx.XAError
+	var br *tx.BadRequest
+	switch {
+	case err == nil:
+		if res.NoReply {
+			return
+		}
+		r := resultReply(&c.rq, protocol.StatusSuccess, res.Body, opaque)
+		r.flush = res.Flush
+		c.rq.replies = append(c.rq.replies, r)
+		c.rq.bytes += replyHeaderEstimate
+	case errors.As(err, &xe):
+		c.rq.addResultString(protocol.StatusInternalServerError, xe.Error(), opaque)
+	case errors.As(err, &br):
+		c.rq.addResultString(protocol.StatusBadRequest, br.Msg, opaque)
+	case errors.Is(err, tx.ErrNotFound):
+		c.rq.addResultString(protocol.StatusNotFound, err.Error(), opaque)
+	case errors.Is(err, tx.ErrBusy), errors.Is(err, tx.ErrClosed), errors.Is(err, store.ErrClosed):
+		c.rq.addResultString(protocol.StatusServiceUnavailable, err.Error(), opaque)
+	default:
+		c.rq.addResultString(protocol.StatusInternalServerError, err.Error(), opaque)
+	}
+}
+
+// handleTransaction: transaction <txKey> <sessionId> <type> [<timeoutS>] [<uq>] <opaque>.
+func (c *conn) handleTransaction(cmd *protocol.Command) {
+	a := cmd.Args // txKey, sessionId, type, [timeout], [uq], opaque
+	var timeout int
+	var uq string
+	switch len(a) {
+	case 5:
+		if isDigits(a[3]) {
+			timeout, _ = strconv.Atoi(string(a[3]))
+		} else {
+			uq = string(a[3])
+		}
+	case 6:
+		if !isDigits(a[3]) {
+			c.rq.addResultString(protocol.StatusBadRequest, "invalid transaction timeout "+strconv.Quote(string(a[3])), cmd.Opaque)
+			return
+		}
+		timeout, _ = strconv.Atoi(string(a[3]))
+		uq = string(a[4])
+	}
+	res, err := c.srv.tx.Command(c.session(), string(a[0]), string(a[2]), timeout, uq)
+	c.txReply(res, err, cmd.Opaque)
+}
+
+func isDigits(b []byte) bool {
+	if len(b) == 0 || len(b) > 9 {
+		return false
+	}
+	for _, ch := range b {
+		if ch < '0' || ch > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// txPut is a put with a txKey (held until the transaction commits), or a put
+// to a system topic (refused).
+func (c *conn) txPut(ts *topicState, cmd *protocol.Command) {
+	s := c.srv
+	if isSystemTopic(ts.name) {
+		c.failPut(ts, protocol.StatusForbidden, s.putError(cmd.Topic, cmd.Partition, "system topics do not accept puts"), cmd.Opaque)
+		return
+	}
+	if cmd.Partition == -1 {
+		c.failPut(ts, protocol.StatusInternalServerError, "Invalid partition for transaction command:-1", cmd.Opaque)
+		return
+	}
+	if cmd.Partition < 0 || int(cmd.Partition) >= ts.settings.NumPartitions {
+		c.failPut(ts, protocol.StatusInternalServerError,
+			s.putError(cmd.Topic, cmd.Partition, "wrong partition "+strconv.Itoa(int(cmd.Partition))), cmd.Opaque)
+		return
+	}
+	props, data, flag, err := protocol.SplitProperties(cmd.Flag, cmd.Data)
+	if err != nil {
+		c.failPut(ts, protocol.StatusBadRequest, err.Error(), cmd.Opaque)
+		return
+	}
+	msg := store.Message{Topic: ts.name, Partition: cmd.Partition, Flag: flag, Properties: props, Data: data}
+	id, err := s.tx.Put(c.session(), cmd.TxKey, &msg)
+	if err != nil {
+		var br *tx.BadRequest
+		code := protocol.StatusInternalServerError
+		switch {
+		case errors.As(err, &br):
+			code = protocol.StatusBadRequest
+		case errors.Is(err, tx.ErrBusy):
+			code = protocol.StatusServiceUnavailable
+		}
+		c.failPut(ts, code, err.Error(), cmd.Opaque)
+		return
+	}
+	ts.putBytes.Add(int64(len(data)))
+	c.rq.addPut(nil, id, cmd.Partition, -1, cmd.Opaque)
+}
+
+// halfPut stores a put with `tx=half&pgroup=<G>` as a half message.
+func (c *conn) halfPut(ts *topicState, grp string, msg *store.Message, opaque int32) {
+	s := c.srv
+	if grp == "" || !protocol.ValidName(grp) {
+		c.failPut(ts, protocol.StatusBadRequest, "a half message (tx=half) needs pgroup=<producer group>, a valid group name", opaque)
+		return
+	}
+	res, flush, err := s.tx.PutHalf(c.session(), grp, msg)
+	if err != nil {
+		code := protocol.StatusInternalServerError
+		if errors.Is(err, tx.ErrBusy) || errors.Is(err, store.ErrClosed) {
+			code = protocol.StatusServiceUnavailable
+		} else if errors.Is(err, store.ErrMessageTooLarge) {
+			code = protocol.StatusBadRequest
+		}
+		c.failPut(ts, code, s.putError([]byte(ts.name), msg.Partition, err.Error()), opaque)
+		return
+	}
+	ts.putBytes.Add(int64(len(msg.Data)))
+	c.rq.addPut(flush, res.MsgID, msg.Partition, -1, opaque)
+}
+
+// handleTxEnd: txend <msgId> commit|rollback|unknown <opaque>.
+func (c *conn) handleTxEnd(cmd *protocol.Command) {
+	a, _ := tx.ParseAction([]byte(strings.ToLower(string(cmd.Key))))
+	res, err := c.srv.tx.End(cmd.MsgID, a)
+	if errors.Is(err, tx.ErrNotFound) {
+		err = errors.New("no pending half message " + strconv.FormatInt(cmd.MsgID, 10) + " (finished already, or unknown)")
+		c.rq.addResultString(protocol.StatusNotFound, err.Error(), cmd.Opaque)
+		return
+	}
+	c.txReply(res, err, cmd.Opaque)
+}
+
+// handleProducer: producer <group> <opaque> makes the connection a live
+// producer of the group (a target of its half messages' checks).
+func (c *conn) handleProducer(cmd *protocol.Command) {
+	c.srv.tx.RegisterProducer(c.session(), string(cmd.Group))
+	c.rq.addResultString(protocol.StatusSuccess, "", cmd.Opaque)
+}
+
+// appendTxStats renders metaq's transaction counters for `stats`.
+func appendTxStats(b []byte, st tx.Stats) []byte {
+	b = protocol.AppendStatInt(b, "tx_open", int64(st.Open))
+	b = protocol.AppendStatInt(b, "tx_prepared", int64(st.Prepared))
+	b = protocol.AppendStatInt(b, "tx_held_bytes", st.HeldBytes)
+	b = protocol.AppendStatInt(b, "tx_timed_out", st.TimedOut)
+	b = protocol.AppendStatInt(b, "tx_half_pending", int64(st.PendingHalf))
+	b = protocol.AppendStatInt(b, "tx_checks_sent", st.ChecksSent)
+	b = protocol.AppendStatInt(b, "tx_check_rollbacks", st.CheckRollbacks)
+	return b
+}
