@@ -5,6 +5,9 @@ go 1.26.8
 require (
 	github.com/edsrzf/mmap-go v1.2.0
 	github.com/go-zookeeper/zk v1.0.4
+	github.com/prometheus/client_golang v1.25.0
+	github.com/prometheus/client_model v0.6.3
+	github.com/prometheus/common v0.72.0
 	github.com/spf13/cobra v1.10.2
 	github.com/valyala/bytebufferpool v1.0.0
 	go.uber.org/goleak v1.3.0
@@ -13,8 +16,13 @@ require (
 )
 
 require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/go-zookeeper/zk => ./third_party/go-zookeeper-zk

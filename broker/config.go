@@ -77,6 +77,7 @@ func ServerOptions(c *conf.Config, log *slog.Logger) Options {
 		PutDataTimeout:     putDataTimeout(sys.PutDataTimeout),
 		Logger:             log,
 		ConfigPath:         c.Path,
+		DataPath:           sys.DataPath,
 		Tx: tx.Config{
 			MaxTimeout:    sys.MaxTxTimeout,
 			CheckInterval: sys.TransactionCheckInterval,

@@ -92,7 +92,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 			s.putError(cmd.Topic, cmd.Partition, "The server do not accept topic "+string(cmd.Topic)), cmd.Opaque)
 		return
 	}
-	ts.puts.Add(1)
+	sampled := s.sampleStart(ts.puts.Add(1))
 	if len(cmd.TxKey) > 0 || isSystemTopic(ts.name) {
 		c.txPut(ts, cmd) // txconn.go
 		return
@@ -132,6 +132,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 	}
 	ts.putBytes.Add(int64(len(data)))
 	c.rq.addPut(flush, res.MsgID, partition, res.QueueOffset, cmd.Opaque)
+	c.rq.replies[len(c.rq.replies)-1].t0 = sampled
 	c.own.note(ts, partition, res.QueueOffset, flush)
 	if !ts.notified.Load() && ts.notified.CompareAndSwap(false, true) && s.opts.OnTopic != nil {
 		go s.opts.OnTopic(ts.name, ts.settings.NumPartitions)
@@ -162,7 +163,7 @@ func (c *conn) handleGet(cmd *protocol.Command) {
 		s.stats.getMiss.Add(1)
 		return
 	}
-	ts.gets.Add(1)
+	sampled := s.sampleStart(ts.gets.Add(1))
 	if cmd.MaxSize <= 0 {
 		c.rq.addResultString(protocol.StatusBadRequest, "Bad request,invalid max size:"+strconv.Itoa(int(cmd.MaxSize)), cmd.Opaque)
 		return
@@ -183,6 +184,7 @@ func (c *conn) handleGet(cmd *protocol.Command) {
 		return
 	}
 	c.srv.readReply(&c.rq, &g, res, err)
+	s.observeGet(sampled)
 }
 
 // getReq is what a get needs to be answered later (long polling).
@@ -208,6 +210,8 @@ func (s *Server) readReply(q *outQueue, g *getReq, res *store.ReadResult, err er
 	var moved int64
 	switch res.Status {
 	case store.ReadFound:
+		g.ts.getMsgs.Add(int64(res.Count))
+		g.ts.getBytes.Add(int64(res.Bytes))
 		q.addValue(res, g.opaque)
 		return
 	case store.ReadNoMessage:

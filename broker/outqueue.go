@@ -29,6 +29,7 @@ type reply struct {
 	msgID     int64
 	offset    int64
 	partition int32
+	t0        int64 // replyPut: sampled start (metrics.go), 0 = not sampled
 }
 
 // outQueue is the list of replies a connection's writer has not taken yet.

@@ -45,6 +45,8 @@ type Options struct {
 	OnTopic func(topic string, numPartitions int)
 	// ConfigPath is reported by `stats config` when set.
 	ConfigPath string
+	// DataPath is the store's directory (`stats` reports its disk usage).
+	DataPath string
 	// Tx configures transactions (txserver.go); Store, BrokerID and Logger
 	// are filled in.
 	Tx tx.Config
@@ -60,6 +62,7 @@ type Server struct {
 
 	topics topicTable
 	stats  counters
+	lat    atomic.Pointer[latencyObserver] // metrics.go
 	tx     *tx.Manager
 
 	rtMu   sync.Mutex

@@ -106,6 +106,7 @@ func (s *Server) appendSystemStats(b []byte) []byte {
 	b = appendTxStats(b, txs)
 	b = s.putBudget.appendStats(b)
 	b = appendStoreStats(b, st)
+	b = appendDiskStats(b, s.opts.DataPath)
 	return b
 }
 

@@ -32,6 +32,8 @@ type topicState struct {
 	gets      atomic.Int64
 	getMiss   atomic.Int64
 	offsets   atomic.Int64
+	getMsgs   atomic.Int64 // messages served by get (metrics.go)
+	getBytes  atomic.Int64 // record bytes served by get
 }
 
 // topicTable interns accepted topics. Reads are lock-free (an immutable map

@@ -102,6 +102,7 @@ func (w *writer) writeQueue(q *outQueue) error {
 		switch r.kind {
 		case replyPut:
 			w.appendPutResult(r)
+			w.c.srv.observePut(r.t0)
 		case replyResult:
 			w.appendResultBytes(r.code, q.arena[r.bodyStart:r.bodyEnd], r.opaque)
 		case replyRaw:

@@ -54,7 +54,7 @@ type System struct {
 	HostName          string // hostName: address advertised in ZooKeeper; default DefaultHostName()
 	BindHost          string // bindHost (metaq): listener address; "" = all interfaces
 	ServerPort        int    // serverPort, default 8123; 0 = any free port (tests)
-	DashboardHTTPPort int    // dashboardHttpPort, default 8120; 0 = disabled (accepted, not yet used)
+	DashboardHTTPPort int    // dashboardHttpPort, default 8120; 0 = disabled (HTTP side: broker/httpapi)
 	NumPartitions     int    // numPartitions: default partitions per topic, default 1
 	DataPath          string // dataPath, absolute; default ~/meta
 	DataLogPath       string // dataLogPath (transaction log), absolute; default dataPath (accepted, not yet used)
@@ -76,8 +76,13 @@ type System struct {
 	IdleTimeout    time.Duration // idleTimeout (metaq, seconds), default 600s; 0 = never
 	MaxConnections int           // maxConnections (metaq), default 0 = unlimited
 
-	MaxPendingPutBytes int64         // maxPendingPutBytes (metaq), default 256 MiB: put data buffered across connections
-	PutDataTimeout     time.Duration // putDataTimeoutMs (metaq), default 30s; 0 = only idleTimeout applies
+	// The HTTP side (metaq keys; docs/observability.md).
+	DashboardToken      string        // dashboardToken: needed by administrative HTTP actions; "" = read-only
+	MetricsMaxTopics    int           // metricsMaxTopics, default 2000: topics with their own series; later ones are summed into topic="_other"
+	MetricsMaxLagSeries int           // metricsMaxLagSeries, default 2000: per-partition consumer-lag series (largest lags first)
+	MetricsLagInterval  time.Duration // metricsLagIntervalMs, default 15s: how often consumer offsets are re-read from ZooKeeper
+	MaxPendingPutBytes  int64         // maxPendingPutBytes (metaq), default 256 MiB: put data buffered across connections
+	PutDataTimeout      time.Duration // putDataTimeoutMs (metaq), default 30s; 0 = only idleTimeout applies
 
 	// Accepted for MetaQ compatibility; ignored (see Warnings).
 	GetProcessThreadCount       int    // getProcessThreadCount, default 10×CPUs
@@ -163,6 +168,10 @@ const (
 	DefaultZKRoot             = "/meta"
 	DefaultSlaveGroup         = "meta-slave-group"
 
+	DefaultMetricsMaxTopics    = 2000
+	DefaultMetricsMaxLagSeries = 2000
+	DefaultMetricsLagInterval  = 15 * time.Second
+
 	MaxBrokerID      = 1<<15 - 1 // msgId = brokerId<<48 | physical offset, positive
 	MaxNumPartitions = 65535
 	maxSegmentSize   = 64 << 30
@@ -213,8 +222,11 @@ func defaults(brokerID int) *Config {
 			Stat:              true,
 			IdleTimeout:       DefaultIdleTimeout,
 
-			MaxPendingPutBytes: DefaultMaxPendingPutBytes,
-			PutDataTimeout:     DefaultPutDataTimeout,
+			MetricsMaxTopics:    DefaultMetricsMaxTopics,
+			MetricsMaxLagSeries: DefaultMetricsMaxLagSeries,
+			MetricsLagInterval:  DefaultMetricsLagInterval,
+			MaxPendingPutBytes:  DefaultMaxPendingPutBytes,
+			PutDataTimeout:      DefaultPutDataTimeout,
 
 			GetProcessThreadCount: threads,
 			PutProcessThreadCount: threads,

@@ -80,7 +80,7 @@ var systemKeys = []keyDef{
 	{"hostName", used, "", func(p *parser, c *Config, v string) error { c.System.HostName = v; return nil }},
 	{"bindHost", used, "", func(p *parser, c *Config, v string) error { c.System.BindHost = v; return nil }},
 	{"serverPort", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.ServerPort, v) }},
-	{"dashboardHttpPort", notYetUsed, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.DashboardHTTPPort, v) }},
+	{"dashboardHttpPort", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.DashboardHTTPPort, v) }},
 	{"numPartitions", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.NumPartitions, v) }},
 	{"dataPath", used, "", func(p *parser, c *Config, v string) error { return p.setPath(&c.System.DataPath, v) }},
 	{"dataLogPath", notYetUsed, "", func(p *parser, c *Config, v string) error {
@@ -105,6 +105,12 @@ var systemKeys = []keyDef{
 	}},
 	{"idleTimeout", used, "", func(p *parser, c *Config, v string) error { return setDuration(&c.System.IdleTimeout, v, time.Second) }},
 	{"maxConnections", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MaxConnections, v) }},
+	{"dashboardToken", used, "", func(p *parser, c *Config, v string) error { c.System.DashboardToken = v; return nil }},
+	{"metricsMaxTopics", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MetricsMaxTopics, v) }},
+	{"metricsMaxLagSeries", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MetricsMaxLagSeries, v) }},
+	{"metricsLagIntervalMs", used, "", func(p *parser, c *Config, v string) error {
+		return setDuration(&c.System.MetricsLagInterval, v, time.Millisecond)
+	}},
 	{"maxPendingPutBytes", used, "", func(p *parser, c *Config, v string) error { return setSize64(&c.System.MaxPendingPutBytes, v) }},
 	{"putDataTimeoutMs", used, "", func(p *parser, c *Config, v string) error {
 		return setDuration(&c.System.PutDataTimeout, v, time.Millisecond)

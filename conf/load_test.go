@@ -200,6 +200,7 @@ putDataTimeoutMs = 5000
 		UnflushThreshold: -1, UnflushInterval: 2 * time.Second, MaxSegmentSize: 64 << 20, MaxTransferSize: 512 << 10,
 		MaxMessageSize: 1 << 20, IndexFileSize: 16 << 10, DeletePolicy: Retention{Delete: true, Keep: 168 * time.Hour},
 		DeleteWhen: s.DeleteWhen, AcceptPublish: false, AcceptSubscribe: false, Stat: false, UpdateConsumerOffsets: true,
+		MetricsMaxTopics: DefaultMetricsMaxTopics, MetricsMaxLagSeries: DefaultMetricsMaxLagSeries, MetricsLagInterval: DefaultMetricsLagInterval,
 		IdleTimeout: 90 * time.Second, MaxConnections: 10000, MaxPendingPutBytes: 64 << 20, PutDataTimeout: 5 * time.Second,
 		GetProcessThreadCount: 80, PutProcessThreadCount: 80, LoadMessageStoresInParallel: true, QuartzThreadCount: 2,
 		AppClassPath: "/opt/meta/provided/", MaxCheckpoints: 5, CheckpointInterval: time.Minute,

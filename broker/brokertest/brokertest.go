@@ -50,7 +50,7 @@ type Broker struct {
 // INI renders a server.ini for o.
 func INI(o Options) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "[system]\nbrokerId=%d\nserverPort=0\nhostName=127.0.0.1\nbindHost=127.0.0.1\n", o.BrokerID)
+	fmt.Fprintf(&b, "[system]\nbrokerId=%d\nserverPort=0\ndashboardHttpPort=0\nhostName=127.0.0.1\nbindHost=127.0.0.1\n", o.BrokerID)
 	seg := o.SegSize
 	if seg == 0 {
 		seg = 1 << 20

@@ -122,6 +122,7 @@ func (s *Store) flushOnce() error {
 	s.mu.Unlock()
 
 	start := s.flushed.Load()
+	var synced time.Duration
 	err := werr
 	if err == nil {
 		err = s.writeStaged(end) // what is still staged (stage.go)
@@ -131,6 +132,7 @@ func (s *Store) flushOnce() error {
 		err = s.syncRange(start, end)
 		d := int64(time.Since(t0))
 		s.lastFsync.Store(d)
+		synced = time.Duration(d)
 		s.counters.fsyncs.Add(1)
 		s.counters.fsyncNanos.Add(d)
 		if err != nil {
@@ -161,6 +163,7 @@ func (s *Store) flushOnce() error {
 		f.err = err
 		close(f.done)
 	}
+	s.observeFlush(synced, f)
 	return err
 }
 

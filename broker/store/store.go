@@ -195,6 +195,8 @@ type Store struct {
 	retMu     sync.Mutex
 	isClosed  atomic.Bool
 
+	flushObs atomic.Pointer[FlushObserver] // metrics (observe.go)
+
 	segsMu sync.Mutex
 	segs   atomic.Pointer[segList]
 

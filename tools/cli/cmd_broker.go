@@ -127,6 +127,7 @@ func runBroker(ctx context.Context, app *App, cfg *conf.Config, log *slog.Logger
 		log.Error("broker failed to start", "err", err)
 		return silentExit{code: ExitFailure}
 	}
+	stopHTTP := startBrokerHTTP(b, log)
 
 	var zkDied <-chan struct{}
 	if lz != nil {
@@ -146,6 +147,7 @@ func runBroker(ctx context.Context, app *App, cfg *conf.Config, log *slog.Logger
 		}
 	}
 
+	stopHTTP()
 	stopped := make(chan error, 1)
 	go func() {
 		sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)

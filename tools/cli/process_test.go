@@ -36,7 +36,7 @@ func writeINI(t *testing.T, dir string, sync bool, zk string, zkSyncMs int, extr
 	t.Helper()
 	port := freePort(t)
 	var b strings.Builder
-	fmt.Fprintf(&b, "[system]\nbrokerId=1\nhostName=127.0.0.1\nbindHost=127.0.0.1\nserverPort=%d\n", port)
+	fmt.Fprintf(&b, "[system]\nbrokerId=1\nhostName=127.0.0.1\nbindHost=127.0.0.1\nserverPort=%d\ndashboardHttpPort=0\n", port)
 	fmt.Fprintf(&b, "dataPath=%s\nmaxSegmentSize=1048576\nindexFileSize=65536\nmaxMessageSize=65536\n", filepath.Join(dir, "data"))
 	if sync {
 		b.WriteString("unflushThreshold=0\n")

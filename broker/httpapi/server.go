@@ -1,0 +1,214 @@
+// Package httpapi is metaq's HTTP side, served on dashboardHttpPort: the
+// Prometheus endpoint /metrics, the JSON API under /api/v1/ and the web
+// dashboard at / (docs/observability.md). It runs next to a broker
+// (ForBroker) or alone against ZooKeeper (`metaq dashboard`, New without a
+// broker). Nothing here is on the broker's data path: metrics read counters
+// at scrape time, and the cluster views read ZooKeeper and the brokers'
+// text protocol like any admin client.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/metaqgo/metaq/broker"
+	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/zkmeta"
+)
+
+// Options configure a Server.
+type Options struct {
+	Addr   string         // listen address, e.g. "127.0.0.1:8120" or "127.0.0.1:0"
+	Broker *broker.Broker // nil: a dashboard without a broker (no broker metrics)
+	// ZK is the cluster's ZooKeeper ([zookeeper] section); Enable=false: no
+	// cluster views and no consumer lag.
+	ZK     conf.ZK
+	Token  string // dashboardToken; "" = administrative actions refused
+	Logger *slog.Logger
+
+	MaxTopics    int           // metricsMaxTopics
+	MaxLagSeries int           // metricsMaxLagSeries
+	LagInterval  time.Duration // metricsLagIntervalMs
+}
+
+// Server is a running HTTP side.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+	reg  *prometheus.Registry
+	mux  *http.ServeMux
+	ln   net.Listener
+	hs   *http.Server
+	zk   *zkmeta.Client
+	lag  *lagTracker
+	hist *latencyHistograms
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// ForBroker starts the HTTP side of a running broker as its server.ini
+// says (dashboardHttpPort on bindHost; 0 = disabled, then it returns nil,
+// nil).
+func ForBroker(b *broker.Broker, log *slog.Logger) (*Server, error) {
+	sys := b.Config.System
+	if sys.DashboardHTTPPort == 0 {
+		return nil, nil
+	}
+	return Start(Options{
+		Addr:   net.JoinHostPort(sys.BindHost, fmt.Sprint(sys.DashboardHTTPPort)),
+		Broker: b, ZK: b.Config.ZK, Token: sys.DashboardToken, Logger: log,
+		MaxTopics: sys.MetricsMaxTopics, MaxLagSeries: sys.MetricsMaxLagSeries, LagInterval: sys.MetricsLagInterval,
+	})
+}
+
+// Start listens on opts.Addr and serves in the background.
+func Start(opts Options) (*Server, error) {
+	s, err := New(opts)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", opts.Addr)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("dashboardHttpPort: listen %s: %w", opts.Addr, err)
+	}
+	s.Serve(ln)
+	return s, nil
+}
+
+// New builds a Server without listening (Serve, Handler).
+func New(opts Options) (*Server, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxTopics == 0 && opts.Broker == nil {
+		opts.MaxTopics = conf.DefaultMetricsMaxTopics
+	}
+	if opts.MaxLagSeries <= 0 {
+		opts.MaxLagSeries = conf.DefaultMetricsMaxLagSeries
+	}
+	if opts.LagInterval <= 0 {
+		opts.LagInterval = conf.DefaultMetricsLagInterval
+	}
+	s := &Server{opts: opts, log: opts.Logger.With("component", "http"), reg: newRegistry(), mux: http.NewServeMux()}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if opts.ZK.Enable {
+		zc, err := zkmeta.New(zkmeta.Config{
+			ConnectString: opts.ZK.Connect, Root: opts.ZK.Root,
+			SessionTimeout: opts.ZK.SessionTimeout, ConnectionTimeout: opts.ZK.ConnectionTimeout,
+			Logger: slogPrintf{s.log},
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.zk = zc
+	}
+	if b := opts.Broker; b != nil {
+		s.hist = newLatencyHistograms()
+		s.hist.register(s.reg)
+		s.reg.MustRegister(&brokerCollector{srv: b.Server, dataPath: b.Config.System.DataPath, role: "master",
+			own: map[string]bool{}, maxTopics: opts.MaxTopics})
+		b.Server.SetLatencyObserver(s.hist)
+		b.Store.SetFlushObserver(s.hist.flushObserver(b.Config.System.SyncFlush()))
+		if s.zk != nil {
+			s.lag = newLagTracker(s.zk, b.Store, b.Config.System.BrokerID, opts.LagInterval, opts.MaxLagSeries, s.log)
+			s.reg.MustRegister(s.lag)
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.lag.run(s.ctx)
+			}()
+		}
+	}
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{
+		ErrorLog: slogErrorLog{s.log}, MaxRequestsInFlight: 4, Timeout: 30 * time.Second,
+	}))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+}
+
+// Handler is the server's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Registry is the Prometheus registry behind /metrics.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// Serve serves ln in the background.
+func (s *Server) Serve(ln net.Listener) {
+	s.ln = ln
+	s.hs = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: nil, MaxHeaderBytes: 64 << 10}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("HTTP server stopped", "err", err)
+		}
+	}()
+	s.log.Info("HTTP side listening (/metrics, /api/v1/, /)", "addr", ln.Addr().String())
+}
+
+// Addr is the listener's address.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// URL is http://<addr>.
+func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
+
+// RefreshLag asks the lag tracker for a pass now (no-op without one).
+func (s *Server) RefreshLag() {
+	if s.lag != nil {
+		s.lag.refresh()
+	}
+}
+
+// Close stops serving and the background work, and detaches the broker hooks.
+func (s *Server) Close() error {
+	var err error
+	s.once.Do(func() {
+		if b := s.opts.Broker; b != nil {
+			b.Server.SetLatencyObserver(nil)
+			b.Store.SetFlushObserver(nil)
+		}
+		if s.hs != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err = s.hs.Shutdown(ctx)
+			cancel()
+			if err != nil {
+				_ = s.hs.Close()
+			}
+		}
+		s.cancel()
+		s.wg.Wait()
+		if s.zk != nil {
+			s.zk.Close()
+		}
+	})
+	return err
+}
+
+type slogPrintf struct{ l *slog.Logger }
+
+func (p slogPrintf) Printf(format string, args ...any) { p.l.Info(fmt.Sprintf(format, args...)) }
+
+type slogErrorLog struct{ l *slog.Logger }
+
+func (p slogErrorLog) Println(v ...any) { p.l.Error(fmt.Sprint(v...)) }
