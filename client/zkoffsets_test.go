@@ -125,7 +125,7 @@ func TestLateCommitDoesNotMoveOffsetBack(t *testing.T) {
 		cl := newCluster(t, map[string]int{"orders": 1}, 1)
 		p := cl.producer()
 		col := newCollector()
-		c := cl.consumer("g", "orders", "*", col.handler, func(c *Config) { c.RequestTimeout = time.Second })
+		c := cl.consumer("g", "orders", "*", col.handler, func(c *Config) { c.RequestTimeout = 2 * time.Second })
 		l := newLateWrite()
 		l.install(t, c)
 		waitStartOffset(t, cl, key)
