@@ -56,11 +56,12 @@ type conn struct {
 	readerDone bool     // the reader stopped; the writer closes once the queue is empty
 	closeErr   error
 
-	rq      outQueue // reader-local replies, published after each parsed buffer
-	parked  atomic.Int32
-	quit    bool
-	filters map[string]*protocol.TagFilter // tag expression cache (reader only)
-	txs     *tx.Session                    // transactions of this connection (txconn.go; reader only)
+	rq       outQueue // reader-local replies, published after each parsed buffer
+	parked   atomic.Int32
+	quit     bool
+	filters  map[string]*protocol.TagFilter // tag expression cache (reader only)
+	txs      *tx.Session                    // transactions of this connection (txconn.go; reader only)
+	delayBuf []byte                         // scratch for delayed puts and retries (reader only)
 
 	own ownPuts    // this connection's puts, for the gets after them (reader only; ordering.go)
 	put partialPut // a put whose data spans reads (reader only; putbudget.go)

@@ -38,6 +38,8 @@ func (c *conn) handle(cmd *protocol.Command) error {
 		c.handleQueryID(cmd)
 	case protocol.OpQueryKey:
 		c.handleQueryKey(cmd)
+	case protocol.OpRetry:
+		c.handleRetry(cmd)
 	case protocol.OpTransaction:
 		c.handleTransaction(cmd)
 	case protocol.OpTxEnd:
@@ -86,8 +88,13 @@ func (c *conn) failPut(ts *topicState, code int, body string, opaque int32) {
 func (c *conn) handlePut(cmd *protocol.Command) {
 	s := c.srv
 	s.stats.cmdPut.Add(1)
+	if protocol.IsSystemTopic(cmd.Topic) {
+		c.failPut(nil, protocol.StatusForbidden, s.putError(cmd.Topic, cmd.Partition, "system topics do not accept puts"), cmd.Opaque)
+		return
+	}
 	ts := s.topics.get(cmd.Topic)
 	if ts == nil || !ts.settings.AcceptPublish {
+		c.log.Warn("put refused: the topic is not accepted for publishing here", "topic", string(cmd.Topic))
 		c.failPut(nil, protocol.StatusInternalServerError,
 			s.putError(cmd.Topic, cmd.Partition, "The server do not accept topic "+string(cmd.Topic)), cmd.Opaque)
 		return
@@ -116,7 +123,11 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		c.halfPut(ts, grp, &msg, cmd.Opaque) // txconn.go
 		return
 	}
-	res, flush, err := s.store.AppendAsync(&msg)
+	delayed, ok := c.delayPut(ts, &msg, cmd.Opaque)
+	if !ok {
+		return
+	}
+	res, flush, err := s.appendAsync(&msg)
 	if err != nil {
 		code := protocol.StatusInternalServerError
 		switch {
@@ -131,9 +142,14 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		return
 	}
 	ts.putBytes.Add(int64(len(data)))
+	if delayed {
+		res.QueueOffset = -1 // stored in %SCHEDULE%: no queue offset in its topic yet
+	}
 	c.rq.addPut(flush, res.MsgID, partition, res.QueueOffset, cmd.Opaque)
 	c.rq.replies[len(c.rq.replies)-1].t0 = sampled
-	c.own.note(ts, partition, res.QueueOffset, flush)
+	if !delayed { // a delayed message is not in its topic yet: nothing for a later get to wait for
+		c.own.note(ts, partition, res.QueueOffset, flush)
+	}
 	if !ts.notified.Load() && ts.notified.CompareAndSwap(false, true) && s.opts.OnTopic != nil {
 		go s.opts.OnTopic(ts.name, ts.settings.NumPartitions)
 	}

@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/internal/logx"
 )
 
 // Broker is a whole broker process: store, server and (when enabled)
@@ -16,9 +18,12 @@ import (
 type Broker struct {
 	Config *conf.Config
 	Store  *store.Store
+	Delay  *delay.Service
 	Server *Server
 	zk     *zkRegistration
 	log    *slog.Logger
+
+	logLimiter *logx.Limiter
 }
 
 // StartOptions adjust a broker started by StartWith (tests, embedding).
@@ -26,6 +31,7 @@ type StartOptions struct {
 	Logger *slog.Logger
 	Server func(*Options)      // changes to the server options derived from the config
 	Store  func(*store.Config) // changes to the store configuration
+	Delay  func(*delay.Config) // changes to the delay service configuration
 }
 
 // Start opens the store, starts the listener and registers in ZooKeeper.
@@ -41,6 +47,9 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	// Repeated identical lines (store and server) are rate-limited
+	// (internal/logx); Stop writes the pending counts.
+	log, lim := logx.New(log, logx.Options{})
 	for _, w := range c.Warnings {
 		log.Warn("config: " + w)
 	}
@@ -50,15 +59,22 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	}
 	st, err := store.Open(sc)
 	if err != nil {
+		lim.Stop()
 		return nil, fmt.Errorf("opening store at %s: %w", c.System.DataPath, err)
 	}
 	opts := ServerOptions(c, log)
 	opts.Store = st
-	b := &Broker{Config: c, Store: st, log: log}
+	b := &Broker{Config: c, Store: st, log: log, logLimiter: lim}
 	if c.ZK.Enable {
 		b.zk = newZKRegistration(c, log)
 		opts.OnTopic = b.zk.topicWritten
 	}
+	dl, err := openDelay(c, st, log, b.zk, so.Delay)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	b.Delay, opts.Delay = dl, dl
 	if so.Server != nil {
 		so.Server(&opts)
 	}
@@ -67,7 +83,9 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		err = srv.Start()
 	}
 	if err != nil {
+		_ = dl.Close()
 		_ = st.Close()
+		lim.Stop()
 		return nil, err
 	}
 	b.Server = srv
@@ -107,9 +125,15 @@ func (b *Broker) Stop(ctx context.Context) error {
 	if b.zk != nil {
 		b.zk.close()
 	}
+	if b.Delay != nil {
+		if err := b.Delay.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := b.Store.Close(); err != nil {
 		errs = append(errs, err)
 	}
 	b.log.Info("broker stopped")
+	b.logLimiter.Stop()
 	return errors.Join(errs...)
 }

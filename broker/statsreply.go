@@ -37,12 +37,15 @@ func (c *conn) handleStats(cmd *protocol.Command) {
 		b = s.appendOffsetsStats(b)
 	case "realtime":
 		b = s.appendRealtimeStats(b)
+	case "delay":
+		b = s.appendDelayStats(b, true)
 	case "help":
 		for _, l := range []string{
 			"stats: system counters",
 			"stats topics: partitions and message count per topic",
 			"stats offsets: min/max offset per partition",
 			"stats realtime: counters since the previous `stats realtime`",
+			"stats delay: delayed messages, retries and dead letters (per level)",
 			"stats config: the server.ini this broker runs with",
 			"stats <topic>: one topic",
 		} {
@@ -107,6 +110,7 @@ func (s *Server) appendSystemStats(b []byte) []byte {
 	b = s.putBudget.appendStats(b)
 	b = appendStoreStats(b, st)
 	b = appendDiskStats(b, s.opts.DataPath)
+	b = s.appendDelayStats(b, false)
 	return b
 }
 

@@ -38,10 +38,14 @@ type Message struct {
 	// query string). The well-known keys tag, keys and delay are taken from
 	// the fields above when those are set.
 	Properties map[string]string
-	// DelayLevel asks for delayed delivery, sent as the `delay` property.
-	// The broker honours it once delayed messages land (a later issue); until
-	// then the message is delivered at once.
+	// DelayLevel asks for delayed delivery through the broker's delay
+	// levels (`delay` property; RocketMQ's ladder 1s 5s 10s 30s 1m …, see
+	// docs/delay.md). Ignored when DeliverAt is set.
 	DelayLevel int
+	// DeliverAt asks for delivery at an absolute time, up to a year ahead
+	// (`deliverAt` property, unix ms); a past time delivers at once. On a
+	// received message: when it fell due (zero when it was not delayed).
+	DeliverAt time.Time
 	// Flag is MetaQ's user flag; bits 0 (attribute) and 1 (properties) are
 	// managed by the client.
 	Flag int32
@@ -117,7 +121,12 @@ func appendProps(dst []byte, m *Message) []byte {
 			dst = protocol.AppendEscaped(dst, k)
 		}
 	}
-	if m.DelayLevel > 0 {
+	switch {
+	case !m.DeliverAt.IsZero():
+		dst = sep(dst)
+		dst = append(dst, "deliverAt="...)
+		dst = strconv.AppendInt(dst, m.DeliverAt.UnixMilli(), 10)
+	case m.DelayLevel > 0:
 		dst = sep(dst)
 		dst = append(dst, "delay="...)
 		dst = strconv.AppendInt(dst, int64(m.DelayLevel), 10)
@@ -128,7 +137,8 @@ func appendProps(dst []byte, m *Message) []byte {
 			continue
 		case k == protocol.PropTag && m.Tag != "",
 			k == protocol.PropKeys && len(m.Keys) > 0,
-			k == protocol.PropDelay && m.DelayLevel > 0:
+			k == protocol.PropDelay && (m.DelayLevel > 0 || !m.DeliverAt.IsZero()),
+			k == propDeliverAt && !m.DeliverAt.IsZero():
 			continue
 		}
 		dst = sep(dst)
@@ -196,6 +206,10 @@ func (d *decoder) decodeProps(m *Message, props []byte) {
 			m.Keys = strings.Fields(protocol.Unescape(v))
 		case protocol.PropDelay:
 			m.DelayLevel, _ = strconv.Atoi(protocol.Unescape(v))
+		case propDeliverAt:
+			if ms, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+				m.DeliverAt = time.UnixMilli(ms)
+			}
 		case "":
 		default:
 			if m.Properties == nil {

@@ -76,6 +76,7 @@ type System struct {
 	IdleTimeout    time.Duration // idleTimeout (metaq, seconds), default 600s; 0 = never
 	MaxConnections int           // maxConnections (metaq), default 0 = unlimited
 
+	Delay Delay // messageDelayLevel, maxReconsumeTimes (conf/delay.go)
 	// The HTTP side (metaq keys; docs/observability.md).
 	DashboardToken      string        // dashboardToken: needed by administrative HTTP actions; "" = read-only
 	MetricsMaxTopics    int           // metricsMaxTopics, default 2000: topics with their own series; later ones are summed into topic="_other"
@@ -287,6 +288,9 @@ func (c *Config) NewTopic(pattern string) Topic {
 func (c *Config) Topic(name string) (t Topic, ok bool) {
 	if !ValidTopicName(name) {
 		return Topic{}, false
+	}
+	if protocol.IsSystemTopic(name) {
+		return c.systemTopic(name)
 	}
 	best := -1
 	for i := range c.Topics {

@@ -105,6 +105,8 @@ var systemKeys = []keyDef{
 	}},
 	{"idleTimeout", used, "", func(p *parser, c *Config, v string) error { return setDuration(&c.System.IdleTimeout, v, time.Second) }},
 	{"maxConnections", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MaxConnections, v) }},
+	{"messageDelayLevel", used, "", func(p *parser, c *Config, v string) error { return set(&c.System.Delay.Levels, v, ParseDelayLevels) }},
+	{"maxReconsumeTimes", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Delay.MaxReconsumeTimes, v) }},
 	{"dashboardToken", used, "", func(p *parser, c *Config, v string) error { c.System.DashboardToken = v; return nil }},
 	{"metricsMaxTopics", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MetricsMaxTopics, v) }},
 	{"metricsMaxLagSeries", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MetricsMaxLagSeries, v) }},

@@ -44,7 +44,10 @@ func TestSampleServerIni(t *testing.T) {
 	if got := strings.Join(c.ExplicitTopics(), ","); got != "test,meta-test" {
 		t.Errorf("explicit topics = %q", got)
 	}
-	for _, name := range []string{"test", "meta-test", "bench", "demo-1", "%RETRY%g"} {
+	if tp, ok := c.Topic("%RETRY%g"); !ok || tp.AcceptPublish || !tp.AcceptSubscribe || tp.NumPartitions != 1 {
+		t.Errorf("Topic(%%RETRY%%g) = %+v, %v: want a readable system topic that refuses puts", tp, ok)
+	}
+	for _, name := range []string{"test", "meta-test", "bench", "demo-1"} {
 		tp, ok := c.Topic(name)
 		if !ok || !tp.AcceptPublish || !tp.AcceptSubscribe || tp.NumPartitions < 1 {
 			t.Errorf("Topic(%q) = %+v, %v", name, tp, ok)

@@ -40,6 +40,7 @@ const (
 	OpQueryKey
 	OpTxEnd    // txend <msgId> commit|rollback|unknown <opaque> (txparse.go)
 	OpProducer // producer <group> <opaque> (txparse.go)
+	OpRetry    // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
 )
 
 var opNames = [...]string{
@@ -57,6 +58,7 @@ var opNames = [...]string{
 	OpQueryKey:    "query key",
 	OpTxEnd:       "txend",
 	OpProducer:    "producer",
+	OpRetry:       "retry",
 }
 
 // String returns the command name as typed on the wire.
@@ -104,9 +106,11 @@ type Command struct {
 
 	Timestamp int64 // seek, unix ms
 
-	MsgID  int64  // sync, query id
-	Key    []byte // query key
-	MaxNum int32  // query key
+	MsgID int64  // sync, query id, retry
+	Key   []byte // query key; retry: the reason (URL-escaped, nil when absent)
+
+	DelayLevel int32 // retry: 0 = the broker's ladder, < 0 = dead-letter queue at once
+	MaxNum     int32 // query key
 
 	// Args are the raw fields after the command name (the opaque included).
 	// Set only for transaction, sync and commands with an Err (for logging);

@@ -451,6 +451,8 @@ func (p *Parser) processLine(line []byte) (lineAction, error) {
 		p.parseSeek(line, nf)
 	case eqFold(name, "query"):
 		p.parseQuery(line, nf)
+	case eqFold(name, "retry"):
+		p.parseRetry(line, nf)
 	case eqFold(name, "txend"):
 		p.parseTxEnd(line, nf)
 	case eqFold(name, "producer"):

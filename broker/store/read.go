@@ -2,7 +2,9 @@ package store
 
 import (
 	"encoding/binary"
+	"errors"
 	"sync"
+	"time"
 
 	"github.com/metaqgo/metaq/protocol"
 )
@@ -141,28 +143,38 @@ func (s *Store) readInto(r *ReadResult, p *partition, offset, readable int64, ma
 	skipped := 0
 	all := f.All()
 	caughtUp := false
+	repairs := 0 // index repairs by this read (repair.go)
+	limit := s.written.Load()
 again:
 	stopped := false // the scan ended for a reason other than reaching readable
+	prevEnd := int64(-1)
 scan:
 	for q < readable {
+		bad, badPhys := "", int64(-1) // a damaged unit at q (repair.go)
 		want := min(readable-q, readUnitBatch)
 		nb, err := s.readUnits(p, q, r.units[:want*unitSize])
-		if err != nil {
-			if err == errGone && r.Count == 0 {
-				return s.tooSmall(r, p)
+		switch {
+		case err == nil:
+		case r.Count > 0:
+			stopped = true
+			break scan
+		case err != errGone:
+			return err
+		default:
+			if m := s.refreshMin(p); m > q {
+				// Retention removed it: the reader moves forward to min.
+				r.Status, r.NextOffset, r.MinOffset = ReadOffsetTooSmall, m, m
+				return nil
 			}
-			if r.Count > 0 {
-				stopped = true
+			bad = "index file missing above the partition's min offset"
+		}
+		for i := 0; bad == "" && i < nb; i += unitSize {
+			phys, size, tag := getUnit(r.units[i:])
+			if !s.plausibleUnit(phys, size, prevEnd, limit) {
+				bad, badPhys = "index unit is not a possible record position", phys
 				break
 			}
-			return err
-		}
-		for i := 0; i < nb; i += unitSize {
-			phys, size, tag := getUnit(r.units[i:])
-			if size <= 0 { // empty unit (only after index damage): skip
-				q++
-				continue
-			}
+			prevEnd = phys + int64(size)
 			if !all && !f.MatchHash(tag) {
 				q++
 				if skipped++; skipped >= maxFilteredScan && r.Count == 0 {
@@ -176,14 +188,20 @@ scan:
 				break scan
 			}
 			if err := s.appendRecord(r, p, q, phys, int(size)); err != nil {
-				if r.Count > 0 {
+				switch {
+				case err != errBelowMin:
+					bad, badPhys = err.Error(), phys
+				case r.Count > 0:
 					stopped = true
 					break scan
+				default:
+					if m := s.refreshMin(p); m > q {
+						r.Status, r.NextOffset, r.MinOffset = ReadOffsetTooSmall, m, m
+						return nil
+					}
+					bad, badPhys = "index unit points below the oldest segment", phys
 				}
-				if err == errBelowMin {
-					return s.tooSmall(r, p)
-				}
-				return err
+				break
 			}
 			q++
 			if r.Bytes >= maxBytes {
@@ -191,6 +209,27 @@ scan:
 				break scan
 			}
 		}
+		if bad == "" {
+			continue
+		}
+		// A damaged index unit: rebuild it from the commit log and go on
+		// from here; never serve, skip or redirect on its word.
+		if repairs < maxReadRepairs {
+			repairs++
+			ok, skipTo := s.repairIndex(p, q, readable)
+			if ok {
+				goto again
+			}
+			if skipTo > q {
+				q = skipTo
+				goto again
+			}
+		}
+		if r.Count > 0 {
+			stopped = true
+			break
+		}
+		return s.corrupt(bad, p, q, badPhys)
 	}
 	// The read reached the indexing frontier with room left while later
 	// offsets are already assigned: let the dispatcher catch up with what is
@@ -201,6 +240,7 @@ scan:
 		s.catchUp(s.appendedLimit())
 		if n := p.indexed.Load(); n > readable {
 			readable = n
+			limit = s.written.Load()
 			goto again
 		}
 	}
@@ -216,13 +256,8 @@ scan:
 	return nil
 }
 
-// tooSmall turns r into ReadOffsetTooSmall after retention removed what the
-// read was about to serve.
-func (s *Store) tooSmall(r *ReadResult, p *partition) error {
-	m := s.refreshMin(p)
-	r.Status, r.NextOffset, r.MinOffset = ReadOffsetTooSmall, m, m
-	return nil
-}
+// maxReadRepairs bounds the index repairs one read may run (repair.go).
+const maxReadRepairs = 4
 
 // appendRecord verifies the record a unit points to and adds it to r,
 // coalescing it with the previous one when adjacent.
@@ -236,17 +271,17 @@ func (s *Store) appendRecord(r *ReadResult, p *partition, q, phys int64, size in
 			if phys < s.logMin.Load() {
 				return errBelowMin
 			}
-			return s.corrupt("index unit points outside the commit log", p, q, phys)
+			return errUnitOutside
 		}
 		r.segs = append(r.segs, g)
 	}
 	off := phys - g.base
 	if off+int64(size) > g.size {
-		return s.corrupt("index unit runs past its segment", p, q, phys)
+		return errUnitPastSegment
 	}
 	rec := g.data[off : off+int64(size)]
 	if !verifyRecord(rec, p, q) {
-		return s.corrupt("record fails verification", p, q, phys)
+		return errRecordMismatch
 	}
 	if r.lastSeg == g && r.lastEnd == phys {
 		r.Bufs[len(r.Bufs)-1] = g.data[r.lastBeg-g.base : off+int64(size)]
@@ -263,6 +298,13 @@ func (s *Store) appendRecord(r *ReadResult, p *partition, q, phys int64, size in
 // verifyRecord checks a record against the unit that points to it: size,
 // magic, partition, queue offset, topic, then the CRC.
 func verifyRecord(rec []byte, p *partition, q int64) bool {
+	return headerMatches(rec, p, q) &&
+		binary.BigEndian.Uint32(rec[protocol.OffCRC:]) == protocol.CRC32C(rec[protocol.OffMsgID:])
+}
+
+// headerMatches is verifyRecord without the CRC: the record's header names
+// p's topic and partition, queue offset q and its own length.
+func headerMatches(rec []byte, p *partition, q int64) bool {
 	be := binary.BigEndian
 	if len(rec) < protocol.RecordOverhead+1 ||
 		int(be.Uint32(rec[protocol.OffSize:])) != len(rec) ||
@@ -272,16 +314,23 @@ func verifyRecord(rec []byte, p *partition, q int64) bool {
 		return false
 	}
 	tl := int(rec[protocol.OffTopicLen])
-	if protocol.OffTopicLen+1+tl > len(rec) || string(rec[protocol.OffTopicLen+1:protocol.OffTopicLen+1+tl]) != p.topic.name {
-		return false
-	}
-	return be.Uint32(rec[protocol.OffCRC:]) == protocol.CRC32C(rec[protocol.OffMsgID:])
+	return protocol.OffTopicLen+1+tl <= len(rec) && string(rec[protocol.OffTopicLen+1:protocol.OffTopicLen+1+tl]) == p.topic.name
 }
 
-// corrupt logs a verification failure and returns ErrCorrupt.
+// Why appendRecord refused a unit (the read repairs the index, repair.go).
+var (
+	errUnitOutside     = errors.New("index unit points outside the commit log")
+	errUnitPastSegment = errors.New("index unit runs past its segment")
+	errRecordMismatch  = errors.New("record fails verification against its index unit")
+)
+
+// corrupt logs a verification failure (rate-limited) and returns ErrCorrupt.
 func (s *Store) corrupt(what string, p *partition, q, phys int64) error {
 	s.counters.corruptReads.Add(1)
-	s.log.Error("read: "+what+"; not served", "topic", p.topic.name, "partition", p.id, "offset", q, "physicalOffset", phys)
+	if n, ok := s.logLimit.allow("corrupt", time.Now()); ok {
+		s.log.Error("read: "+what+"; not served", "topic", p.topic.name, "partition", p.id, "offset", q,
+			"physicalOffset", phys, "suppressed", n)
+	}
 	return ErrCorrupt
 }
 

@@ -21,7 +21,11 @@ import (
 //     every record's magic, size, CRC and position; the first bad record or
 //     the first zero header ends the log. The rest of that segment is zeroed
 //     and later segments are deleted, so stale bytes can never come back as
-//     records. What was cut is logged (bytes, index units = messages).
+//     records. What was cut is logged exactly (bytes, record headers, the bad
+//     record's size; index units, and of those the messages lost: records
+//     below the checkpoint's flushed position). A segment file shorter than
+//     its place in the log, followed only by empty segments, is a torn tail
+//     (loadSegments, repairTornTail), not a gap.
 //     After a clean stop the checkpoint is trusted once a cheap check passes
 //     (the last record's CRC, zeros right after the end); otherwise crash
 //     recovery runs.
@@ -46,7 +50,7 @@ func (s *Store) recover() error {
 		}
 	}
 
-	segs, err := s.loadSegments()
+	segs, torn, err := s.loadSegments()
 	if err != nil {
 		return err
 	}
@@ -67,13 +71,13 @@ func (s *Store) recover() error {
 	logMin := segs[0].base
 
 	end, lastRec, scanned := int64(0), int64(-1), false
-	if !crashed && ckOK && s.cleanTailOK(ck) {
+	if !crashed && ckOK && torn < 0 && s.cleanTailOK(ck) {
 		end, lastRec = ck.flushed, ck.lastRecord
 	} else {
-		if !crashed && ckOK {
+		if !crashed && ckOK && torn < 0 {
 			s.log.Warn("recovery: checkpoint does not match the commit log tail; scanning")
 		}
-		end, lastRec, err = s.recoverLog(ck, ckOK)
+		end, lastRec, err = s.recoverLog(ck, ckOK, torn)
 		if err != nil {
 			return err
 		}
@@ -101,14 +105,16 @@ func (s *Store) recover() error {
 		cut = logMin
 	}
 	cut = max(cut, logMin)
-	lost, redo, err := s.recoverIndexes(cut, end, crashed || !ckOK)
+	durable := int64(-1) // commit-log bytes below this were claimed durable
+	if ckOK {
+		durable = ck.flushed
+	}
+	ix, err := s.recoverIndexes(cut, end, durable, crashed || !ckOK)
 	if err != nil {
 		return err
 	}
-	if lost > 0 {
-		s.log.Warn("recovery: cut index units pointing past the end of the commit log (messages lost)",
-			"messages", lost, "logEnd", end)
-	}
+	redo := ix.redo
+	s.reportIndexCut(ix, end, durable)
 	if s.keys, err = openKeyIndex(s, cut); err != nil {
 		return err
 	}
@@ -131,19 +137,23 @@ func (s *Store) recover() error {
 }
 
 // loadSegments opens the commit-log segments, oldest first. Empty files
-// (a crash while creating one) are removed. A gap between segments is an
-// error the operator must look at.
-func (s *Store) loadSegments() ([]*segment, error) {
+// (a crash while creating one) are removed. A segment that ends before the
+// next one starts is a torn tail when every later segment is empty (the
+// preallocated successor, never written): see repairTornTail; its old end is
+// returned as torn (-1 when none) and recovery scans that segment. A gap
+// followed by segments holding data is an error the operator must look at.
+func (s *Store) loadSegments() (segs []*segment, torn int64, err error) {
 	ents, err := os.ReadDir(s.logDir)
 	if err != nil {
-		return nil, fmt.Errorf("store: %w", err)
+		return nil, -1, fmt.Errorf("store: %w", err)
 	}
-	var segs []*segment
-	fail := func(err error) ([]*segment, error) {
+	fail := func(err error) ([]*segment, int64, error) {
 		for _, g := range segs {
-			g.release()
+			if g != nil {
+				g.release()
+			}
 		}
-		return nil, err
+		return nil, -1, err
 	}
 	for _, e := range ents {
 		base, ok := parseSegmentName(e.Name())
@@ -161,13 +171,85 @@ func (s *Store) loadSegments() ([]*segment, error) {
 		segs = append(segs, g)
 	}
 	sort.Slice(segs, func(i, j int) bool { return segs[i].base < segs[j].base })
+	torn = -1
 	for i := 1; i < len(segs); i++ {
-		if segs[i].base != segs[i-1].end() {
-			return fail(fmt.Errorf("store: commit log has a gap: %s ends at %d but the next segment starts at %d",
-				segs[i-1].path, segs[i-1].end(), segs[i].base))
+		if segs[i].base == segs[i-1].end() {
+			continue
+		}
+		if segs[i].base > segs[i-1].end() && allEmpty(segs[i:]) {
+			torn = segs[i-1].end()
+			if segs, err = s.repairTornTail(segs, i); err != nil {
+				return fail(err)
+			}
+			break
+		}
+		what := "the next segment starts at"
+		if segs[i].base > segs[i-1].end() {
+			what = "the next segment, which holds data, starts at"
+		}
+		return fail(fmt.Errorf("store: commit log has a gap: %s ends at %d but %s %d (move the later segments away or restore the file)",
+			segs[i-1].path, segs[i-1].end(), what, segs[i].base))
+	}
+	return segs, torn, nil
+}
+
+// allEmpty reports whether no segment of segs holds a record: records are
+// written from a segment's first byte on, so an empty first 64 KiB means
+// none was (the preallocated next segment, maybe zero-filled).
+func allEmpty(segs []*segment) bool {
+	for _, g := range segs {
+		if nonZeroPrefix(g.data[:min(g.size, 64<<10)]) > 0 {
+			return false
 		}
 	}
-	return segs, nil
+	return true
+}
+
+// repairTornTail handles a torn tail: segs[i-1], the segment being written,
+// lost its end (a truncated file: a torn write, a copy cut short, an
+// operator's surgery) and segs[i:] are empty preallocated successors. The
+// short segment is extended back to its place in the log (its successor's
+// base) with fallocate, so the empty successors stay usable; the scan that
+// follows cuts the partial record at the old end. When it cannot be
+// extended (disk full), the empty successors are deleted instead and the
+// short segment stays last (the log rolls at its end). Either way it is
+// logged with the sizes involved.
+func (s *Store) repairTornTail(segs []*segment, i int) ([]*segment, error) {
+	g := segs[i-1]
+	want := segs[i].base - g.base
+	oldSize, path, base := g.size, g.path, g.base
+	g.release()
+	segs[i-1] = nil
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err == nil {
+		if err = s.hooks.fallocate(f, want); err == nil {
+			err = s.hooks.fdatasync(f)
+		}
+		f.Close()
+	}
+	if err == nil {
+		if g, err = openSegment(path, base); err != nil {
+			return segs[:i-1], err
+		}
+		segs[i-1] = g
+		s.log.Warn("recovery: commit-log segment shorter than its place in the log (torn tail); extended it back, the partial record at its old end is cut by the scan",
+			"segment", path, "size", oldSize, "extendedTo", want, "tornAt", base+oldSize)
+		return segs, nil
+	}
+	s.log.Warn("recovery: commit-log segment shorter than its place in the log (torn tail) and it cannot be extended; deleting the empty segments after it",
+		"segment", path, "size", oldSize, "tornAt", base+oldSize, "err", err)
+	if g, err = openSegment(path, base); err != nil {
+		return segs[:i-1], err
+	}
+	segs[i-1] = g
+	for _, h := range segs[i:] {
+		os.Remove(h.path)
+		h.release()
+	}
+	if err := syncDir(s.logDir); err != nil {
+		return segs[:i], ioError("fsync dir", err)
+	}
+	return segs[:i], nil
 }
 
 // cleanTailOK checks, after a clean stop, that the commit log ends where the
@@ -217,7 +299,10 @@ func blankTo(g *segment, pos int64) bool {
 }
 
 // recoverLog scans from the checkpoint and truncates at the first bad record.
-func (s *Store) recoverLog(ck checkpointData, ckOK bool) (end, lastRec int64, err error) {
+// torn (>= 0) is where a torn tail was found (loadSegments): the scan then
+// starts no later than that segment's base, since the checkpoint may claim
+// bytes the file no longer has.
+func (s *Store) recoverLog(ck checkpointData, ckOK bool, torn int64) (end, lastRec int64, err error) {
 	l := s.segs.Load()
 	first, last := l.segs[0], l.segs[len(l.segs)-1]
 	start := first.base
@@ -227,6 +312,14 @@ func (s *Store) recoverLog(ck checkpointData, ckOK bool) (end, lastRec int64, er
 	} else if ckOK {
 		s.log.Warn("recovery: checkpoint position outside the commit log; scanning from the oldest segment",
 			"checkpoint", ck.flushed, "logStart", first.base, "logEnd", last.end())
+	}
+	if torn >= 0 {
+		if g := l.find(torn - 1); g != nil && g.base < start {
+			start = g.base
+			if lastRec >= start {
+				lastRec = -1 // unknown until the scan finds one
+			}
+		}
 	}
 	pos := start
 	reason := "end of log"
@@ -250,14 +343,17 @@ func (s *Store) recoverLog(ck checkpointData, ckOK bool) (end, lastRec int64, er
 		records++
 	}
 	end = pos
-	cutBytes, zeroed, err := s.truncateLog(end)
+	cut, err := s.truncateLog(end)
 	if err != nil {
 		return 0, 0, err
 	}
-	if cutBytes > 0 || zeroed > 0 {
-		s.log.Warn("recovery: truncated the commit log at the first bad record",
-			"at", end, "reason", reason, "bytesCut", cutBytes, "segmentsDeleted", zeroed,
-			"scannedFrom", start, "recordsVerified", records)
+	if cut.bytes > 0 || cut.segments > 0 {
+		attrs := []any{"at", end, "reason", reason, "bytesCut", cut.bytes, "recordsCut", cut.records,
+			"segmentsDeleted", cut.segments, "scannedFrom", start, "recordsVerified", records}
+		if cut.firstSize > 0 {
+			attrs = append(attrs, "cutRecordSize", cut.firstSize, "cutRecordBytesPresent", min(cut.firstSize, cut.firstPresent))
+		}
+		s.log.Warn("recovery: truncated the commit log at the first bad record", attrs...)
 	} else if records > 0 {
 		s.log.Info("recovery: commit log verified", "from", start, "end", end, "records", records)
 	}
@@ -296,27 +392,74 @@ func validRecordAt(g *segment, pos int64, brokerID int) (int, string) {
 	return n, ""
 }
 
+// logCut describes what truncateLog removed.
+type logCut struct {
+	bytes        int64 // written (non-zero) bytes cut: up to the last non-zero byte in each cut region
+	records      int   // record headers found in the cut bytes (the bad record first)
+	segments     int   // later segments deleted that held data
+	firstSize    int64 // the bad record's declared size (0 when its header is unreadable)
+	firstPresent int64 // bytes of it present before the data ends
+}
+
 // truncateLog zeroes the commit log from end to the end of its segment and
-// deletes later segments. It returns roughly how many non-zero bytes were
-// cut and how many segments were deleted.
-func (s *Store) truncateLog(end int64) (cutBytes int64, deleted int, err error) {
+// deletes later segments, reporting exactly what was cut.
+func (s *Store) truncateLog(end int64) (cut logCut, err error) {
 	l := s.segs.Load()
 	if g := l.find(end); g != nil {
-		cutBytes = nonZeroPrefix(g.data[end-g.base:])
+		b := g.data[end-g.base:]
+		cut.bytes = writtenLen(b)
+		cut.records, cut.firstSize = countHeaders(b[:cut.bytes])
+		cut.firstPresent = cut.bytes
 		if err := zeroTail(g, end); err != nil {
-			return 0, 0, err
+			return logCut{}, err
 		}
 	}
 	for _, h := range l.segs {
 		if h.base > end {
 			// Empty segments (the preallocated next one) are not "cut".
-			if n := nonZeroPrefix(h.data); n > 0 {
-				cutBytes += n
-				deleted++
+			if n := writtenLen(h.data); n > 0 {
+				r, _ := countHeaders(h.data[:n])
+				cut.bytes += n
+				cut.records += r
+				cut.segments++
 			}
 		}
 	}
-	return cutBytes, deleted, s.dropSegmentsAfter(end)
+	return cut, s.dropSegmentsAfter(end)
+}
+
+// writtenLen returns how many bytes at the start of b were written: up to
+// the last non-zero byte before the first 64 KiB chunk that is all zeros.
+func writtenLen(b []byte) int64 {
+	n := nonZeroPrefix(b)
+	for n > 0 && b[n-1] == 0 {
+		n--
+	}
+	return n
+}
+
+// countHeaders counts the record headers that follow one another from the
+// start of b (a cut region), stopping at the first implausible one; it
+// also returns the first one's declared size (0 when unreadable).
+func countHeaders(b []byte) (n int, firstSize int64) {
+	for len(b) > 0 {
+		size, magic, ok := protocol.PeekRecord(b)
+		if !ok || magic != protocol.RecordMagic || size < protocol.RecordOverhead {
+			if n == 0 && len(b) > 0 {
+				n = 1 // bytes that are not a readable header: one torn record
+			}
+			return n, firstSize
+		}
+		if n == 0 {
+			firstSize = int64(size)
+		}
+		n++
+		if size > len(b) {
+			return n, firstSize
+		}
+		b = b[size:]
+	}
+	return n, firstSize
 }
 
 // dropSegmentsAfter deletes every segment that starts after pos (the
@@ -402,14 +545,46 @@ func zeroTail(g *segment, pos int64) error {
 	return nil
 }
 
+// indexCut counts the index units recovery cut.
+type indexCut struct {
+	redo    int64 // pointed below the log end: rebuilt by the re-dispatch
+	pastEnd int64 // pointed at or past the log end: their records are gone
+	// Of pastEnd, those whose records lay below the position the checkpoint
+	// claimed durable: acknowledged messages lost (sync flush), not merely
+	// records that never reached the disk.
+	durable int64
+	parts   int // partitions with pastEnd units
+}
+
+// reportIndexCut logs what recovery cut from the indexes, saying what it
+// means: units past the recovered end whose records were never claimed
+// durable are not acknowledged messages in sync mode (the async-flush
+// window otherwise); those below the checkpoint's flushed position are
+// messages lost.
+func (s *Store) reportIndexCut(ix indexCut, end, durable int64) {
+	if ix.pastEnd == 0 {
+		return
+	}
+	if ix.durable > 0 {
+		s.log.Error("recovery: cut index units whose records, once flushed, are no longer in the commit log (messages lost)",
+			"messages", ix.durable, "unitsCut", ix.pastEnd, "partitions", ix.parts, "logEnd", end, "checkpointFlushed", durable)
+		return
+	}
+	what := "the records were never flushed (not acknowledged in sync-flush mode; in async mode within the unflushed window)"
+	if durable < 0 {
+		what = "no valid checkpoint says whether they were flushed"
+	}
+	s.log.Warn("recovery: cut index units pointing past the recovered end of the commit log; "+what,
+		"unitsCut", ix.pastEnd, "partitions", ix.parts, "logEnd", end, "checkpointFlushed", durable)
+}
+
 // recoverIndexes loads every partition's index files, keeps the units below
-// cut and cuts the rest. It returns how many cut units pointed at or past
-// end (messages lost with the commit-log tail) and how many below end (to be
-// re-dispatched).
-func (s *Store) recoverIndexes(cut, end int64, cutAlways bool) (lost, redo int64, err error) {
+// cut and cuts the rest, counting them (indexCut): pointing below end (to be
+// re-dispatched) or at or past it, and of those below durable.
+func (s *Store) recoverIndexes(cut, end, durable int64, cutAlways bool) (ix indexCut, err error) {
 	topics, err := os.ReadDir(s.indexDir)
 	if err != nil {
-		return 0, 0, fmt.Errorf("store: %w", err)
+		return ix, fmt.Errorf("store: %w", err)
 	}
 	for _, te := range topics {
 		if !te.IsDir() || !validTopic(te.Name()) {
@@ -417,7 +592,7 @@ func (s *Store) recoverIndexes(cut, end int64, cutAlways bool) (lost, redo int64
 		}
 		parts, err := os.ReadDir(filepath.Join(s.indexDir, te.Name()))
 		if err != nil {
-			return 0, 0, fmt.Errorf("store: %w", err)
+			return ix, fmt.Errorf("store: %w", err)
 		}
 		for _, pe := range parts {
 			id, err := strconv.ParseInt(pe.Name(), 10, 32)
@@ -426,30 +601,34 @@ func (s *Store) recoverIndexes(cut, end int64, cutAlways bool) (lost, redo int64
 			}
 			p := s.partition(te.Name(), int32(id), true)
 			if err := s.loadIndexFiles(p); err != nil {
-				return 0, 0, err
+				return ix, err
 			}
-			l, r, err := s.recoverPartition(p, cut, end, cutAlways)
+			pc, err := s.recoverPartition(p, cut, end, durable, cutAlways)
 			if err != nil {
-				return 0, 0, fmt.Errorf("store: recover index %s: %w", p.dir, err)
+				return ix, fmt.Errorf("store: recover index %s: %w", p.dir, err)
 			}
-			lost += l
-			redo += r
+			ix.redo += pc.redo
+			ix.pastEnd += pc.pastEnd
+			ix.durable += pc.durable
+			if pc.pastEnd > 0 {
+				ix.parts++
+			}
 		}
 	}
 	if err := s.files.syncDirty(s.indexDir); err != nil {
-		return 0, 0, err
+		return ix, err
 	}
-	return lost, redo, nil
+	return ix, nil
 }
 
-func (s *Store) recoverPartition(p *partition, cut, end int64, cutAlways bool) (lost, redo int64, err error) {
+func (s *Store) recoverPartition(p *partition, cut, end, durable int64, cutAlways bool) (ix indexCut, err error) {
 	first, stop := p.unitSpan(s.cfg.IndexFileSize)
 	if first == stop {
-		return 0, 0, nil
+		return ix, nil
 	}
 	start, err := s.firstUsedUnit(p, first, stop)
 	if err != nil {
-		return 0, 0, err
+		return ix, err
 	}
 	if start == stop {
 		// No unit was ever written (a crash between creating an index file
@@ -462,7 +641,7 @@ func (s *Store) recoverPartition(p *partition, cut, end int64, cutAlways bool) (
 		return !(size > 0 && phys < cut)
 	})
 	if err != nil {
-		return 0, 0, err
+		return ix, err
 	}
 	// Count (for the report) the used units being cut.
 	var buf [readUnitBatch * unitSize]byte
@@ -478,10 +657,14 @@ func (s *Store) recoverPartition(p *partition, cut, end int64, cutAlways bool) (
 				done = true
 				break
 			}
-			if phys >= end {
-				lost++
-			} else {
-				redo++
+			switch {
+			case phys < end:
+				ix.redo++
+			case phys < durable:
+				ix.pastEnd++
+				ix.durable++
+			default:
+				ix.pastEnd++
 			}
 		}
 		if done {
@@ -489,9 +672,9 @@ func (s *Store) recoverPartition(p *partition, cut, end int64, cutAlways bool) (
 		}
 		q += int64(n / unitSize)
 	}
-	if cutAlways || lost+redo > 0 {
+	if cutAlways || ix.pastEnd+ix.redo > 0 {
 		if err := s.cutUnits(p, count); err != nil {
-			return 0, 0, err
+			return ix, err
 		}
 	}
 	p.indexed.Store(count)
@@ -499,7 +682,7 @@ func (s *Store) recoverPartition(p *partition, cut, end int64, cutAlways bool) (
 	s.setTailStartLocked(p, count)
 	p.tailMu.Unlock()
 	p.min.Store(start)
-	return lost, redo, nil
+	return ix, nil
 }
 
 // firstUsedUnit returns the first non-empty unit in [first, stop) (or stop).

@@ -16,6 +16,7 @@ type counters struct {
 	checkpoints       atomic.Int64
 	segmentsDeleted   atomic.Int64
 	corruptReads      atomic.Int64
+	indexRepairs      atomic.Int64 // damaged index ranges rebuilt from the commit log (repair.go)
 	zeroFilled        atomic.Int64
 	fillWaits         atomic.Int64 // appends that waited for a zero-fill chunk (tests)
 	stageWaits        atomic.Int64 // appends that waited for the staging buffer to drain (stage.go; tests)
@@ -48,6 +49,7 @@ type Stats struct {
 	OpenIndexFiles    int
 	Checkpoints       int64
 	CorruptReads      int64 // records refused by read verification, since open
+	IndexRepairs      int64 // index units that failed verification on a read, rebuilt from the commit log (repair.go), since open
 
 	SyncFlush  bool   // group-commit mode
 	WriteError string // sticky error refusing appends ("" = none)
@@ -100,6 +102,7 @@ func (s *Store) Stats() Stats {
 	st.OpenIndexFiles = s.files.openCount()
 	st.Checkpoints = s.counters.checkpoints.Load()
 	st.CorruptReads = s.counters.corruptReads.Load()
+	st.IndexRepairs = s.counters.indexRepairs.Load()
 	st.SyncFlush = s.sync
 
 	for _, ti := range s.Topics() {

@@ -7,7 +7,8 @@
 // commitlog.go (append, roll, preallocation), flush.go (group commit),
 // stage.go (the write path: records staged, then pwritten in batches),
 // index.go (partition index files), filecache.go (open index file LRU),
-// dispatch.go (builds indexes), read.go (reads, lookups), wait.go (long-poll
+// dispatch.go (builds indexes), read.go (reads, lookups), repair.go (index
+// verification and repair on reads), wait.go (long-poll
 // notification), recovery.go, checkpoint.go, retention.go, keyindex.go,
 // stats.go, faults.go (error classification and test fault hooks).
 // docs/storage.md describes the on-disk format for operators.
@@ -43,6 +44,8 @@
 //  5. s.segsMu — replacing the segment list (roll, retention, recovery);
 //     readers load s.segs atomically without it.
 //  6. s.partsMu — the shared topic/partition maps (s.topics, topic.parts).
+//     6b. s.repairMu — serialises index repairs on the read path (repair.go);
+//     taken by a reader holding no other lock.
 //  7. p.tailMu (a partition's buffered index units, indextail.go; held
 //     across the pwrite that writes them out).
 //  8. p.ixMu (a partition's index file list; held while creating a file).
@@ -220,6 +223,9 @@ type Store struct {
 	progWaiting atomic.Bool
 	stop        chan struct{}
 	wg          sync.WaitGroup
+
+	repairMu sync.Mutex // serialises index repairs on the read path (repair.go)
+	logLimit logLimiter // rate-limits log lines readers can trigger (repair.go)
 
 	counters counters
 }

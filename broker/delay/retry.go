@@ -1,0 +1,119 @@
+package delay
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// RetryTopic and DLQTopic name a group's retry and dead-letter topics.
+func RetryTopic(group string) string { return conf.RetryPrefix + group }
+func DLQTopic(group string) string   { return conf.DLQPrefix + group }
+
+// ErrNotFound: the message to give back is not in this broker's log.
+var ErrNotFound = errors.New("message not found")
+
+// RetryResult tells where a given-back message went.
+type RetryResult struct {
+	store.AppendResult
+	DeadLetter     bool
+	ReconsumeTimes int
+	Level          int
+}
+
+// Retry is the broker side of `retry <group> <msgId> <delayLevel>`: the
+// message is stored again with reconsumeTimes+1, through delay level
+// delayLevel (0: 3 + reconsumeTimes, RocketMQ's ladder 10s, 30s, 1m, …)
+// into %RETRY%<group> partition 0; once it has come back
+// MaxReconsumeTimes times, or when delayLevel < 0, it goes to
+// %DLQ%<group> at once. Its properties keep the first topic (retryTopic)
+// and the first id (origMsgId). The caller acknowledges the retry like a
+// put (flush in sync mode; WriteOut in async mode).
+func (s *Service) Retry(group string, msgID int64, delayLevel int, reason []byte, scratch []byte) (RetryResult, *store.Flush, []byte, error) {
+	var out RetryResult
+	res, err := s.st.ReadByID(msgID)
+	if errors.Is(err, store.ErrNotFound) {
+		return out, nil, scratch, fmt.Errorf("%w: %d", ErrNotFound, msgID)
+	}
+	if err != nil {
+		return out, nil, scratch, err
+	}
+	defer res.Release()
+	if res.Count == 0 {
+		return out, nil, scratch, fmt.Errorf("%w: %d", ErrNotFound, msgID)
+	}
+	r, _, err := protocol.DecodeRecord(res.Bufs[0], 0)
+	if err != nil {
+		return out, nil, scratch, err
+	}
+	origTopic := string(r.Topic)
+	if t := protocol.Property(r.Properties, PropRetryTopic); t != "" && protocol.IsSystemTopic(origTopic) {
+		origTopic = t
+	}
+	if string(r.Topic) == scheduleTopic {
+		return out, nil, scratch, fmt.Errorf("%w: %d is a delayed message not yet delivered", ErrNotFound, msgID)
+	}
+	_, hasOrig := protocol.PropertyRaw(r.Properties, PropOrigMsgID)
+	scratch = appendWithout(scratch[:0], r.Properties, func(k []byte) bool {
+		return isRouting(k) || string(k) == PropDelay || string(k) == PropDeliverAt ||
+			string(k) == PropRetryTopic || string(k) == PropReason
+	})
+	scratch = appendStringPair(scratch, PropRetryTopic, origTopic)
+	if !hasOrig {
+		scratch = appendIntPair(scratch, PropOrigMsgID, r.MsgID)
+	}
+	if len(reason) > 0 {
+		scratch = appendPair(scratch, PropReason, reason[:min(len(reason), 512)])
+	}
+	times := int(r.ReconsumeTimes)
+	out.ReconsumeTimes = times + 1
+	m := store.Message{
+		Flag: r.Flag, BornTime: r.BornTime, ReconsumeTimes: uint16(min(times+1, 65535)), Data: r.Data,
+		SysFlag: (r.SysFlag &^ protocol.SysFlagDelayed) | protocol.SysFlagRetry,
+	}
+	if delayLevel < 0 || times >= s.cfg.MaxReconsumeTimes {
+		if len(reason) == 0 {
+			reason := "maxReconsumeTimes"
+			if delayLevel < 0 {
+				reason = "consumer"
+			}
+			scratch = appendPair(scratch, PropReason, []byte(reason))
+		}
+		m.Topic, m.Partition = DLQTopic(group), 0
+		m.SysFlag |= protocol.SysFlagDeadLetter
+		m.Properties = scratch
+		out.DeadLetter = true
+		s.deadLet.Add(1)
+	} else {
+		level := delayLevel
+		if level == 0 {
+			level = 3 + times
+		}
+		level = min(max(level, 1), len(s.levels))
+		out.Level = level
+		scratch = appendStringPair(scratch, PropRealTopic, RetryTopic(group))
+		scratch = appendPair(scratch, PropRealPartition, []byte{'0'})
+		m.Topic, m.Partition = scheduleTopic, int32(level)
+		m.SysFlag |= protocol.SysFlagDelayed
+		m.Properties = scratch
+		s.retried.Add(1)
+	}
+	ar, flush, err := s.st.AppendAsync(&m)
+	if err != nil {
+		return out, nil, scratch, err
+	}
+	out.AppendResult = ar
+	if out.DeadLetter {
+		s.announce(m.Topic)
+	}
+	return out, flush, scratch, nil
+}
+
+// LevelDelayMs is the wait of level n (1-based), clamped to the ladder.
+func (s *Service) LevelDelayMs(n int) int64 {
+	n = min(max(n, 1), len(s.levels))
+	return s.levels[n-1].Milliseconds()
+}

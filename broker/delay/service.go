@@ -1,0 +1,356 @@
+package delay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// Partitions of %SCHEDULE%.
+const (
+	TimerPartition    int32 = 0                           // deliverAt messages, indexed by the timer
+	ProgressPartition int32 = conf.SchedulePartitions - 1 // the service's progress records
+	MaxDelay                = 366 * 24 * time.Hour        // how far ahead deliverAt may be
+	scheduleTopic           = conf.ScheduleTopic
+)
+
+// Config configures a Service.
+type Config struct {
+	Store             *store.Store
+	Dir               string          // the service's side files (dataPath/delay)
+	Levels            []time.Duration // messageDelayLevel; nil = the default ladder
+	MaxReconsumeTimes int             // 0 = 16
+	Logger            *slog.Logger
+	// OnTopic is called (from its own goroutine) the first time since start
+	// the service writes to a retry or dead-letter topic, so that it is
+	// registered in ZooKeeper like a topic a client wrote.
+	OnTopic func(topic string, numPartitions int)
+	// Lookahead is how early the timer loads a time bucket into memory
+	// (default 500ms); ProgressEvery how often progress records are written
+	// while anything moves (default 200ms).
+	Lookahead     time.Duration
+	ProgressEvery time.Duration
+}
+
+// Service runs the delay levels and the timer over a Store.
+type Service struct {
+	cfg    Config
+	st     *store.Store
+	log    *slog.Logger
+	levels []time.Duration
+
+	levelOff []atomic.Int64 // per level (index 0 = level 1): next %SCHEDULE% offset to deliver
+	timer    *timer
+
+	delivered atomic.Int64 // messages appended to their real topic
+	retried   atomic.Int64
+	deadLet   atomic.Int64
+	lateMax   atomic.Int64 // worst lateness (ms) since the last Stats
+
+	mu   sync.Mutex      // guards seen
+	seen map[string]bool // retry/DLQ topics announced through OnTopic
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+	errs chan error
+}
+
+// Open recovers the service's progress from the log, rebuilds what the
+// timer index lacks, and starts delivering.
+func Open(cfg Config) (*Service, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("delay: Config.Store is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if len(cfg.Levels) == 0 {
+		cfg.Levels = conf.Delay{}.DelayLevels()
+	}
+	if len(cfg.Levels) > conf.MaxDelayLevels {
+		return nil, fmt.Errorf("delay: %d levels, at most %d", len(cfg.Levels), conf.MaxDelayLevels)
+	}
+	if cfg.MaxReconsumeTimes <= 0 {
+		cfg.MaxReconsumeTimes = conf.DefaultMaxReconsumeTimes
+	}
+	if cfg.Lookahead <= 0 {
+		cfg.Lookahead = 500 * time.Millisecond
+	}
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = 200 * time.Millisecond
+	}
+	s := &Service{
+		cfg: cfg, st: cfg.Store, log: cfg.Logger.With("component", "delay"), levels: cfg.Levels,
+		levelOff: make([]atomic.Int64, len(cfg.Levels)),
+		seen:     map[string]bool{},
+		stop:     make(chan struct{}),
+	}
+	pr, found := s.loadProgress()
+	for i := range s.levelOff {
+		p := int32(i + 1)
+		lo, hi := s.st.MinOffset(scheduleTopic, p), s.st.MaxOffset(scheduleTopic, p)
+		off := lo
+		if found && i < len(pr.levels) {
+			off = max(lo, min(pr.levels[i], hi))
+		}
+		s.levelOff[i].Store(off)
+	}
+	if !found {
+		pr.timerT, pr.timerQ = 0, 0
+	}
+	t, err := newTimer(s, filepath.Join(cfg.Dir, "timer"), pr)
+	if err != nil {
+		return nil, err
+	}
+	s.timer = t
+	s.log.Info("delay service started", "levels", len(s.levels), "progressFound", found,
+		"timerFrom", pr.timerQ, "timerDeliveredBefore", pr.timerT, "timerIndexFrom", t.pos)
+	for i := range s.levels {
+		s.wg.Add(1)
+		go s.runLevel(int32(i + 1))
+	}
+	s.wg.Add(1)
+	go t.run()
+	return s, nil
+}
+
+// Close stops delivering and writes a last progress record. The store
+// must still be open.
+func (s *Service) Close() error {
+	select {
+	case <-s.stop:
+		return nil
+	default:
+	}
+	close(s.stop)
+	s.wg.Wait()
+	err := s.timer.close()
+	if werr := s.st.WriteOut(); err == nil {
+		err = werr
+	}
+	return err
+}
+
+// Levels is the configured ladder.
+func (s *Service) Levels() []time.Duration { return s.levels }
+
+// MaxReconsumeTimes is the broker's bound before the dead-letter queue.
+func (s *Service) MaxReconsumeTimes() int { return s.cfg.MaxReconsumeTimes }
+
+// Plan is how a put with delay properties is stored.
+type Plan struct {
+	Partition int32 // %SCHEDULE% partition: 0 = timer, n = level n
+	DeliverAt int64 // unix ms (timer only)
+}
+
+// ErrBadDelay is a delay property the broker cannot honour (400).
+var ErrBadDelay = errors.New("bad delay")
+
+// PlanFor reads the delay properties of a put: ok is false when the
+// message is not delayed (no property, delay=0). A level above the
+// highest is clamped to it, as RocketMQ does.
+func (s *Service) PlanFor(props []byte, nowMs int64) (p Plan, ok bool, err error) {
+	if len(props) == 0 {
+		return p, false, nil
+	}
+	if raw, has := protocol.PropertyRaw(props, PropDeliverAt); has {
+		at, perr := strconv.ParseInt(string(raw), 10, 64)
+		if perr != nil || at < 0 {
+			return p, false, fmt.Errorf("%w: deliverAt=%.40q is not a unix time in milliseconds", ErrBadDelay, raw)
+		}
+		if at > nowMs+MaxDelay.Milliseconds() {
+			return p, false, fmt.Errorf("%w: deliverAt=%d is more than %v ahead", ErrBadDelay, at, MaxDelay)
+		}
+		return Plan{Partition: TimerPartition, DeliverAt: at}, true, nil
+	}
+	if raw, has := protocol.PropertyRaw(props, PropDelay); has {
+		lv, perr := strconv.ParseInt(string(raw), 10, 32)
+		if perr != nil || lv < 0 {
+			return p, false, fmt.Errorf("%w: delay=%.40q is not a delay level (0..%d)", ErrBadDelay, raw, len(s.levels))
+		}
+		if lv == 0 {
+			return p, false, nil
+		}
+		return Plan{Partition: int32(min(int(lv), len(s.levels)))}, true, nil
+	}
+	return p, false, nil
+}
+
+// ScheduleProps builds the properties of the %SCHEDULE% record for a
+// message bound to topic/partition: the client's properties without the
+// routing keys the broker owns, plus realTopic and realPartition. dst is
+// reused scratch space.
+func ScheduleProps(dst, props []byte, topic string, partition int32) []byte {
+	dst = appendWithout(dst[:0], props, isRouting)
+	dst = appendStringPair(dst, PropRealTopic, topic)
+	return appendIntPair(dst, PropRealPartition, int64(partition))
+}
+
+// ScheduleMessage turns m (bound for its topic/partition) into the
+// %SCHEDULE% record of plan; scratch holds the new properties.
+func ScheduleMessage(m *store.Message, p Plan, scratch []byte) (store.Message, []byte) {
+	scratch = ScheduleProps(scratch, m.Properties, m.Topic, m.Partition)
+	out := *m
+	out.Topic = scheduleTopic
+	out.Partition = p.Partition
+	out.SysFlag |= protocol.SysFlagDelayed
+	out.Properties = scratch
+	if out.BornTime == 0 {
+		out.BornTime = time.Now().UnixMilli()
+	}
+	return out, scratch
+}
+
+// announce registers a retry/DLQ topic the first time it is written.
+func (s *Service) announce(topic string) {
+	if s.cfg.OnTopic == nil || !protocol.IsSystemTopic(topic) {
+		return
+	}
+	s.mu.Lock()
+	if s.seen[topic] {
+		s.mu.Unlock()
+		return
+	}
+	s.seen[topic] = true
+	s.mu.Unlock()
+	go s.cfg.OnTopic(topic, 1)
+}
+
+// deliver appends the due %SCHEDULE% record r to its real topic: a new
+// record (new queue offset, storeTime = now) whose properties lose the
+// routing keys and delay, keep deliverAt (set to when it fell due) and
+// gain origMsgId. A record without a valid destination is dropped (logged).
+func (s *Service) deliver(r *protocol.Record, dueMs int64, scratch []byte) ([]byte, error) {
+	topicRaw, _ := protocol.PropertyRaw(r.Properties, PropRealTopic)
+	topic := protocol.Unescape(topicRaw)
+	part, ok := propInt(r.Properties, PropRealPartition)
+	if !ok || !protocol.ValidName(topic) || part < 0 || part > math.MaxInt32 {
+		s.log.Error("dropping a delayed record without a valid destination", "msgId", r.MsgID, "properties", string(r.Properties))
+		return scratch, nil
+	}
+	_, hasOrig := protocol.PropertyRaw(r.Properties, PropOrigMsgID)
+	scratch = appendWithout(scratch[:0], r.Properties, func(k []byte) bool {
+		return isRouting(k) || string(k) == PropDelay || string(k) == PropDeliverAt
+	})
+	scratch = appendIntPair(scratch, PropDeliverAt, dueMs)
+	if !hasOrig {
+		scratch = appendIntPair(scratch, PropOrigMsgID, r.MsgID)
+	}
+	m := store.Message{
+		Topic: topic, Partition: int32(part), Flag: r.Flag, BornTime: r.BornTime,
+		SysFlag: r.SysFlag &^ protocol.SysFlagDelayed, ReconsumeTimes: r.ReconsumeTimes,
+		Properties: scratch, Data: r.Data,
+	}
+	if _, _, err := s.st.AppendAsync(&m); err != nil {
+		return scratch, err
+	}
+	s.delivered.Add(1)
+	if late := time.Now().UnixMilli() - dueMs; late > s.lateMax.Load() {
+		s.lateMax.Store(late)
+	}
+	s.announce(topic)
+	return scratch, nil
+}
+
+// errBackoff sleeps after a store error (sticky I/O errors, disk full);
+// false when the service is stopping.
+func (s *Service) errBackoff(what string, err error) bool {
+	if errors.Is(err, store.ErrClosed) {
+		return false
+	}
+	s.log.Error("delay: "+what+" failed; retrying in 1s", "err", err)
+	select {
+	case <-s.stop:
+		return false
+	case <-time.After(time.Second):
+		return true
+	}
+}
+
+// Stats are the delay service's figures for `stats` and `metaq delayed stats`.
+type Stats struct {
+	LevelPending []int64 // per level: stored, not yet delivered
+	TimerPending int64   // deliverAt messages waiting
+	NextDueMs    int64   // unix ms of the earliest known due time (0 = none)
+	TimerLagMs   int64   // how far behind the timer is right now (0 when on time)
+	LateMaxMs    int64   // worst delivery lateness since the previous Stats
+	Delivered    int64
+	Retried      int64
+	DeadLetters  int64
+	IndexBytes   int64 // timer index files on disk
+}
+
+// Pending is every delayed message not yet delivered.
+func (st Stats) Pending() int64 {
+	n := st.TimerPending
+	for _, v := range st.LevelPending {
+		n += v
+	}
+	return n
+}
+
+// Stats returns a snapshot.
+func (s *Service) Stats() Stats {
+	st := Stats{Delivered: s.delivered.Load(), Retried: s.retried.Load(), DeadLetters: s.deadLet.Load(),
+		LateMaxMs: s.lateMax.Swap(0)}
+	now := time.Now().UnixMilli()
+	for i := range s.levelOff {
+		p := int32(i + 1)
+		off := s.levelOff[i].Load()
+		hi := s.st.MaxOffset(scheduleTopic, p)
+		st.LevelPending = append(st.LevelPending, max(0, hi-off))
+		if hi > off {
+			if due, ok := s.levelHeadDue(p, off); ok && (st.NextDueMs == 0 || due < st.NextDueMs) {
+				st.NextDueMs = due
+			}
+		}
+	}
+	ts := s.timer.snapshot()
+	st.TimerPending, st.IndexBytes = ts.pending, ts.indexBytes
+	if ts.nextDue > 0 && (st.NextDueMs == 0 || ts.nextDue < st.NextDueMs) {
+		st.NextDueMs = ts.nextDue
+	}
+	if st.NextDueMs > 0 && now > st.NextDueMs {
+		st.TimerLagMs = now - st.NextDueMs
+	}
+	return st
+}
+
+func (s *Service) levelHeadDue(p int32, off int64) (int64, bool) {
+	res, err := s.st.Read(scheduleTopic, p, off, 1, nil)
+	if err != nil {
+		return 0, false
+	}
+	defer res.Release()
+	if res.Status != store.ReadFound {
+		return 0, false
+	}
+	r, _, err := protocol.DecodeRecord(res.Bufs[0], 0)
+	if err != nil {
+		return 0, false
+	}
+	return r.StoreTime + s.levels[p-1].Milliseconds(), true
+}
+
+// hasScheduled reports whether %SCHEDULE% ever held a delayed message.
+func (s *Service) hasScheduled() bool {
+	for p := int32(0); p <= int32(len(s.levels)); p++ {
+		if s.st.MaxOffset(scheduleTopic, p) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func mkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
