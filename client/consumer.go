@@ -145,6 +145,7 @@ func NewConsumer(cfg Config, group string) (*Consumer, error) {
 	}
 	c.pool = newConnPool(c.cfg.connConfig())
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.bindRetry() // retry_broker.go
 	m := map[partKey]string{}
 	c.addrs.Store(&m)
 	return c, nil
@@ -217,6 +218,9 @@ func (c *Consumer) Start(ctx context.Context) error {
 		return errors.New("metaq client: Start without any Subscribe")
 	}
 	c.started = true
+	if rs := c.retrySubscriptionLocked(); rs != nil { // retry_broker.go
+		c.subs[rs.topic] = rs
+	}
 	topics := make([]string, 0, len(c.subs))
 	for t := range c.subs {
 		topics = append(topics, t)
