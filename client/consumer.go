@@ -133,6 +133,12 @@ func NewConsumer(cfg Config, group string) (*Consumer, error) {
 	switch {
 	case c.opts.OffsetStore != nil:
 		c.store = c.opts.OffsetStore
+		if b, ok := c.store.(interface{ bindGroup(string) error }); ok { // SQLOffsets
+			if err := b.bindGroup(group); err != nil {
+				zc.Close()
+				return nil, err
+			}
+		}
 	case c.opts.Broadcast:
 		fs, err := NewFileOffsetStore(c.opts.OffsetDir, group)
 		if err != nil {
