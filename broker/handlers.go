@@ -184,12 +184,17 @@ func (c *conn) handleGet(cmd *protocol.Command) {
 		c.rq.addResultString(protocol.StatusBadRequest, "Bad request,invalid max size:"+strconv.Itoa(int(cmd.MaxSize)), cmd.Opaque)
 		return
 	}
+	filter, bad := c.getFilter(cmd.Tags, cmd.Where)
+	if bad != "" {
+		c.rq.addResultString(protocol.StatusBadRequest, bad, cmd.Opaque)
+		return
+	}
 	g := getReq{
 		ts:        ts,
 		partition: cmd.Partition,
 		offset:    cmd.Offset,
 		maxBytes:  min(int(cmd.MaxSize), s.opts.MaxTransferSize),
-		filter:    c.tagFilter(cmd.Tags),
+		filter:    filter,
 		opaque:    cmd.Opaque,
 	}
 	c.awaitOwnPuts(ts, g.partition, g.offset)

@@ -18,19 +18,26 @@ const (
 	PropBornTime   = "bornTime"
 )
 
+// NextProperty splits the first `key=value` pair off props: key and value
+// are raw (still URL-escaped; value is nil when the pair has no '='), rest
+// is what follows the '&'. Loop while len(props) > 0. It does not allocate.
+func NextProperty(props []byte) (key, value, rest []byte) {
+	pair := props
+	if i := bytes.IndexByte(props, '&'); i >= 0 {
+		pair, rest = props[:i], props[i+1:]
+	}
+	key = pair
+	if i := bytes.IndexByte(pair, '='); i >= 0 {
+		key, value = pair[:i], pair[i+1:]
+	}
+	return key, value, rest
+}
+
 // PropertyRaw returns the raw (still URL-escaped) value of key in props.
 func PropertyRaw(props []byte, key string) ([]byte, bool) {
 	for len(props) > 0 {
-		var pair []byte
-		if i := bytes.IndexByte(props, '&'); i >= 0 {
-			pair, props = props[:i], props[i+1:]
-		} else {
-			pair, props = props, nil
-		}
-		k, v := pair, []byte(nil)
-		if i := bytes.IndexByte(pair, '='); i >= 0 {
-			k, v = pair[:i], pair[i+1:]
-		}
+		var k, v []byte
+		k, v, props = NextProperty(props)
 		if string(k) == key {
 			return v, true
 		}
@@ -177,6 +184,7 @@ type TagFilter struct {
 	all    bool
 	hashes []uint32
 	tags   []string
+	match  RecordMatcher // an expression on the whole record (recordmatch.go); nil = none
 }
 
 // ParseTagFilter parses `*`, "" (both: everything) or `a||b`.
@@ -204,12 +212,12 @@ func ParseTagFilter(expr string) *TagFilter {
 }
 
 // All reports whether the filter matches every message.
-func (f *TagFilter) All() bool { return f == nil || f.all }
+func (f *TagFilter) All() bool { return f == nil || f.all && f.match == nil }
 
 // MatchHash reports whether a unit's tag hash may match (hash collisions are
 // possible; clients re-check the tag string).
 func (f *TagFilter) MatchHash(h uint32) bool {
-	if f.All() {
+	if f == nil || f.all {
 		return true
 	}
 	for _, x := range f.hashes {
@@ -222,7 +230,7 @@ func (f *TagFilter) MatchHash(h uint32) bool {
 
 // MatchTag reports whether a tag string matches exactly.
 func (f *TagFilter) MatchTag(tag string) bool {
-	if f.All() {
+	if f == nil || f.all {
 		return true
 	}
 	for _, t := range f.tags {
@@ -235,7 +243,7 @@ func (f *TagFilter) MatchTag(tag string) bool {
 
 // String renders the filter back to its expression.
 func (f *TagFilter) String() string {
-	if f.All() {
+	if f == nil || f.all {
 		return "*"
 	}
 	return strings.Join(f.tags, "||")
