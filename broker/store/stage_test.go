@@ -150,7 +150,7 @@ func TestStagedRecordsAreReadableBeforeWriteOut(t *testing.T) {
 	if err != nil || f != nil {
 		t.Fatalf("AppendAsync: %v %v", f, err)
 	}
-	if s.stage.written.Load() > a.PhysicalOffset {
+	if s.clog.stage.written.Load() > a.PhysicalOffset {
 		t.Fatal("the record was written out by AppendAsync; the test needs it staged")
 	}
 	t0 := time.Now()

@@ -92,7 +92,7 @@ func (s *Store) catchUp(target int64) {
 	if s.dispatched.Load() >= target {
 		return
 	}
-	_ = s.WriteOut() // async: records still staged become visible (stage.go)
+	_ = s.clog.writeOut() // async: records still staged become visible (stage.go)
 	s.wakeDispatcher()
 	timer := time.NewTimer(catchUpTimeout)
 	defer timer.Stop()
