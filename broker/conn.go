@@ -60,6 +60,7 @@ type conn struct {
 	parked   atomic.Int32
 	quit     bool
 	filters  map[string]*protocol.TagFilter // tag expression cache (reader only)
+	wheres   whereCache                     // filter expression cache (where.go; reader only)
 	txs      *tx.Session                    // transactions of this connection (txconn.go; reader only)
 	delayBuf []byte                         // scratch for delayed puts and retries (reader only)
 

@@ -94,6 +94,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 	}
 	ts := s.topics.get(cmd.Topic)
 	if ts == nil || !ts.settings.AcceptPublish {
+		c.log.Warn("put refused: the topic is not accepted for publishing here", "topic", string(cmd.Topic))
 		c.failPut(nil, protocol.StatusInternalServerError,
 			s.putError(cmd.Topic, cmd.Partition, "The server do not accept topic "+string(cmd.Topic)), cmd.Opaque)
 		return
@@ -126,7 +127,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 	if !ok {
 		return
 	}
-	res, flush, err := s.store.AppendAsync(&msg)
+	res, flush, err := s.appendAsync(&msg)
 	if err != nil {
 		code := protocol.StatusInternalServerError
 		switch {
@@ -183,12 +184,17 @@ func (c *conn) handleGet(cmd *protocol.Command) {
 		c.rq.addResultString(protocol.StatusBadRequest, "Bad request,invalid max size:"+strconv.Itoa(int(cmd.MaxSize)), cmd.Opaque)
 		return
 	}
+	filter, bad := c.getFilter(cmd.Tags, cmd.Where)
+	if bad != "" {
+		c.rq.addResultString(protocol.StatusBadRequest, bad, cmd.Opaque)
+		return
+	}
 	g := getReq{
 		ts:        ts,
 		partition: cmd.Partition,
 		offset:    cmd.Offset,
 		maxBytes:  min(int(cmd.MaxSize), s.opts.MaxTransferSize),
-		filter:    c.tagFilter(cmd.Tags),
+		filter:    filter,
 		opaque:    cmd.Opaque,
 	}
 	c.awaitOwnPuts(ts, g.partition, g.offset)

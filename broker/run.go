@@ -10,6 +10,7 @@ import (
 	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/internal/logx"
 )
 
 // Broker is a whole broker process: store, server and (when enabled)
@@ -21,6 +22,8 @@ type Broker struct {
 	Server *Server
 	zk     *zkRegistration
 	log    *slog.Logger
+
+	logLimiter *logx.Limiter
 }
 
 // StartOptions adjust a broker started by StartWith (tests, embedding).
@@ -44,6 +47,9 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	// Repeated identical lines (store and server) are rate-limited
+	// (internal/logx); Stop writes the pending counts.
+	log, lim := logx.New(log, logx.Options{})
 	for _, w := range c.Warnings {
 		log.Warn("config: " + w)
 	}
@@ -53,11 +59,12 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	}
 	st, err := store.Open(sc)
 	if err != nil {
+		lim.Stop()
 		return nil, fmt.Errorf("opening store at %s: %w", c.System.DataPath, err)
 	}
 	opts := ServerOptions(c, log)
 	opts.Store = st
-	b := &Broker{Config: c, Store: st, log: log}
+	b := &Broker{Config: c, Store: st, log: log, logLimiter: lim}
 	if c.ZK.Enable {
 		b.zk = newZKRegistration(c, log)
 		opts.OnTopic = b.zk.topicWritten
@@ -78,6 +85,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	if err != nil {
 		_ = dl.Close()
 		_ = st.Close()
+		lim.Stop()
 		return nil, err
 	}
 	b.Server = srv
@@ -126,5 +134,6 @@ func (b *Broker) Stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	b.log.Info("broker stopped")
+	b.logLimiter.Stop()
 	return errors.Join(errs...)
 }

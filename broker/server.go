@@ -15,6 +15,7 @@ import (
 	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/broker/tx"
+	"github.com/metaqgo/metaq/internal/logx"
 )
 
 // Version is the string `version` answers with (MetaQ clients use the
@@ -71,7 +72,9 @@ type Server struct {
 	rtPrev realtimeSnap
 
 	shuttingDown atomic.Bool
-	putBudget    *putBudget // buffered put data (putbudget.go)
+	putBudget    *putBudget    // buffered put data (putbudget.go)
+	appendFault  appendFault   // tests only (faults.go)
+	logLimiter   *logx.Limiter // rate limiting of s.log when New set it up (nil: the caller's)
 	connID       atomic.Uint64
 
 	mu    sync.Mutex // guards conns
@@ -104,6 +107,10 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	// Every log line a client can cause (a bad request, a refused topic, a
+	// put failing while the disk is full) goes through a rate limiter.
+	var lim *logx.Limiter
+	opts.Logger, lim = logx.New(opts.Logger, logx.Options{})
 	if opts.MaxPendingPutBytes <= 0 {
 		opts.MaxPendingPutBytes = defaultMaxPendingPutBytes
 	}
@@ -116,7 +123,8 @@ func New(opts Options) (*Server, error) {
 		store: opts.Store,
 		conns: make(map[*conn]struct{}),
 
-		putBudget: newPutBudget(opts.MaxPendingPutBytes),
+		putBudget:  newPutBudget(opts.MaxPendingPutBytes),
+		logLimiter: lim,
 	}
 	s.topics.init(opts.Topics)
 	if err := s.openTx(); err != nil {
@@ -241,6 +249,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			err = ctx.Err()
 		}
 		s.tx.Close()
+		s.logLimiter.Stop() // pending "repeated N times" lines are written now
 	})
 	return err
 }

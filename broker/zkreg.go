@@ -21,10 +21,12 @@ type zkRegistration struct {
 	cfg *conf.Config
 	log *slog.Logger
 
-	mu      sync.Mutex // guards client, reg and pending
+	mu      sync.Mutex // guards client, reg, pending and stopFollow
 	client  *zkmeta.Client
 	reg     *zkmeta.BrokerRegistry
 	pending map[string]int // topics written before the registry existed
+
+	stopFollow func() // ends followClusterTopics (zktopics.go)
 }
 
 func newZKRegistration(c *conf.Config, log *slog.Logger) *zkRegistration {
@@ -83,6 +85,10 @@ func (z *zkRegistration) start(srv *Server, st *store.Store) {
 		z.log.Error("ZooKeeper registration", "err", err)
 		return
 	}
+	stop := z.followClusterTopics(client, reg)
+	z.mu.Lock()
+	z.stopFollow = stop
+	z.mu.Unlock()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.ZK.ConnectionTimeout+c.ZK.SessionTimeout*2)
 		defer cancel()
@@ -125,6 +131,7 @@ func (z *zkRegistration) topicWritten(topic string, numPartitions int) {
 
 // unregister removes the broker's nodes (topics first), bounded in time.
 func (z *zkRegistration) unregister() {
+	z.stopFollowing()
 	z.mu.Lock()
 	reg := z.reg
 	z.mu.Unlock()
@@ -139,6 +146,7 @@ func (z *zkRegistration) unregister() {
 }
 
 func (z *zkRegistration) close() {
+	z.stopFollowing()
 	z.mu.Lock()
 	client := z.client
 	z.client, z.reg = nil, nil

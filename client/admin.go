@@ -111,6 +111,7 @@ type FetchRequest struct {
 	MaxBytes  int           // default 1 MiB
 	MaxWait   time.Duration // long polling; 0 = answer at once
 	Tags      string        // "" or "*" = all, else "a||b"
+	Where     string        // a filter expression (SQL92 subset, sql.go); "" = none
 }
 
 // FetchResult is the answer to a get.
@@ -157,8 +158,12 @@ func fetchOn(ctx context.Context, c *brokerConn, req *FetchRequest, timeout time
 		maxBytes = 1 << 20
 	}
 	maxBytes = min(maxBytes, math.MaxInt32)
+	wm, err := d.whereMatcher(req.Where)
+	if err != nil {
+		return nil, err
+	}
 	cl, err := c.do(ctx, kindGet, timeout+req.MaxWait, func(dst []byte, op int32) []byte {
-		return protocol.AppendGet(dst, req.Topic, group, int32(req.Partition), req.Offset, int32(maxBytes), op, req.MaxWait.Milliseconds(), req.Tags)
+		return protocol.AppendGetWhere(dst, req.Topic, group, int32(req.Partition), req.Offset, int32(maxBytes), op, req.MaxWait.Milliseconds(), req.Tags, req.Where)
 	})
 	if err != nil {
 		return nil, err
@@ -172,6 +177,7 @@ func fetchOn(ctx context.Context, c *brokerConn, req *FetchRequest, timeout time
 		if n := len(msgs); n > 0 {
 			res.NextOffset = msgs[n-1].Offset + 1
 		}
+		wm.filter(res)
 		if derr != nil {
 			return res, &ConnError{Addr: c.addr, Err: fmt.Errorf("bad record in value block at offset %d: %w", res.NextOffset, derr)}
 		}

@@ -121,8 +121,9 @@ type ConsumerOptions struct {
 	// handler (default 1).
 	Prefetch int
 	// RetryPolicy decides what happens when the handler returns an error
-	// (default: redeliver in place after 100ms, 200ms, 400ms … capped at
-	// 30s, forever).
+	// (default: BrokerRetry — given back to the broker's retry topic with a
+	// growing delay, dead-lettered after 16 returns; ordered consumers retry
+	// in place first. DefaultRetryPolicy() redelivers in place forever).
 	RetryPolicy RetryPolicy
 	// OffsetStore replaces the default offset storage (ZooKeeper; a
 	// FileOffsetStore in OffsetDir for broadcast consumers).
@@ -199,7 +200,7 @@ func (c Config) withDefaults() Config {
 		o.Prefetch = 1
 	}
 	if o.RetryPolicy == nil {
-		o.RetryPolicy = DefaultRetryPolicy()
+		o.RetryPolicy = &BrokerRetry{} // retry_broker.go
 	}
 	if o.ClaimBackoff <= 0 {
 		o.ClaimBackoff = 50 * time.Millisecond

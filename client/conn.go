@@ -39,6 +39,12 @@ type connConfig struct {
 	window         int
 	maxReplyBody   int
 	log            *slog.Logger
+
+	// Transaction producers (txproducer.go): onUp runs each time a
+	// connection is established, onCheck for every `check` request the
+	// broker writes on it (on the reader goroutine). Neither may block.
+	onUp    func(c *brokerConn)
+	onCheck func(c *brokerConn, msgID int64)
 }
 
 type connState uint8
@@ -537,6 +543,9 @@ func (c *brokerConn) serve(nc net.Conn) error {
 	c.wbuf = c.wbuf[:0]
 	c.mu.Unlock()
 	c.clock.Store(time.Now().UnixNano())
+	if f := c.cfg.onUp; f != nil {
+		f(c)
+	}
 
 	var failErr atomic.Value
 	fail := func(err error) {
@@ -669,6 +678,10 @@ func (c *brokerConn) reader(g *generation, fail func(error)) {
 			return
 		}
 		c.activity.Store(true)
+		if rep.Kind == protocol.ReplyCheck { // a request from the broker, not a reply
+			c.handleCheck(rep.Body)
+			continue
+		}
 		c.mu.Lock()
 		cl := c.pending.take(rep.Opaque)
 		c.mu.Unlock()

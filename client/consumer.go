@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/protocol"
+	"github.com/metaqgo/metaq/protocol/filter"
 	"github.com/metaqgo/metaq/zkmeta"
 )
 
@@ -65,6 +66,7 @@ type subscription struct {
 	topic   string
 	getTags string // tag expression sent with get ("" = all)
 	filter  *protocol.TagFilter
+	where   *filter.Expr // SQL subscription (sql.go); nil = none
 	handler Handler
 }
 
@@ -131,6 +133,12 @@ func NewConsumer(cfg Config, group string) (*Consumer, error) {
 	switch {
 	case c.opts.OffsetStore != nil:
 		c.store = c.opts.OffsetStore
+		if b, ok := c.store.(interface{ bindGroup(string) error }); ok { // SQLOffsets
+			if err := b.bindGroup(group); err != nil {
+				zc.Close()
+				return nil, err
+			}
+		}
 	case c.opts.Broadcast:
 		fs, err := NewFileOffsetStore(c.opts.OffsetDir, group)
 		if err != nil {
@@ -143,6 +151,7 @@ func NewConsumer(cfg Config, group string) (*Consumer, error) {
 	}
 	c.pool = newConnPool(c.cfg.connConfig())
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.bindRetry() // retry_broker.go
 	m := map[partKey]string{}
 	c.addrs.Store(&m)
 	return c, nil
@@ -159,6 +168,8 @@ func (c *Consumer) Group() string { return c.group }
 // tagExpr: "*" or "" for every message, or tags joined by "||"
 // ("paid||refunded"). The broker filters by tag hash; the client checks the
 // tag again. Call it before Start, once per topic.
+//
+// A SQL(…) expression instead selects by message properties (sql.go).
 func (c *Consumer) Subscribe(topic, tagExpr string, handler Handler) error {
 	if err := zkmeta.ValidateName("topic", topic); err != nil {
 		return err
@@ -166,13 +177,20 @@ func (c *Consumer) Subscribe(topic, tagExpr string, handler Handler) error {
 	if handler == nil {
 		return errors.New("metaq client: nil handler")
 	}
+	where, err := compileWhere(tagExpr)
+	if err != nil {
+		return err
+	}
+	if where != nil {
+		tagExpr = "*"
+	}
 	for i := 0; i < len(tagExpr); i++ {
 		if ch := tagExpr[i]; ch < 0x20 || ch == 0x7f {
 			return fmt.Errorf("metaq client: control character in tag expression %q", tagExpr)
 		}
 	}
 	f := protocol.ParseTagFilter(tagExpr)
-	s := &subscription{topic: topic, filter: f, handler: handler}
+	s := &subscription{topic: topic, filter: f, where: where, handler: handler}
 	if expr := f.String(); !f.All() && !strings.ContainsAny(expr, " \t") {
 		s.getTags = expr // a tag with a space cannot travel in a get line: client-side filtering only
 	}
@@ -206,6 +224,9 @@ func (c *Consumer) Start(ctx context.Context) error {
 		return errors.New("metaq client: Start without any Subscribe")
 	}
 	c.started = true
+	if rs := c.retrySubscriptionLocked(); rs != nil { // retry_broker.go
+		c.subs[rs.topic] = rs
+	}
 	topics := make([]string, 0, len(c.subs))
 	for t := range c.subs {
 		topics = append(topics, t)

@@ -222,6 +222,7 @@ type decoder struct {
 	topic    string
 	brokerID int
 	tags     map[string]string
+	where    *whereMatcher // the last get's filter expression (sql.go)
 }
 
 // decode fills m from r. Body and Attribute alias r.Data (a buffer that is

@@ -75,12 +75,19 @@ type sendState struct {
 
 // NewProducer creates a producer. It does not block: ZooKeeper is contacted
 // in the background and the first Send to a topic waits for its partitions.
-func NewProducer(cfg Config) (*Producer, error) {
+func NewProducer(cfg Config) (*Producer, error) { return newProducer(cfg, nil) }
+
+// newProducer is NewProducer with connection hooks (transaction producers).
+func newProducer(cfg Config, hooks func(*connConfig)) (*Producer, error) {
 	cfg = cfg.withDefaults()
 	p := &Producer{cfg: cfg, log: cfg.Logger}
 	p.opts = &p.cfg.Producer
 	p.asyncDoneF = p.asyncDone
-	p.pool = newConnPool(p.cfg.connConfig())
+	cc := p.cfg.connConfig()
+	if hooks != nil {
+		hooks(cc)
+	}
+	p.pool = newConnPool(cc)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	switch {
 	case cfg.ZKConnect != "":

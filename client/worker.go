@@ -251,6 +251,7 @@ func (w *partWorker) fetch(off int64, out chan<- *batch) {
 		MaxBytes:  c.opts.MaxFetchBytes,
 		MaxWait:   c.opts.MaxWait,
 		Tags:      w.sub.getTags,
+		Where:     w.sub.where.String(),
 	}
 	dec := decoder{topic: w.key.topic, brokerID: w.key.p.BrokerID}
 	errBackoff := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}

@@ -101,6 +101,7 @@ type Command struct {
 	MaxSize   int32
 	MaxWaitMs int64  // 0 when absent
 	Tags      []byte // nil when absent; `*` or `a||b`
+	Where     []byte // get: URL-escaped filter expression (protocol/filter); nil when absent
 
 	Item []byte // stats; nil when absent
 

@@ -69,7 +69,7 @@ type span struct{ s, e uint16 }
 // fieldIx records which field feeds each named byte-slice field of Command
 // (0 = none; field 0 is the command name).
 type fieldIx struct {
-	topic, group, txKey, tags, item, key uint8
+	topic, group, txKey, tags, where, item, key uint8
 }
 
 const (
@@ -343,6 +343,7 @@ func (p *Parser) deliver(line []byte, h Handler) error {
 		c.Group = p.field(line, ix.group)
 		c.TxKey = p.field(line, ix.txKey)
 		c.Tags = p.field(line, ix.tags)
+		c.Where = p.field(line, ix.where)
 		c.Item = p.field(line, ix.item)
 		c.Key = p.field(line, ix.key)
 	}
@@ -480,7 +481,7 @@ func (p *Parser) checkRaw(line []byte, nf int) {
 		}
 		return
 	}
-	for _, k := range [...]uint8{p.ix.txKey, p.ix.tags, p.ix.item, p.ix.key} {
+	for _, k := range [...]uint8{p.ix.txKey, p.ix.tags, p.ix.where, p.ix.item, p.ix.key} {
 		if k != 0 && hasCtl(p.f(line, int(k))) {
 			p.bad("control character in command line")
 			return
@@ -637,12 +638,12 @@ func (p *Parser) parsePut(line []byte, nf int, op Op) (lineAction, error) {
 	return actData, nil
 }
 
-// get <topic> <group> <partition> <offset> <maxSize> <opaque> [<maxWaitMs> [<tags>]]
+// get <topic> <group> <partition> <offset> <maxSize> <opaque> [<maxWaitMs> [<tags> [<where>]]]
 func (p *Parser) parseGet(line []byte, nf int) {
 	c := &p.cmd
 	c.Op = OpGet
-	if nf < 7 || nf > 9 {
-		p.wrongCount(line, nf, "get <topic> <group> <partition> <offset> <maxSize> <opaque> [<maxWaitMs> [<tags>]]")
+	if nf < 7 || nf > 10 {
+		p.wrongCount(line, nf, "get <topic> <group> <partition> <offset> <maxSize> <opaque> [<maxWaitMs> [<tags> [<where>]]]")
 		return
 	}
 	p.opaqueAt(line, 6)
@@ -651,8 +652,11 @@ func (p *Parser) parseGet(line []byte, nf int) {
 	if nf >= 8 {
 		c.MaxWaitMs = p.num(line, 7, "maxWaitMs", 0, maxI64)
 	}
-	if nf == 9 {
+	if nf >= 9 {
 		p.ix.tags = 8
+	}
+	if nf == 10 {
+		p.ix.where = 9 // URL-escaped filter expression (protocol/filter)
 	}
 }
 

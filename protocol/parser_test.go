@@ -66,6 +66,9 @@ func render(c *Command) string {
 	if c.Tags != nil {
 		fmt.Fprintf(&b, " tags=%s", c.Tags)
 	}
+	if c.Where != nil {
+		fmt.Fprintf(&b, " where=%s", c.Where)
+	}
 	if c.Item != nil {
 		fmt.Fprintf(&b, " item=%s", c.Item)
 	}
@@ -292,7 +295,10 @@ var parseCases = []parseCase{
 	{name: "http request", in: "GET / HTTP/1.1\r\nHost: x\r\n\r\n",
 		want: []string{`get o=- !400 wrong number of fields for get: 3*`, `unknown o=- !400 unknown command "Host:"`}},
 	{name: "get too few", in: "get t g 0 0 100\r\n", want: []string{`get o=100 !400 wrong number of fields*`}},
-	{name: "get too many", in: "get t g 0 0 100 1 2 * x\r\n", want: []string{`get o=- !400 wrong number of fields*`}},
+	{name: "get where", in: "get t g 0 0 100 1 2 * tag+=+'paid'%20AND+a>1\r\n",
+		want: []string{`get o=1 topic=t group=g p=0 max=100 wait=2 tags=* where=tag+=+'paid'%20AND+a>1`}},
+	{name: "get where control", in: "get t g 0 0 100 1 2 * a\x01\r\n", want: []string{`get o=1 !400 control character*`}},
+	{name: "get too many", in: "get t g 0 0 100 1 2 * x y\r\n", want: []string{`get o=- !400 wrong number of fields*`}},
 	{name: "get way too many", in: "get" + strings.Repeat(" 1", 40) + "\r\n", want: []string{`get o=- !400 wrong number of fields for get: 41*`}},
 	{name: "offset too few", in: "offset t g 0 0\r\n", want: []string{`offset o=0 !400 wrong number*`}},
 	{name: "version too many", in: "version 1 2\r\n", want: []string{`version o=2 !400 wrong number*`}},

@@ -177,6 +177,7 @@ type TagFilter struct {
 	all    bool
 	hashes []uint32
 	tags   []string
+	match  RecordMatcher // an expression on the whole record (recordmatch.go); nil = none
 }
 
 // ParseTagFilter parses `*`, "" (both: everything) or `a||b`.
@@ -204,12 +205,12 @@ func ParseTagFilter(expr string) *TagFilter {
 }
 
 // All reports whether the filter matches every message.
-func (f *TagFilter) All() bool { return f == nil || f.all }
+func (f *TagFilter) All() bool { return f == nil || f.all && f.match == nil }
 
 // MatchHash reports whether a unit's tag hash may match (hash collisions are
 // possible; clients re-check the tag string).
 func (f *TagFilter) MatchHash(h uint32) bool {
-	if f.All() {
+	if f == nil || f.all {
 		return true
 	}
 	for _, x := range f.hashes {
@@ -222,7 +223,7 @@ func (f *TagFilter) MatchHash(h uint32) bool {
 
 // MatchTag reports whether a tag string matches exactly.
 func (f *TagFilter) MatchTag(tag string) bool {
-	if f.All() {
+	if f == nil || f.all {
 		return true
 	}
 	for _, t := range f.tags {
@@ -235,7 +236,7 @@ func (f *TagFilter) MatchTag(tag string) bool {
 
 // String renders the filter back to its expression.
 func (f *TagFilter) String() string {
-	if f.All() {
+	if f == nil || f.all {
 		return "*"
 	}
 	return strings.Join(f.tags, "||")

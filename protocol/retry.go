@@ -1,5 +1,7 @@
 package protocol
 
+import "strconv"
+
 // retry <group> <msgId> <delayLevel> <opaque> [<reason>]
 //
 // metaq's consumer give-back (docs/protocol.md, "retry"): the broker re-stores
@@ -34,4 +36,22 @@ const SystemTopicPrefix = '%'
 // IsSystemTopic reports whether topic is a system topic.
 func IsSystemTopic[T string | []byte](topic T) bool {
 	return len(topic) > 0 && topic[0] == SystemTopicPrefix
+}
+
+// AppendRetry encodes `retry <group> <msgId> <delayLevel> <opaque> [<reason>]`;
+// reason is URL-escaped here ("" sends none).
+func AppendRetry(dst []byte, group string, msgID int64, delayLevel int, opaque int32, reason string) []byte {
+	dst = append(dst, "retry "...)
+	dst = append(dst, group...)
+	dst = append(dst, ' ')
+	dst = strconv.AppendInt(dst, msgID, 10)
+	dst = append(dst, ' ')
+	dst = strconv.AppendInt(dst, int64(delayLevel), 10)
+	dst = append(dst, ' ')
+	dst = strconv.AppendInt(dst, int64(opaque), 10)
+	if reason != "" {
+		dst = append(dst, ' ')
+		dst = AppendEscaped(dst, reason)
+	}
+	return append(dst, '\r', '\n')
 }

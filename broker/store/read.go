@@ -142,6 +142,9 @@ func (s *Store) readInto(r *ReadResult, p *partition, offset, readable int64, ma
 	q := offset
 	skipped := 0
 	all := f.All()
+	rm := f.RecordMatcher() // an expression on the record (readmatch.go)
+	var pk recordPeek
+	defer pk.release()
 	caughtUp := false
 	repairs := 0 // index repairs by this read (repair.go)
 	limit := s.clog.writePos()
@@ -182,6 +185,33 @@ scan:
 					break scan
 				}
 				continue
+			}
+			if rm != nil {
+				ok, err := s.peekMatch(&pk, p, q, phys, int(size), rm)
+				if err != nil { // as for appendRecord below
+					switch {
+					case err != errBelowMin:
+						bad, badPhys = err.Error(), phys
+					case r.Count > 0:
+						stopped = true
+						break scan
+					default:
+						if m := s.refreshMin(p); m > q {
+							r.Status, r.NextOffset, r.MinOffset = ReadOffsetTooSmall, m, m
+							return nil
+						}
+						bad, badPhys = "index unit points below the oldest segment", phys
+					}
+					break
+				}
+				if !ok {
+					q++
+					if skipped++; skipped >= maxFilteredScan && r.Count == 0 {
+						stopped = true
+						break scan
+					}
+					continue
+				}
 			}
 			if r.Count > 0 && r.Bytes+int(size) > maxBytes {
 				stopped = true
@@ -351,21 +381,27 @@ func (s *Store) MaxOffset(topic string, partition int32) int64 {
 }
 
 // OffsetForTime returns the first queue offset whose storeTime >= tsMs
-// (MaxOffset if none), by binary search over the index units.
+// (MaxOffset if none), by binary search over the index units. Offsets
+// assigned but not indexed yet are searched too, after the same catch-up as
+// a read (read-your-writes: a consumer starting "from now" right after a put
+// must not start past it); if the dispatcher still lags after that, the
+// answer is the first unindexed offset rather than MaxOffset, so that nothing
+// stored after tsMs is skipped.
 func (s *Store) OffsetForTime(topic string, partition int32, tsMs int64) int64 {
 	p := s.partition(topic, partition, false)
 	if p == nil {
 		return 0
 	}
-	lo, hi, max := p.min.Load(), p.indexed.Load(), p.next.Load()
+	lo, hi := p.min.Load(), p.indexed.Load()
+	if hi < p.next.Load() {
+		s.catchUp(s.appendedLimit())
+		hi = p.indexed.Load()
+	}
 	q, _ := s.searchUnits(p, lo, hi, func(phys int64, size int32) bool {
 		t, ok := s.storeTimeAt(phys, size)
 		return ok && t >= tsMs
 	})
-	if q >= hi {
-		return max
-	}
-	return q
+	return min(q, hi) // hi is MaxOffset unless the dispatcher lags
 }
 
 // storeTimeAt reads the storeTime of the record at phys.

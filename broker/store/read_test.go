@@ -269,9 +269,14 @@ func TestReadYourWrites(t *testing.T) {
 			s := mustOpen(t, cfg)
 			defer mustClose(t, s)
 			for i := 0; i < 300; i++ {
+				before := time.Now().UnixMilli()
 				a, err := s.Append(&Message{Topic: "ryw", Partition: int32(i % 2), Properties: []byte(fmt.Sprintf("keys=k%d", i)), Data: []byte(fmt.Sprint(i))})
 				if err != nil {
 					t.Fatal(err)
+				}
+				// A time lookup (seek) sees it too: a consumer starting "from now" must not skip it.
+				if q := s.OffsetForTime("ryw", int32(i%2), before); q > a.QueueOffset {
+					t.Fatalf("message %d (offset %d): OffsetForTime(%d) = %d right after Append", i, a.QueueOffset, before, q)
 				}
 				r, err := s.Read("ryw", int32(i%2), a.QueueOffset, 100, nil)
 				if err != nil || r.Status != ReadFound || r.Count != 1 {

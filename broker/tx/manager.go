@@ -202,6 +202,7 @@ type Stats struct {
 	Prepared       int   // prepared XA transactions
 	Open           int   // transactions begun, not prepared
 	HeldBytes      int64 // bytes held in memory by open transactions
+	Producers      int   // live producer registrations (connection × group)
 	Begun          int64 // local transactions begun
 	XABegun        int64 // XA transactions begun
 	Committed      int64
@@ -215,6 +216,9 @@ type Stats struct {
 func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	s := Stats{PendingHalf: len(m.halves), HeldBytes: m.held, Open: m.localN}
+	for _, g := range m.groups {
+		s.Producers += len(g.members)
+	}
 	for _, t := range m.xa {
 		if t.state == stPrepared {
 			s.Prepared++

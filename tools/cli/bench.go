@@ -31,6 +31,7 @@ type benchOpts struct {
 	topics     int
 	partitions int
 	tag        string
+	where      string
 	sync       bool
 	fetchSize  int
 	fetchDepth int
@@ -147,6 +148,7 @@ workload succeeded.`,
 	pf.IntVar(&o.topics, "topics", 1000, "topics: number of topics of the spread phase")
 	pf.IntVar(&o.partitions, "partitions", 10000, "partitions: number of partitions of <topic>-p")
 	pf.StringVar(&o.tag, "tag", "", "tag of the messages (consumers fetch with this tag filter)")
+	pf.StringVar(&o.where, "where", "", "consume: fetch with this filter expression; the backlog's messages carry bench=0…9 (\"bench = 0\" keeps 10%)")
 	pf.BoolVar(&o.sync, "sync", false, "expect sync flush (durable at ack): fail unless every broker reports flush_mode sync")
 	pf.IntVar(&o.fetchSize, "fetch-size", 1<<20, "consume/e2e: bytes per get (the broker caps it at maxTransferSize)")
 	pf.IntVar(&o.fetchDepth, "fetch-depth", 4, "consume: gets in flight per partition")

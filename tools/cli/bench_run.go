@@ -652,7 +652,7 @@ func (b *bencher) consume(ctx context.Context) benchkit.Result {
 	}
 	count := b.o.count
 	b.settle(ctx)
-	fill := b.publishPhase(ctx, r.Workload+" (pre-fill)", []*client.Message{b.message(topic)}, 24*time.Hour, count, nil, nil)
+	fill := b.publishPhase(ctx, r.Workload+" (pre-fill)", b.consumeMessages(topic), 24*time.Hour, count, nil, nil)
 	if fill.err != nil {
 		r.Error = "pre-fill: " + fill.err.Error()
 		return r
@@ -679,6 +679,9 @@ func (b *bencher) consume(ctx context.Context) benchkit.Result {
 		return r
 	}
 
+	if b.o.where != "" {
+		return b.consumeWhere(ctx, r, parts, starts, ends, total)
+	}
 	recSize := protocol.RecordSize(len(topic), len(b.propsLine()), b.o.msgSize)
 	var got atomic.Int64
 	var errOnce sync.Once

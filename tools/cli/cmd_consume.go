@@ -20,6 +20,7 @@ type consumeOpts struct {
 	from           string
 	count          int64
 	tag            string
+	where          string
 	timeout        time.Duration
 	format         string
 	partition      string
@@ -53,6 +54,7 @@ The command ends after --count messages, after --timeout, or on Ctrl-C. Exit sta
 --timeout ended it before --count messages arrived.`,
 		Example: `  metaq consume --topic test --from earliest --count 1
   metaq consume -t orders -g billing --tag 'paid||refunded' --format json
+  metaq consume -t orders --where "TAGS IN ('paid','refunded') AND amount > 100"
   metaq consume -t test --from 2026-11-29T08:00:00Z --timeout 10s
   metaq consume -t test --from -5m --broker 127.0.0.1:8123 --partition 0`,
 		Args: cobra.NoArgs,
@@ -66,6 +68,7 @@ The command ends after --count messages, after --timeout, or on Ctrl-C. Exit sta
 	f.StringVar(&o.from, "from", "", "start: earliest, latest, a time (RFC 3339, -<duration>, @<unix ms>) or an offset")
 	f.Int64VarP(&o.count, "count", "n", 0, "stop after this many messages (0 = no limit)")
 	f.StringVar(&o.tag, "tag", "", "only messages with these tags: a or a||b (filtered by the broker, checked again here)")
+	f.StringVar(&o.where, "where", "", "only messages matching this SQL92 expression over their properties, e.g. \"TAGS IN ('paid') AND amount > 100\" (filtered by the broker, checked again here)")
 	f.DurationVar(&o.timeout, "timeout", 0, "stop after this long (0 = no limit)")
 	f.StringVar(&o.format, "format", formatText, "output: text (the body), json, or verbose (header line + body)")
 	f.StringVarP(&o.partition, "partition", "p", "", "only this partition: <brokerId>-<partition>, or <partition> (anonymous mode only)")
@@ -118,6 +121,9 @@ func (a *App) consume(cmd *cobra.Command, o *consumeOpts) error {
 	}
 	if o.count < 0 || o.timeout < 0 || o.fetchSize < 1 || o.maxWait < 0 || o.commitInterval <= 0 {
 		return usageErr("--count, --timeout, --max-wait must be >= 0, --fetch-size and --commit-interval > 0")
+	}
+	if err := checkWhere(o); err != nil {
+		return err
 	}
 	from := o.from
 	if from == "" {

@@ -124,7 +124,7 @@ func isNotFound(err error) bool {
 // ends the run.
 func (c *consumeRun) fetch(ctx context.Context, as *assignment, filter *protocol.TagFilter) {
 	a, o := c.app, c.o
-	req := client.FetchRequest{Topic: o.topic, Partition: as.p.Partition, MaxBytes: o.fetchSize, MaxWait: o.maxWait, Tags: o.tag}
+	req := client.FetchRequest{Topic: o.topic, Partition: as.p.Partition, MaxBytes: o.fetchSize, MaxWait: o.maxWait, Tags: o.tag, Where: o.where}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		req.Offset = as.offset

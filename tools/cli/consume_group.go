@@ -55,7 +55,7 @@ func (c *consumeRun) joinGroup(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
-	if err := cons.Subscribe(o.topic, o.tag, c.handle); err != nil {
+	if err := cons.Subscribe(o.topic, o.subscription(), c.handle); err != nil {
 		_ = cons.Close()
 		return nil, usageErr("%v", err)
 	}

@@ -1,0 +1,274 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// TxState is the outcome of a producer's local transaction.
+type TxState int
+
+const (
+	// TxUnknown: not decided yet; the broker asks again (Check) later.
+	TxUnknown TxState = iota
+	// TxCommit makes the message visible to consumers.
+	TxCommit
+	// TxRollback discards it.
+	TxRollback
+)
+
+func (s TxState) String() string {
+	switch s {
+	case TxCommit:
+		return "commit"
+	case TxRollback:
+		return "rollback"
+	}
+	return "unknown"
+}
+
+// TransactionListener ties a message to the producer's local transaction
+// (a database row, say).
+type TransactionListener interface {
+	// ExecuteLocal runs the local transaction after the broker stored the
+	// message as a half message (invisible). Its answer is sent to the broker;
+	// an error counts as TxUnknown (the broker will Check).
+	ExecuteLocal(ctx context.Context, msg *Message) (TxState, error)
+	// Check answers the broker's question about a half message whose
+	// outcome it never heard (the producer that sent it may have died):
+	// look the local transaction up and say whether it committed. It may be
+	// called on any producer of the group, from a goroutine of its own.
+	Check(ctx context.Context, msg *Message) TxState
+}
+
+// ErrTxNotPending is txend's answer when the broker has no such pending
+// half message any more (already finished, or rolled back after too many
+// checks).
+var ErrTxNotPending = errors.New("metaq client: the half message is not pending on the broker")
+
+// maxConcurrentChecks bounds the Check callbacks running at once; a check
+// arriving beyond it is dropped (the broker asks again one interval later).
+const maxConcurrentChecks = 16
+
+// TransactionProducer sends transactional messages with check-back
+// (docs/transactions.md): SendInTransaction stores the message as a half
+// message, runs ExecuteLocal and sends its outcome; the broker calls back
+// (Check) on any live producer of the group when no outcome arrived. Every
+// connection of a TransactionProducer announces itself as a producer of its
+// group (`producer <group>`), so a producer started after another one died
+// receives that one's checks. Safe for concurrent use.
+type TransactionProducer struct {
+	p     *Producer
+	group string
+	l     TransactionListener
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	sem    chan struct{}
+	mu     sync.Mutex // guards closed against wg.Add
+	closed bool
+	wg     sync.WaitGroup // announcements and checks running
+}
+
+// NewTransactionProducer creates a transaction producer of group (a valid
+// group name) with the listener's callbacks.
+func NewTransactionProducer(cfg Config, group string, l TransactionListener) (*TransactionProducer, error) {
+	if !protocol.ValidName(group) {
+		return nil, errors.New("metaq client: invalid producer group " + strconv.Quote(group))
+	}
+	if l == nil {
+		return nil, errors.New("metaq client: a TransactionListener is required")
+	}
+	tp := &TransactionProducer{group: group, l: l, sem: make(chan struct{}, maxConcurrentChecks)}
+	tp.ctx, tp.cancel = context.WithCancel(context.Background())
+	// Held until tp.p is set: connections dialled meanwhile announce
+	// themselves from goTracked, which waits for it.
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	p, err := newProducer(cfg, func(cc *connConfig) {
+		cc.onUp = tp.announce
+		cc.onCheck = tp.check
+	})
+	if err != nil {
+		tp.cancel()
+		return nil, err
+	}
+	tp.p = p
+	return tp, nil
+}
+
+// Producer is the underlying producer (plain sends share its connections).
+func (tp *TransactionProducer) Producer() *Producer { return tp.p }
+
+// Close waits for running checks and closes the producer.
+func (tp *TransactionProducer) Close() error {
+	tp.mu.Lock()
+	tp.closed = true
+	tp.mu.Unlock()
+	tp.cancel()
+	tp.wg.Wait()
+	return tp.p.Close()
+}
+
+// SendInTransaction sends msg as a half message, runs ExecuteLocal and
+// sends its outcome to the broker. It returns the half message's send
+// result (Offset -1), the local transaction's state and its error (or the
+// error of sending the outcome: the broker then asks Check later).
+func (tp *TransactionProducer) SendInTransaction(ctx context.Context, msg *Message) (SendResult, TxState, error) {
+	half := *msg
+	half.Properties = make(map[string]string, len(msg.Properties)+2)
+	for k, v := range msg.Properties {
+		half.Properties[k] = v
+	}
+	half.Properties["tx"], half.Properties["pgroup"] = "half", tp.group
+	res, err := tp.p.Send(ctx, &half)
+	if err != nil {
+		return res, TxUnknown, err
+	}
+	msg.MsgID, msg.Partition, msg.Offset = res.MsgID, res.Partition, res.Offset
+	state, lerr := tp.l.ExecuteLocal(ctx, msg)
+	if lerr != nil {
+		return res, TxUnknown, lerr
+	}
+	if state == TxUnknown {
+		return res, state, nil
+	}
+	c, err := tp.p.connFor(ctx, msg.Topic, res.Partition)
+	if err == nil {
+		err = tp.end(ctx, c, res.MsgID, state)
+	}
+	return res, state, err
+}
+
+// end sends `txend <id> <state>` on c and waits for the answer.
+func (tp *TransactionProducer) end(ctx context.Context, c *brokerConn, id int64, state TxState) error {
+	cl, err := c.do(ctx, kindOther, tp.p.opts.SendTimeout, func(dst []byte, op int32) []byte {
+		return protocol.AppendTxEnd(dst, id, state.String(), op)
+	})
+	if err != nil {
+		return err
+	}
+	defer putCall(cl)
+	switch cl.code {
+	case protocol.StatusSuccess:
+		return nil
+	case protocol.StatusNotFound:
+		return ErrTxNotPending
+	}
+	return brokerErr(c.addr, cl.code, cl.body)
+}
+
+// goTracked runs f in a goroutine Close waits for (not after Close).
+func (tp *TransactionProducer) goTracked(f func()) bool {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	if tp.closed {
+		return false
+	}
+	tp.wg.Add(1)
+	go func() {
+		defer tp.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// announce registers a new connection as a live producer of the group.
+func (tp *TransactionProducer) announce(c *brokerConn) {
+	tp.goTracked(func() { tp.announceOn(c) })
+}
+
+func (tp *TransactionProducer) announceOn(c *brokerConn) {
+	ctx, cancel := context.WithTimeout(tp.ctx, tp.p.cfg.RequestTimeout)
+	defer cancel()
+	cl, err := c.do(ctx, kindOther, tp.p.cfg.RequestTimeout, func(dst []byte, op int32) []byte {
+		return protocol.AppendProducer(dst, tp.group, op)
+	})
+	if err != nil {
+		if tp.ctx.Err() == nil {
+			tp.p.log.Warn("metaq client: announcing the producer group failed; checks reach this producer after its next half message",
+				"broker", c.addr, "group", tp.group, "err", err)
+		}
+		return
+	}
+	if cl.code != protocol.StatusSuccess {
+		tp.p.log.Warn("metaq client: broker refused the producer group", "broker", c.addr, "group", tp.group, "code", cl.code, "body", string(cl.body))
+	}
+	putCall(cl)
+}
+
+// check answers a broker's `check` in a goroutine of its own (at most
+// maxConcurrentChecks at once; more are dropped and asked again later).
+func (tp *TransactionProducer) check(c *brokerConn, id int64) {
+	select {
+	case tp.sem <- struct{}{}:
+	default:
+		return
+	}
+	started := tp.goTracked(func() {
+		defer func() { <-tp.sem }()
+		ctx, cancel := context.WithTimeout(tp.ctx, 4*tp.p.cfg.RequestTimeout)
+		defer cancel()
+		msgs, err := queryOn(ctx, c, tp.p.cfg.RequestTimeout, func(dst []byte, op int32) []byte {
+			return protocol.AppendQueryID(dst, id, op)
+		})
+		if err != nil || len(msgs) == 0 {
+			tp.p.log.Warn("metaq client: cannot read the half message the broker asks about", "broker", c.addr, "msgId", id, "err", err)
+			return
+		}
+		msg := halfMessage(&msgs[0])
+		state := tp.l.Check(ctx, msg)
+		if err := tp.end(ctx, c, id, state); err != nil && !errors.Is(err, ErrTxNotPending) {
+			tp.p.log.Warn("metaq client: answering a check failed", "broker", c.addr, "msgId", id, "err", err)
+		}
+	})
+	if !started {
+		<-tp.sem
+	}
+}
+
+// halfMessage turns a %TX_HALF% record as read back (`rt`, `rp`, `pg`
+// properties in front of the message's own) into the message as sent.
+func halfMessage(m *Message) *Message {
+	if rt, ok := m.Properties["rt"]; ok {
+		m.Topic = rt
+	}
+	if rp, err := strconv.Atoi(m.Properties["rp"]); err == nil {
+		m.Partition.Partition = rp
+	}
+	for _, k := range []string{"rt", "rp", "pg", "tx"} {
+		delete(m.Properties, k)
+	}
+	m.Offset = -1
+	return m
+}
+
+// handleCheck is the reader's hook for a `check <msgId>` request (body =
+// the id in decimal).
+func (c *brokerConn) handleCheck(body []byte) {
+	f := c.cfg.onCheck
+	if f == nil {
+		return // not a transaction producer: nothing to answer
+	}
+	id, err := protocol.ParseInt(body)
+	if err != nil {
+		return
+	}
+	f(c, id)
+}
+
+// Announce connects to the brokers of topics (ZooKeeper mode connects
+// lazily, on the first send) so that this producer receives the checks of
+// its group's half messages there even before it sent anything itself.
+func (tp *TransactionProducer) Announce(ctx context.Context, topics ...string) error {
+	for _, t := range topics {
+		if _, err := tp.p.Partitions(ctx, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,214 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/brokertest"
+)
+
+// txListener is a scripted TransactionListener.
+type txListener struct {
+	exec  func(ctx context.Context, m *Message) (TxState, error)
+	check func(m *Message) TxState
+
+	mu      sync.Mutex
+	checked []*Message
+}
+
+func (l *txListener) ExecuteLocal(ctx context.Context, m *Message) (TxState, error) {
+	return l.exec(ctx, m)
+}
+
+func (l *txListener) Check(_ context.Context, m *Message) TxState {
+	l.mu.Lock()
+	l.checked = append(l.checked, m)
+	l.mu.Unlock()
+	return l.check(m)
+}
+
+func (l *txListener) checks() []*Message {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]*Message(nil), l.checked...)
+}
+
+// visible returns the bodies of topic/partition's records.
+func visible(t *testing.T, ctx context.Context, addr, topic string, part int) []string {
+	t.Helper()
+	a, err := NewAdmin(Config{Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	res, err := a.Fetch(ctx, addr, topic, part, 0, 1<<20)
+	var be *BrokerError
+	if errors.As(err, &be) && be.Code == 404 {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range res.Messages {
+		out = append(out, string(m.Body))
+	}
+	return out
+}
+
+func waitCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ExecuteLocal's commit makes the message visible once; a rollback leaves
+// no trace; an unknown outcome is resolved by Check.
+func TestTransactionProducer(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Sync: true, Topics: map[string]int{"orders": 1}, Logger: testLogger(),
+		ExtraINI: "transactionCheckInterval=100\n"})
+	outcome := map[string]TxState{"a": TxCommit, "b": TxRollback, "c": TxUnknown}
+	l := &txListener{
+		exec:  func(_ context.Context, m *Message) (TxState, error) { return outcome[string(m.Body)], nil },
+		check: func(m *Message) TxState { return TxCommit },
+	}
+	tp, err := NewTransactionProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger()}, "order-service", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	ctx := ctxT(t, 30*time.Second)
+	for _, body := range []string{"a", "b", "c"} {
+		res, state, err := tp.SendInTransaction(ctx, &Message{Topic: "orders", Body: []byte(body), Tag: "new"})
+		if err != nil || state != outcome[body] || res.Offset != -1 {
+			t.Fatalf("%s: %+v %v %v", body, res, state, err)
+		}
+	}
+	waitCond(t, "the unknown one was checked and committed", func() bool { return len(visible(t, ctx, b.Addr, "orders", 0)) == 2 })
+	if got := strings.Join(visible(t, ctx, b.Addr, "orders", 0), ","); got != "a,c" {
+		t.Fatalf("visible %q", got)
+	}
+	c := l.checks()
+	if len(c) != 1 || string(c[0].Body) != "c" || c[0].Topic != "orders" || c[0].Tag != "new" || c[0].Properties["pgroup"] != "order-service" {
+		t.Fatalf("checked %+v", c)
+	}
+}
+
+const txProducerHelperEnv = "METAQ_TXPRODUCER_HELPER"
+
+// TestTxProducerHelper is the child process of TestCheckAfterProducerKill:
+// a transaction producer that sends one half message and dies (kill -9) in
+// the middle of its local transaction.
+func TestTxProducerHelper(t *testing.T) {
+	addr := os.Getenv(txProducerHelperEnv)
+	if addr == "" {
+		t.Skip("helper process of TestCheckAfterProducerKill")
+	}
+	l := &txListener{
+		exec: func(_ context.Context, m *Message) (TxState, error) {
+			fmt.Printf("half %d\n", m.MsgID)
+			time.Sleep(10 * time.Minute) // killed here: the row is written, the commit never sent
+			return TxCommit, nil
+		},
+		check: func(*Message) TxState { return TxUnknown },
+	}
+	tp, err := NewTransactionProducer(Config{Brokers: []string{addr}}, "order-service", l)
+	if err != nil {
+		fmt.Printf("error %v\n", err)
+		os.Exit(2)
+	}
+	_, _, err = tp.SendInTransaction(context.Background(), &Message{Topic: "orders", Body: []byte("order-42")})
+	fmt.Printf("error %v\n", err)
+	os.Exit(2)
+}
+
+// The producer process is killed after its half message; the broker's check
+// reaches the other producer of the group, whose commit makes the message
+// visible exactly once. A half message nobody can resolve (Check answers
+// unknown) is rolled back after transactionCheckMax checks.
+func TestCheckAfterProducerKill(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Sync: true, Topics: map[string]int{"orders": 1}, Logger: testLogger(),
+		ExtraINI: "transactionCheckInterval=100\ntransactionCheckMax=5\n"})
+	ctx := ctxT(t, 60*time.Second)
+
+	// The survivor: started first, it knows nothing of the message until asked.
+	committed := map[string]bool{"order-42": true}
+	l := &txListener{
+		exec: func(context.Context, *Message) (TxState, error) { return TxUnknown, nil },
+		check: func(m *Message) TxState {
+			if committed[string(m.Body)] {
+				return TxCommit
+			}
+			return TxUnknown
+		},
+	}
+	tp, err := NewTransactionProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger()}, "order-service", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	waitCond(t, "the survivor announced its group", func() bool { return b.Server.TxStats().Producers == 1 })
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTxProducerHelper$")
+	cmd.Env = append(os.Environ(), txProducerHelperEnv+"="+b.Addr)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "half ") {
+		t.Fatalf("helper: %q %v", line, err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	waitCond(t, "the survivor's check committed the message", func() bool { return len(visible(t, ctx, b.Addr, "orders", 0)) > 0 })
+	if got := strings.Join(visible(t, ctx, b.Addr, "orders", 0), ","); got != "order-42" {
+		t.Fatalf("visible %q", got)
+	}
+	if c := l.checks(); len(c) == 0 || fmt.Sprintf("half %d\n", c[0].MsgID) != line {
+		t.Fatalf("checks %+v, half message %q", c, line)
+	}
+
+	// Nobody knows this one: unknown up to the limit, then rolled back.
+	res, _, err := tp.SendInTransaction(ctx, &Message{Topic: "orders", Body: []byte("order-43")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checksOf := func(id int64) (n int) {
+		for _, m := range l.checks() {
+			if m.MsgID == id {
+				n++
+			}
+		}
+		return n
+	}
+	waitCond(t, "the unresolved message was checked 5 times and rolled back", func() bool {
+		return b.Server.TxStats().CheckRollbacks == 1 && checksOf(res.MsgID) == 5
+	})
+	if got := strings.Join(visible(t, ctx, b.Addr, "orders", 0), ","); got != "order-42" {
+		t.Fatalf("visible %q", got)
+	}
+}

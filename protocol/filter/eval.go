@@ -1,0 +1,600 @@
+package filter
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"strconv"
+	"unsafe"
+
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// Expr is a compiled expression.
+type Expr struct {
+	src   string
+	nodes []node
+	root  int32
+	props []*property
+}
+
+// String returns the expression as written.
+// A nil Expr is "".
+func (e *Expr) String() string {
+	if e == nil {
+		return ""
+	}
+	return e.src
+}
+
+// Message is what an expression looks at: the raw properties line of a
+// record (a URL query string) and the two header fields expressions may
+// name.
+type Message struct {
+	Props          []byte
+	BornTime       int64 // unix ms
+	ReconsumeTimes int64
+}
+
+// Match reports whether m satisfies the expression; an unknown result (a
+// comparison with a missing property) does not match. It does not allocate.
+func (e *Expr) Match(m *Message) bool { return e.eval(e.root, m) == yes }
+
+// MatchRecord evaluates the expression against an encoded record (the
+// commit log's and the wire's layout, protocol/record.go). A record too
+// short to hold its properties does not match. It does not allocate.
+func (e *Expr) MatchRecord(rec []byte) bool {
+	if len(rec) < protocol.RecordOverhead {
+		return false
+	}
+	be := binary.BigEndian
+	m := Message{
+		BornTime:       int64(be.Uint64(rec[protocol.OffBornTime:])),
+		ReconsumeTimes: int64(be.Uint16(rec[protocol.OffReconsumeTimes:])),
+	}
+	at := protocol.OffTopicLen + 1 + int(rec[protocol.OffTopicLen])
+	if at+2 > len(rec) {
+		return false
+	}
+	n := int(be.Uint16(rec[at:]))
+	if at+2+n > len(rec) {
+		return false
+	}
+	m.Props = rec[at+2 : at+2+n]
+	return e.Match(&m)
+}
+
+// tri is SQL's three-valued logic.
+type tri uint8
+
+const (
+	no tri = iota
+	yes
+	unknown
+)
+
+func triOf(b bool) tri {
+	if b {
+		return yes
+	}
+	return no
+}
+
+type opcode uint8
+
+const (
+	opTrue opcode = iota
+	opFalse
+	opAnd
+	opOr
+	opNot
+	opCmp
+	opBetween
+	opIn
+	opIsNull
+)
+
+type cmpOp uint8
+
+const (
+	cmpEq cmpOp = iota
+	cmpNe
+	cmpLt
+	cmpLe
+	cmpGt
+	cmpGe
+)
+
+// node is one condition; a and b index Expr.nodes.
+type node struct {
+	op      opcode
+	cmp     cmpOp
+	neg     bool
+	a, b    int32
+	x, y, z operand
+	list    []value
+}
+
+// operand is a property reference (prop != nil) or a literal.
+type operand struct {
+	prop *property
+	lit  value
+}
+
+type field uint8
+
+const (
+	fieldProps field = iota // a key of the properties line
+	fieldBornTime
+	fieldReconsumeTimes
+)
+
+// property is a name an expression refers to.
+type property struct {
+	name  string // as written
+	key   []byte // the properties-line key it reads (fieldProps)
+	field field
+}
+
+// Names with a meaning of their own; any other name is a key of the
+// properties line. RocketMQ's TAGS and KEYS are aliases of metaq's tag and
+// keys properties.
+var builtins = map[string]property{
+	"TAGS":           {key: []byte(protocol.PropTag)},
+	"KEYS":           {key: []byte(protocol.PropKeys)},
+	"bornTime":       {field: fieldBornTime},
+	"reconsumeTimes": {field: fieldReconsumeTimes},
+}
+
+func (e *Expr) property(name string) *property {
+	for _, p := range e.props {
+		if p.name == name {
+			return p
+		}
+	}
+	p, ok := builtins[name]
+	if !ok {
+		p = property{key: []byte(name)}
+	}
+	p.name = name
+	e.props = append(e.props, &p)
+	return &p
+}
+
+type kind uint8
+
+const (
+	kNull kind = iota
+	kStr
+	kNum
+	kBool
+)
+
+// value is an evaluated operand. Strings read from a properties line are
+// still URL-escaped (esc); literals are not.
+type value struct {
+	k     kind
+	b     bool
+	isInt bool // a number held exactly in i
+	esc   bool
+	i     int64
+	f     float64
+	s     []byte
+}
+
+func (e *Expr) eval(i int32, m *Message) tri {
+	n := &e.nodes[i]
+	switch n.op {
+	case opTrue:
+		return yes
+	case opFalse:
+		return no
+	case opAnd:
+		l := e.eval(n.a, m)
+		if l == no {
+			return no
+		}
+		r := e.eval(n.b, m)
+		if r == no {
+			return no
+		}
+		if l == yes && r == yes {
+			return yes
+		}
+		return unknown
+	case opOr:
+		l := e.eval(n.a, m)
+		if l == yes {
+			return yes
+		}
+		r := e.eval(n.b, m)
+		if r == yes {
+			return yes
+		}
+		if l == no && r == no {
+			return no
+		}
+		return unknown
+	case opNot:
+		return not(e.eval(n.a, m))
+	case opCmp:
+		if p := n.x.prop; p != nil && p.field == fieldProps && n.y.prop == nil {
+			return cmpPropLit(n.cmp, p, &n.y.lit, m)
+		}
+		return compare(n.cmp, n.x.get(m), n.y.get(m))
+	case opBetween:
+		x := n.x.get(m)
+		r := and(compare(cmpGe, x, n.y.get(m)), compare(cmpLe, x, n.z.get(m)))
+		if n.neg {
+			return not(r)
+		}
+		return r
+	case opIn:
+		x := n.x.get(m)
+		if x.k == kNull {
+			return unknown
+		}
+		r := no
+		for j := range n.list {
+			switch compare(cmpEq, x, n.list[j]) {
+			case yes:
+				r = yes
+			case unknown:
+				r = unknown
+			}
+			if r == yes {
+				break
+			}
+		}
+		if n.neg {
+			return not(r)
+		}
+		return r
+	case opIsNull:
+		return triOf((n.x.get(m).k == kNull) != n.neg)
+	}
+	return unknown
+}
+
+func not(t tri) tri {
+	switch t {
+	case yes:
+		return no
+	case no:
+		return yes
+	}
+	return unknown
+}
+
+func and(l, r tri) tri {
+	switch {
+	case l == no || r == no:
+		return no
+	case l == yes && r == yes:
+		return yes
+	}
+	return unknown
+}
+
+// get evaluates the operand for m.
+func (x *operand) get(m *Message) value {
+	p := x.prop
+	if p == nil {
+		return x.lit
+	}
+	switch p.field {
+	case fieldBornTime:
+		return value{k: kNum, isInt: true, i: m.BornTime}
+	case fieldReconsumeTimes:
+		return value{k: kNum, isInt: true, i: m.ReconsumeTimes}
+	}
+	raw, ok := lookup(m.Props, p.key)
+	if !ok {
+		return value{}
+	}
+	return value{k: kStr, esc: true, s: raw}
+}
+
+// lookup returns the raw value of key in a properties line; keys are
+// compared unescaped.
+func lookup(props, key []byte) ([]byte, bool) {
+	for len(props) > 0 {
+		pair := props
+		if i := bytes.IndexByte(props, '&'); i >= 0 {
+			pair, props = props[:i], props[i+1:]
+		} else {
+			props = nil
+		}
+		k, v := pair, pair[len(pair):]
+		if i := bytes.IndexByte(pair, '='); i >= 0 {
+			k, v = pair[:i], pair[i+1:]
+		}
+		if string(k) == string(key) || len(k) >= len(key) && needsUnescape(k, true) && eqEscaped(k, true, key, false) {
+			return v, true
+		}
+	}
+	return nil, false
+}
+
+// eqEscaped compares a and b byte by byte after URL-unescaping those marked
+// escaped.
+func eqEscaped(a []byte, aEsc bool, b []byte, bEsc bool) bool {
+	if !aEsc && !bEsc || !needsUnescape(a, aEsc) && !needsUnescape(b, bEsc) {
+		return string(a) == string(b)
+	}
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		var ca, cb byte
+		ca, i = next(a, i, aEsc)
+		cb, j = next(b, j, bEsc)
+		if ca != cb {
+			return false
+		}
+	}
+	return i == len(a) && j == len(b)
+}
+
+func needsUnescape(s []byte, esc bool) bool {
+	if !esc {
+		return false
+	}
+	for _, c := range s {
+		if c == '%' || c == '+' {
+			return true
+		}
+	}
+	return false
+}
+
+func next(s []byte, i int, esc bool) (byte, int) {
+	if !esc {
+		return s[i], i + 1
+	}
+	return protocol.UnescapeAt(s, i)
+}
+
+// cmpPropLit is compare for the common `name <op> literal`, without
+// building values.
+func cmpPropLit(op cmpOp, p *property, lit *value, m *Message) tri {
+	raw, ok := lookup(m.Props, p.key)
+	if !ok {
+		return unknown
+	}
+	switch {
+	case lit.k == kStr && (op == cmpEq || op == cmpNe):
+		return triOf(eqEscaped(raw, true, lit.s, false) == (op == cmpEq))
+	case lit.k == kNum && lit.isInt:
+		if i, ok := plainInt(raw); ok {
+			return order(op, cmpInt(i, lit.i))
+		}
+	}
+	return compare(op, value{k: kStr, esc: true, s: raw}, *lit)
+}
+
+// plainInt reads a decimal integer with at most 18 digits and no escapes
+// (what numeric properties usually look like).
+func plainInt(s []byte) (int64, bool) {
+	neg := len(s) > 0 && s[0] == '-'
+	if neg {
+		s = s[1:]
+	}
+	if len(s) == 0 || len(s) > 18 {
+		return 0, false
+	}
+	var v int64
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
+}
+
+func order(op cmpOp, c int) tri {
+	switch op {
+	case cmpEq:
+		return triOf(c == 0)
+	case cmpNe:
+		return triOf(c != 0)
+	case cmpLt:
+		return triOf(c < 0)
+	case cmpLe:
+		return triOf(c <= 0)
+	case cmpGt:
+		return triOf(c > 0)
+	}
+	return triOf(c >= 0)
+}
+
+// compare applies a comparison with RocketMQ's conversions: a string
+// compared with a number is read as a number, with a boolean as a boolean
+// ("true", any case, is TRUE, anything else FALSE); strings order as
+// numbers. A missing property or a failed conversion makes the result
+// unknown.
+func compare(op cmpOp, x, y value) tri {
+	if x.k == kNull || y.k == kNull {
+		return unknown
+	}
+	if x.k == kStr && y.k == kStr && (op == cmpEq || op == cmpNe) {
+		return triOf(eqEscaped(x.s, x.esc, y.s, y.esc) == (op == cmpEq))
+	}
+	if x.k == kBool || y.k == kBool {
+		if op != cmpEq && op != cmpNe {
+			return unknown
+		}
+		xb, ok1 := toBool(x)
+		yb, ok2 := toBool(y)
+		if !ok1 || !ok2 {
+			return unknown
+		}
+		return triOf((xb == yb) == (op == cmpEq))
+	}
+	if !toNum(&x) || !toNum(&y) {
+		return unknown
+	}
+	if x.isInt && y.isInt {
+		return order(op, cmpInt(x.i, y.i))
+	}
+	return order(op, cmpFloat(x.float(), y.float()))
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (v value) float() float64 {
+	if v.isInt {
+		return float64(v.i)
+	}
+	return v.f
+}
+
+func toBool(v value) (bool, bool) {
+	switch v.k {
+	case kBool:
+		return v.b, true
+	case kStr:
+		s := v.s
+		if needsUnescape(s, v.esc) {
+			var buf [8]byte
+			s, _ = unescapeSmall(buf[:0], v)
+		}
+		return len(s) == 4 && (s[0]|0x20) == 't' && (s[1]|0x20) == 'r' && (s[2]|0x20) == 'u' && (s[3]|0x20) == 'e', true
+	}
+	return false, false
+}
+
+func toNum(v *value) bool {
+	switch v.k {
+	case kNum:
+		return true
+	case kStr:
+		if v.esc && len(v.s) > 0 && v.s[0] == '+' { // an escaped space
+			return false
+		}
+		n, ok := parseNumber(v.s)
+		if !ok && needsUnescape(v.s, v.esc) {
+			n, ok = slowNum(v)
+		}
+		*v = n
+		return ok
+	}
+	return false
+}
+
+func slowNum(v *value) (value, bool) {
+	var buf [64]byte
+	s, ok := unescapeSmall(buf[:0], *v)
+	if !ok || len(s) > 0 && s[0] == '+' {
+		return value{}, false
+	}
+	return parseNumber(s)
+}
+
+// unescapeSmall unescapes a string value into buf (an empty slice with the
+// capacity wanted); false when it does not fit (such a value is neither a
+// number nor a boolean).
+func unescapeSmall(buf []byte, v value) ([]byte, bool) {
+	b := buf
+	for i := 0; i < len(v.s); {
+		if len(b) == cap(b) {
+			return nil, false
+		}
+		var c byte
+		c, i = protocol.UnescapeAt(v.s, i)
+		b = append(b, c)
+	}
+	return b, true
+}
+
+// parseNumber reads an integer (exactly, when it fits int64) or a decimal
+// number; surrounding spaces are not allowed. It does not allocate.
+func parseNumber(s []byte) (value, bool) {
+	if len(s) == 0 || len(s) > 64 {
+		return value{}, false
+	}
+	i := 0
+	neg := false
+	if s[0] == '-' || s[0] == '+' {
+		neg = s[0] == '-'
+		i++
+	}
+	if i == len(s) {
+		return value{}, false
+	}
+	var u uint64
+	j := i
+	for ; j < len(s) && isDigit(s[j]); j++ {
+		if u > (math.MaxUint64-9)/10 {
+			u = math.MaxUint64 // too large for an integer: read as a float below
+			continue
+		}
+		u = u*10 + uint64(s[j]-'0')
+	}
+	if j == len(s) && j > i {
+		if !neg && u <= math.MaxInt64 {
+			return value{k: kNum, isInt: true, i: int64(u)}, true
+		}
+		if neg && u <= 1<<63 {
+			return value{k: kNum, isInt: true, i: -int64(u)}, true
+		}
+	}
+	// Validate the decimal syntax first, so that ParseFloat never fails
+	// (its errors allocate).
+	digits := j - i
+	if j < len(s) && s[j] == '.' {
+		j++
+		for ; j < len(s) && isDigit(s[j]); j++ {
+			digits++
+		}
+	}
+	if digits == 0 {
+		return value{}, false
+	}
+	if j < len(s) && (s[j] == 'e' || s[j] == 'E') {
+		j++
+		negExp := j < len(s) && s[j] == '-'
+		if j < len(s) && (s[j] == '-' || s[j] == '+') {
+			j++
+		}
+		e, n := 0, 0
+		for ; j < len(s) && isDigit(s[j]); j++ {
+			if e = e*10 + int(s[j]-'0'); e > 1000 {
+				return value{}, false
+			}
+			n++
+		}
+		// Bounded so that ParseFloat cannot overflow (it would fail).
+		if n == 0 || !negExp && e+digits > 300 {
+			return value{}, false
+		}
+	}
+	if j != len(s) {
+		return value{}, false
+	}
+	f, err := strconv.ParseFloat(unsafe.String(&s[0], len(s)), 64)
+	if err != nil || math.IsInf(f, 0) {
+		return value{}, false
+	}
+	return value{k: kNum, f: f}, true
+}

@@ -1,0 +1,30 @@
+package protocol
+
+// RecordMatcher decides on a whole encoded record (record.go's layout)
+// whether a get delivers it: a compiled filter expression
+// (protocol/filter.Expr). It must not allocate and must be safe for
+// concurrent use; it only sees records that passed verification.
+type RecordMatcher interface {
+	MatchRecord(rec []byte) bool
+}
+
+// WithRecordMatcher returns a copy of f (nil: all tags) that also requires m
+// to match. Readers apply the tag hash first (no commit-log read for a tag
+// miss), then m on the record.
+func (f *TagFilter) WithRecordMatcher(m RecordMatcher) *TagFilter {
+	g := &TagFilter{all: true}
+	if f != nil {
+		c := *f
+		g = &c
+	}
+	g.match = m
+	return g
+}
+
+// RecordMatcher returns the record matcher (nil when there is none).
+func (f *TagFilter) RecordMatcher() RecordMatcher {
+	if f == nil {
+		return nil
+	}
+	return f.match
+}

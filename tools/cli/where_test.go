@@ -1,0 +1,31 @@
+package cli
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// metaq consume --where: the broker selects by expression, anonymously and
+// as a group member; a bad expression is a usage error naming its position.
+func TestConsumeWhere(t *testing.T) {
+	c := newCluster(t, 1, map[string]int{"orders": 2}, false)
+	for _, tag := range []string{"a", "b", "c"} {
+		c.mustRun("produce", "-t", "orders", "--tag", tag, "-m", tag+"1", "-m", tag+"2", "--quiet")
+	}
+	for _, args := range [][]string{
+		{"consume", "-t", "orders", "--from", "earliest", "--where", "TAGS IN ('a','c')", "--count", "4", "--timeout", "20s"},
+		{"consume", "-t", "orders", "-g", "where-g", "--where", "tag = 'a' OR tag = 'c'", "--count", "4", "--timeout", "20s"},
+	} {
+		out := c.mustRun(args...)
+		lines := strings.Fields(out)
+		slices.Sort(lines)
+		if !slices.Equal(lines, []string{"a1", "a2", "c1", "c2"}) {
+			t.Fatalf("%v printed %q", args, out)
+		}
+	}
+	_, stderr, code := c.run("consume", "-t", "orders", "--where", "TAGS IN ('a',", "--timeout", "5s")
+	if code != ExitUsage || !strings.Contains(stderr, "syntax error at position 14") {
+		t.Fatalf("bad --where: exit %d, stderr %q", code, stderr)
+	}
+}
