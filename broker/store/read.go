@@ -394,7 +394,7 @@ func (s *Store) OffsetForTime(topic string, partition int32, tsMs int64) int64 {
 	}
 	lo, hi := p.min.Load(), p.indexed.Load()
 	if hi < p.next.Load() {
-		s.catchUp(s.appendedLimit())
+		s.catchUp(s.clog.appendedLimit())
 		hi = p.indexed.Load()
 	}
 	q, _ := s.searchUnits(p, lo, hi, func(phys int64, size int32) bool {
