@@ -81,6 +81,7 @@ func (s *Store) wakeDispatcher() {
 // setIndexErr records (err != nil) or clears a sticky index write error;
 // appends are refused while it is set.
 func (s *Store) setIndexErr(err error) {
+	s.dispFailing.Store(err != nil)
 	switch set, cleared := s.clog.setRefusal(err); {
 	case set:
 		s.log.Error("index write failed; appends are refused until the dispatcher's retry succeeds", "err", err)

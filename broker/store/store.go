@@ -176,7 +176,8 @@ type Store struct {
 	clog *commitLog
 
 	// Published position: indexes cover every record below this.
-	dispatched atomic.Int64
+	dispatched  atomic.Int64
+	dispFailing atomic.Bool // the dispatcher is retrying after an index write error (catchUp gives up sooner)
 
 	ckptMu    sync.Mutex
 	lastCkpt  *checkpointData // guarded by ckptMu
