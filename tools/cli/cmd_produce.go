@@ -28,6 +28,7 @@ type produceOpts struct {
 	window    int
 	quiet     bool
 	broker    string
+	delay     produceDelay // produce_delay.go
 }
 
 type sentRow struct {
@@ -59,7 +60,9 @@ An input without any message (an empty file or stdin) sends nothing and exits 1.
   metaq produce -t orders -m '{"id":42}' --tag paid --key o-42
   seq 1000 | metaq produce -t test --quiet
   metaq produce -t test -m ping --count 100000 --quiet
-  metaq produce -t test --file payload.bin --whole --broker 127.0.0.1:8123`,
+  metaq produce -t test --file payload.bin --whole --broker 127.0.0.1:8123
+  metaq produce -t orders -m reminder --delay 30m
+  metaq produce -t orders -m later --deliver-at 2026-12-24T18:00:00+01:00`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return app.produce(cmd, &o)
@@ -77,6 +80,7 @@ An input without any message (an empty file or stdin) sends nothing and exits 1.
 	f.IntVar(&o.window, "window", 128, "most puts in flight")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print only a summary")
 	f.StringVar(&o.broker, "broker", "", "send to this broker (host:port) directly, without ZooKeeper")
+	o.delay.flags(f)
 	_ = cmd.MarkFlagRequired("topic")
 	return cmd
 }
@@ -102,7 +106,7 @@ func (o *produceOpts) validate() error {
 			return usageErr("bad --key %q: keys are single words", k)
 		}
 	}
-	return nil
+	return o.delay.validate()
 }
 
 func (a *App) produce(cmd *cobra.Command, o *produceOpts) error {
@@ -221,6 +225,7 @@ func (r *produceRun) sendAll(ctx context.Context, items <-chan readItem) error {
 			return fmt.Errorf("reading messages: %w", it.err)
 		}
 		msg := &client.Message{Topic: r.o.topic, Body: it.body, Tag: r.o.tag, Keys: r.o.keys} // never modified: shared by its --count sends
+		r.o.delay.apply(msg)
 		for range r.o.count {
 			if r.firstErr != nil || ctx.Err() != nil {
 				return nil

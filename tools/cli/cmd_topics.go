@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/metaqgo/metaq/client"
+	"github.com/metaqgo/metaq/protocol"
 	"github.com/metaqgo/metaq/zkmeta"
 )
 
@@ -36,6 +37,7 @@ type topicDetail struct {
 }
 
 func newTopicsCommand(app *App) *cobra.Command {
+	var all bool
 	list := func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
 		zc, octx, cancel, err := app.zkRequest(ctx)
@@ -49,6 +51,9 @@ func newTopicsCommand(app *App) *cobra.Command {
 		}
 		out := []topicSummary{}
 		for _, t := range topics {
+			if !all && protocol.IsSystemTopic(t) { // %SCHEDULE%, %RETRY%<group>, %DLQ%<group>
+				continue
+			}
 			sub, err := zc.Partitions(octx, t, zkmeta.Subscribe)
 			if err != nil {
 				return zkErr(err)
@@ -90,6 +95,7 @@ func newTopicsCommand(app *App) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE:  list,
 	}
+	cmd.PersistentFlags().BoolVar(&all, "all", false, "include system topics (%SCHEDULE%, %RETRY%<group>, %DLQ%<group>)")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List the topics registered in ZooKeeper",

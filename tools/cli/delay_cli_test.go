@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/metaqgo/metaq/zkmeta/zktest"
+)
+
+func TestProduceDelayedAndDLQCommands(t *testing.T) {
+	c := newCluster(t, 1, map[string]int{"d": 1}, false)
+	at := strconv.FormatInt(time.Now().Add(time.Second).UnixMilli(), 10)
+	for _, args := range [][]string{{"--delay", "500ms"}, {"--delay-level", "1"}, {"--deliver-at", at}} {
+		out := c.mustRun(append([]string{"produce", "-t", "d", "-m", "later " + args[0], "--json"}, args...)...)
+		if s := jsonLines[sentRow](t, out); len(s) != 1 || s[0].Offset != -1 {
+			t.Fatalf("produce %v: %s", args, out)
+		}
+	}
+	if _, _, code := c.run("produce", "-t", "d", "-m", "x", "--delay", "1s", "--delay-level", "2"); code != ExitUsage {
+		t.Fatalf("two delay flags: exit %d", code)
+	}
+	if _, _, code := c.run("produce", "-t", "d", "-m", "x", "--deliver-at", "tomorrow"); code != ExitUsage {
+		t.Fatalf("bad --deliver-at: exit %d", code)
+	}
+	messages := func() int64 {
+		out, _, code := c.run("topics", "describe", "d", "--json")
+		var d topicDetail
+		if code != 0 || json.Unmarshal([]byte(out), &d) != nil {
+			return -1
+		}
+		return d.Messages
+	}
+	zktest.Eventually(t, 30*time.Second, func() bool { return messages() == 3 }, "3 delayed messages delivered")
+	out := c.mustRun("delayed", "stats", "--json")
+	var rows []delayedRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 || rows[0].Error != "" || rows[0].Delivered != 3 || rows[0].Pending != 0 {
+		t.Fatalf("delayed stats: %s", out)
+	}
+	if out := c.mustRun("delayed", "stats"); !strings.Contains(out, "PENDING") {
+		t.Fatalf("delayed stats table: %s", out)
+	}
+
+	// A dead letter, given back by a consumer of group g.
+	out = c.mustRun("produce", "-t", "d", "-m", "poison", "--tag", "p", "--json")
+	sent := jsonLines[sentRow](t, out)
+	cl := c.brokers[0].Dial()
+	cl.Send(fmt.Sprintf("retry g %d -1 5 handler%%20failed\r\n", sent[0].MsgID))
+	if r := cl.Reply(); r.Code != 200 {
+		t.Fatalf("retry: %d %s", r.Code, r.Body)
+	}
+	var dl []dlqRow
+	zktest.Eventually(t, 20*time.Second, func() bool {
+		out, _, code := c.run("dlq", "list", "-g", "g", "--json")
+		return code == 0 && json.Unmarshal([]byte(out), &dl) == nil && len(dl) == 1
+	}, "one dead letter listed")
+	if dl[0].Topic != "d" || dl[0].Reason != "handler failed" || dl[0].OrigMsgID != strconv.FormatInt(sent[0].MsgID, 10) || dl[0].Tag != "p" {
+		t.Fatalf("dead letter %+v", dl[0])
+	}
+	if out := c.mustRun("dlq", "list", "-g", "g"); !strings.Contains(out, "handler failed") {
+		t.Fatalf("dlq list table: %s", out)
+	}
+	if _, _, code := c.run("dlq", "resend", "-g", "g"); code != ExitUsage {
+		t.Fatalf("resend without --msg-id/--all: exit %d", code)
+	}
+	c.mustRun("dlq", "resend", "-g", "g", "--msg-id", strconv.FormatInt(dl[0].MsgID, 10))
+	zktest.Eventually(t, 20*time.Second, func() bool { return messages() == 5 }, "the dead letter is back on d")
+	// System topics are hidden unless --all.
+	if out := c.mustRun("topics"); strings.Contains(out, "%DLQ%") {
+		t.Fatalf("topics lists system topics: %s", out)
+	}
+	zktest.Eventually(t, 20*time.Second, func() bool {
+		out, _, _ := c.run("topics", "--all")
+		return strings.Contains(out, "%DLQ%g")
+	}, "topics --all lists %%DLQ%%g")
+}
