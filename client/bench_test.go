@@ -9,6 +9,7 @@ import (
 
 	"github.com/metaqgo/metaq/broker/brokertest"
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/protocol"
 	"github.com/metaqgo/metaq/zkmeta/zktest"
 )
 
@@ -21,6 +22,16 @@ func benchStore(c *store.Config) { c.SegmentSize, c.IndexFileSize = 256<<20, 4<<
 //
 //	go test -run '^$' -bench ProducerSendAsync -benchtime 2000000x ./client
 func BenchmarkProducerSendAsync(b *testing.B) {
+	benchSendAsync(b, &Message{Topic: "bench", Body: make([]byte, 100)})
+}
+
+// BenchmarkProducerSendAsyncProps is BenchmarkProducerSendAsync with a tag
+// and two keys: a properties line (built in a pooled buffer) on every put.
+func BenchmarkProducerSendAsyncProps(b *testing.B) {
+	benchSendAsync(b, &Message{Topic: "bench", Body: make([]byte, 100), Tag: "paid", Keys: []string{"order-4711", "customer-42"}})
+}
+
+func benchSendAsync(b *testing.B, msg *Message) {
 	br := brokertest.RunBroker(b, brokertest.Options{Topics: map[string]int{"bench": 4}, Logger: testLogger(),
 		StoreConf: benchStore})
 	p, err := NewProducer(Config{Brokers: []string{br.Addr}, MaxInFlight: 1000, Logger: testLogger()})
@@ -29,7 +40,6 @@ func BenchmarkProducerSendAsync(b *testing.B) {
 	}
 	defer p.Close()
 	ctx := context.Background()
-	msg := &Message{Topic: "bench", Body: make([]byte, 100)}
 	var wg sync.WaitGroup
 	var fails atomic.Int64
 	cb := func(_ SendResult, err error) {
@@ -124,5 +134,24 @@ func BenchmarkConsumer(b *testing.B) {
 	b.StopTimer()
 	if el := time.Duration(last.Load() - first.Load()); el > 0 && b.N > 1 {
 		b.ReportMetric(float64(b.N-1)/el.Seconds(), "msgs/s")
+	}
+}
+
+// BenchmarkEncodePut is the client's side of a put without the network: the
+// send state, the properties line, the data block, checksum and encoding
+// into a write buffer.
+func BenchmarkEncodePut(b *testing.B) {
+	p := &Producer{opts: &ProducerOptions{Selector: RoundRobin()}}
+	msg := &Message{Topic: "bench", Body: make([]byte, 100), Tag: "paid", Keys: []string{"order-4711", "customer-42"}}
+	buf := make([]byte, 0, 64<<10)
+	b.SetBytes(100)
+	b.ReportAllocs()
+	for b.Loop() {
+		s, err := p.newSend(msg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf = protocol.AppendPutMessage(buf[:0], msg.Topic, 1, &s.data, s.data.Checksum(), 1)
+		s.release()
 	}
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -352,7 +353,10 @@ func TestReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	p, err := NewProducer(Config{Brokers: []string{addr}, Logger: testLogger(), ReconnectBackoff: 10 * time.Millisecond, MaxReconnectBackoff: 200 * time.Millisecond})
+	// A send timeout longer than the test: a send that fails at all while
+	// the broker is down failed fast, not by waiting (no clock involved).
+	p, err := NewProducer(Config{Brokers: []string{addr}, Logger: testLogger(), ReconnectBackoff: 10 * time.Millisecond, MaxReconnectBackoff: 200 * time.Millisecond,
+		Producer: ProducerOptions{SendTimeout: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,12 +370,12 @@ func TestReconnect(t *testing.T) {
 		_, err := a.Version(ctx, addr)
 		return err != nil
 	}, "broker down")
-	t0 := time.Now()
-	if _, err := p.Send(ctx, &Message{Topic: "orders", Body: []byte("down")}); err == nil || !IsRetriable(err) {
+	_, err = p.Send(ctx, &Message{Topic: "orders", Body: []byte("down")})
+	if err == nil || !IsRetriable(err) {
 		t.Fatalf("send to a stopped broker: %v", err)
 	}
-	if d := time.Since(t0); d > time.Second {
-		t.Fatalf("send to a down broker took %s: should fail fast", d)
+	if errors.Is(err, ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("send to a down broker waited for a deadline instead of failing fast: %v", err)
 	}
 	cl.start(1, func(o *brokertest.Options) {
 		o.Dir = dir
@@ -407,12 +411,12 @@ func TestBrokerShutdownWithBusyClient(t *testing.T) {
 		}
 	}()
 	time.Sleep(100 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	// Shutdown returns the context's error when it had to wait it out and
+	// cut the connections: nil means it finished by itself (no clock).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	t0 := time.Now()
-	err = b.Server.Shutdown(ctx)
-	if err != nil || time.Since(t0) > time.Second {
-		t.Fatalf("Shutdown took %s: %v", time.Since(t0), err)
+	if err := b.Server.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown waited out its context with a busy client: %v", err)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/valyala/bytebufferpool"
+
 	"github.com/metaqgo/metaq/protocol"
 )
 
@@ -85,11 +87,14 @@ type call struct {
 	done   chan struct{} // cap 1: signalled by finish when onDone is nil
 	onDone func(*call)   // async completion, run by whoever completes the call
 
-	// async put state (producer)
-	send sendState
+	bodyBuf *bytebufferpool.ByteBuffer // holds body (kindOther), back to its pool on reset
 }
 
-var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+// newCall returns a call that is not pooled (a producer's send owns its
+// call; see sendState).
+func newCall() *call { return &call{done: make(chan struct{}, 1)} }
+
+var callPool = sync.Pool{New: func() any { return newCall() }}
 
 func getCall(kind callKind) *call {
 	cl := callPool.Get().(*call)
@@ -98,14 +103,19 @@ func getCall(kind callKind) *call {
 }
 
 func putCall(cl *call) {
+	cl.reset()
+	callPool.Put(cl)
+}
+
+// reset clears the result (and onDone) for the call's next use.
+func (cl *call) reset() {
 	cl.code, cl.value, cl.err, cl.onDone = 0, false, nil, nil
 	cl.msgID, cl.partition, cl.offset = 0, 0, 0
-	if cap(cl.body) > 64<<10 {
-		cl.body = nil
+	cl.body = nil
+	if cl.bodyBuf != nil {
+		bytebufferpool.Put(cl.bodyBuf)
+		cl.bodyBuf = nil
 	}
-	cl.body = cl.body[:0]
-	cl.send = sendState{props: cl.send.props[:0]}
-	callPool.Put(cl)
 }
 
 func (cl *call) finish() {
@@ -130,7 +140,13 @@ func (cl *call) setReply(addr string, rep *protocol.Reply) {
 	case cl.kind == kindGet && cl.value:
 		cl.body = append(make([]byte, 0, len(rep.Body)), rep.Body...)
 	default:
-		cl.body = append(cl.body[:0], rep.Body...)
+		// Variable-size (a stats body, an error text): bytebufferpool
+		// recycles the buffers and drops the rare huge one.
+		if cl.bodyBuf == nil {
+			cl.bodyBuf = bytebufferpool.Get()
+		}
+		cl.bodyBuf.B = append(cl.bodyBuf.B[:0], rep.Body...)
+		cl.body = cl.bodyBuf.B
 	}
 }
 
@@ -247,13 +263,19 @@ type brokerConn struct {
 	hbPending atomic.Bool
 	hbDone    func(*call)
 
-	mu       sync.Mutex
-	state    connState
-	ready    chan struct{} // closed once the first dial finished
-	downErr  error
-	cur      *generation
-	pending  pendingTable
-	nextOp   int32
+	mu      sync.Mutex
+	state   connState
+	ready   chan struct{} // closed once the first dial finished
+	downErr error
+	cur     *generation
+	pending pendingTable
+	nextOp  int32
+	// Requests are encoded straight into wbuf; the writer swaps it with
+	// spare and writes it out, so a connection owns exactly two buffers
+	// for its life and encoding allocates nothing. Not a pool's job (no
+	// buffer changes hands), so not bytebufferpool's: that one holds the
+	// variable-size pieces built per request (a put's properties line,
+	// sendState) and copied replies (call.bodyBuf).
 	wbuf     []byte
 	spare    []byte
 	closeErr error
@@ -402,16 +424,15 @@ func (c *brokerConn) closedErr() error {
 
 // startPut registers and queues a put. With cl.onDone nil the caller waits
 // with c.wait; otherwise onDone runs on completion.
-func (c *brokerConn) startPut(ctx context.Context, cl *call, deadline int64, topic string, partition int32, d *dataBlock, checksum bool) error {
+func (c *brokerConn) startPut(ctx context.Context, cl *call, deadline int64, topic string, partition int32, d *protocol.MessageData, checksum bool) error {
 	sum := protocol.ChecksumNone
 	if checksum {
-		sum = d.checksum()
+		sum = d.Checksum() // before begin: not under c.mu
 	}
 	if err := c.begin(ctx, cl, deadline); err != nil {
 		return err
 	}
-	c.wbuf = protocol.AppendPutHeader(c.wbuf, topic, partition, d.size(), d.flag, sum, "", cl.opaque)
-	c.wbuf = d.appendTo(c.wbuf)
+	c.wbuf = protocol.AppendPutMessage(c.wbuf, topic, partition, d, sum, cl.opaque)
 	c.end()
 	return nil
 }
@@ -419,7 +440,7 @@ func (c *brokerConn) startPut(ctx context.Context, cl *call, deadline int64, top
 // put sends a put (cl without onDone) and waits for its reply, bounded by ctx
 // and timeout; a reply other than success is a *BrokerError. On success the
 // result is in cl.
-func (c *brokerConn) put(ctx context.Context, cl *call, timeout time.Duration, topic string, partition int32, d *dataBlock, checksum bool) error {
+func (c *brokerConn) put(ctx context.Context, cl *call, timeout time.Duration, topic string, partition int32, d *protocol.MessageData, checksum bool) error {
 	if err := c.startPut(ctx, cl, c.deadlineFor(ctx, timeout), topic, partition, d, checksum); err != nil {
 		return err
 	}

@@ -561,8 +561,11 @@ func (c *Consumer) committer() {
 		case <-c.ctx.Done():
 			return
 		case <-t.C:
-			// Not derived from c.ctx: an abandoned ZooKeeper write still lands,
-			// possibly after the final commit of Close.
+			// Not derived from c.ctx, so Close does not cut a commit half-way.
+			// One abandoned at the timeout may still reach ZooKeeper after
+			// Close's final commit; the offset store's writes are conditional
+			// and never move an offset back (zkoffsets.go), so it writes
+			// nothing then.
 			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
 			if err := c.commitAll(ctx); err != nil && c.ctx.Err() == nil {
 				c.log.Warn("metaq client: committing offsets", "err", err)

@@ -225,10 +225,12 @@ func TestHandlerErrorRedelivery(t *testing.T) {
 	if fmt.Sprint(order) != "[0 1 2]" {
 		t.Fatalf("order %v", order)
 	}
+	// Each redelivery waits at least the policy's delay (40, 80, 160 ms).
+	// No upper bound: a loaded machine may stretch any wait; the policy's
+	// exact delays are checked by TestBackoffDelay, without a clock.
 	for i, want := range []time.Duration{40, 80, 160} {
-		got := attempts[i+1].Sub(attempts[i])
-		if got < want*time.Millisecond || got > want*time.Millisecond+300*time.Millisecond {
-			t.Fatalf("delay before attempt %d: %s, want ≈%dms (all: %v)", i+2, got, want, attempts)
+		if got := attempts[i+1].Sub(attempts[i]); got < want*time.Millisecond {
+			t.Fatalf("delay before attempt %d: %s, want at least %dms (all: %v)", i+2, got, want, attempts)
 		}
 	}
 }

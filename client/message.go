@@ -1,11 +1,8 @@
 package client
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"strconv"
 	"strings"
 	"time"
@@ -152,68 +149,11 @@ func appendProps(dst []byte, m *Message) []byte {
 	return dst
 }
 
-// dataBlock describes a put's data block: [props '\n'] [attrLen attr] body.
-type dataBlock struct {
-	props   []byte
-	attr    string
-	hasAttr bool
-	body    []byte
-	flag    int32
-}
-
-func newDataBlock(m *Message, props []byte) dataBlock {
-	d := dataBlock{props: props, attr: m.Attribute, hasAttr: m.Attribute != "", body: m.Body}
-	d.flag = m.Flag &^ (protocol.FlagHasAttribute | protocol.FlagHasProperties)
-	if len(props) > 0 {
-		d.flag |= protocol.FlagHasProperties
-	}
-	if d.hasAttr {
-		d.flag |= protocol.FlagHasAttribute
-	}
-	return d
-}
-
-func (d *dataBlock) size() int {
-	n := len(d.body)
-	if len(d.props) > 0 {
-		n += len(d.props) + 1
-	}
-	if d.hasAttr {
-		n += 4 + len(d.attr)
-	}
-	return n
-}
-
-var newline = []byte{'\n'}
-
-// checksum is MetaQ's put checksum, CRC32-IEEE(data) & 0x7FFFFFFF, computed
-// over the pieces without assembling them.
-func (d *dataBlock) checksum() int32 {
-	var crc uint32
-	if len(d.props) > 0 {
-		crc = crc32.Update(crc, crc32.IEEETable, d.props)
-		crc = crc32.Update(crc, crc32.IEEETable, newline)
-	}
-	if d.hasAttr {
-		var l [4]byte
-		binary.BigEndian.PutUint32(l[:], uint32(len(d.attr)))
-		crc = crc32.Update(crc, crc32.IEEETable, l[:])
-		crc = crc32.Update(crc, crc32.IEEETable, []byte(d.attr))
-	}
-	crc = crc32.Update(crc, crc32.IEEETable, d.body)
-	return int32(crc & 0x7FFFFFFF)
-}
-
-func (d *dataBlock) appendTo(dst []byte) []byte {
-	if len(d.props) > 0 {
-		dst = append(dst, d.props...)
-		dst = append(dst, '\n')
-	}
-	if d.hasAttr {
-		dst = binary.BigEndian.AppendUint32(dst, uint32(len(d.attr)))
-		dst = append(dst, d.attr...)
-	}
-	return append(dst, d.body...)
+// messageData is msg's put data block, its properties line props (see
+// appendProps); the flag bits for properties and attribute are set by
+// protocol.MessageData.
+func messageData(m *Message, props []byte) protocol.MessageData {
+	return protocol.MessageData{Flag: m.Flag, Props: props, Attr: m.Attribute, HasAttr: m.Attribute != "", Payload: m.Body}
 }
 
 // decoder turns records into Messages, caching tag strings (a partition's
@@ -258,16 +198,8 @@ func (d *decoder) decode(m *Message, r *protocol.Record) {
 
 func (d *decoder) decodeProps(m *Message, props []byte) {
 	for len(props) > 0 {
-		var pair []byte
-		if i := bytes.IndexByte(props, '&'); i >= 0 {
-			pair, props = props[:i], props[i+1:]
-		} else {
-			pair, props = props, nil
-		}
-		k, v := pair, []byte(nil)
-		if i := bytes.IndexByte(pair, '='); i >= 0 {
-			k, v = pair[:i], pair[i+1:]
-		}
+		var k, v []byte
+		k, v, props = protocol.NextProperty(props)
 		switch string(k) {
 		case protocol.PropTag:
 			m.Tag = d.tag(v)

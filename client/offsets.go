@@ -30,29 +30,6 @@ type OffsetStore interface {
 	Close() error
 }
 
-// NewZKOffsetStore stores group's offsets in ZooKeeper, MetaQ's way:
-// /consumers/<group>/offsets/<topic>/<brokerId>-<partition> holds
-// "<msgId>-<next offset>". Commits are written at once.
-func NewZKOffsetStore(zk *zkmeta.Client, group string) OffsetStore {
-	return &zkOffsetStore{zk: zk, group: group}
-}
-
-type zkOffsetStore struct {
-	zk    *zkmeta.Client
-	group string
-}
-
-func (s *zkOffsetStore) Load(ctx context.Context, topic string, p Partition) (Offset, bool, error) {
-	return s.zk.LoadOffset(ctx, s.group, topic, p)
-}
-
-func (s *zkOffsetStore) Commit(ctx context.Context, topic string, p Partition, o Offset) error {
-	return s.zk.CommitOffset(ctx, s.group, topic, p, o)
-}
-
-func (s *zkOffsetStore) Flush(context.Context) error { return nil }
-func (s *zkOffsetStore) Close() error                { return nil }
-
 // FileOffsetStore keeps a group's offsets in one local JSON file,
 // <dir>/<group>.json, as MetaQ's LocalOffsetStorage does for broadcast
 // consumers. Flush writes a temporary file, fsyncs it and renames it over the

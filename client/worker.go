@@ -90,16 +90,21 @@ func (w *partWorker) stop(commit bool) {
 	w.cancel()
 	<-w.done
 	c := w.c
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
-	defer cancel()
+	// The final commit, and no commit of this worker after it. Its timeout
+	// starts once it holds commitMu: a periodic commit stuck on a slow
+	// ZooKeeper must not use up the final one's time.
+	w.commitMu.Lock()
 	if commit && !c.noCommit.Load() {
-		if err := w.commit(ctx); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
+		if err := w.commitLocked(ctx); err != nil {
 			c.log.Warn("metaq client: committing offset of a released partition", w.logArgs("err", err)...)
 		}
+		cancel()
 	}
-	w.commitMu.Lock()
 	w.final = true
 	w.commitMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
+	defer cancel()
 	// Release even when no claim succeeded: a claim that timed out may
 	// still have created the node (ReleasePartition deletes only our own).
 	if !c.opts.Broadcast && !c.noCommit.Load() {
@@ -227,6 +232,10 @@ func (w *partWorker) setCommitted(o Offset) {
 func (w *partWorker) commit(ctx context.Context) error {
 	w.commitMu.Lock()
 	defer w.commitMu.Unlock()
+	return w.commitLocked(ctx)
+}
+
+func (w *partWorker) commitLocked(ctx context.Context) error {
 	if w.final || !w.tr.ready() || w.c.noCommit.Load() {
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 )
 
 // The data block of a put, as sent (docs/protocol.md §3, "The data block"):
@@ -77,23 +78,105 @@ func AttributeOf(flag int32, data []byte) (attr, payload []byte, err error) {
 	return data[4 : 4+n : 4+n], data[4+n:], nil
 }
 
+// MessageData is a put's data block in its pieces: a client checksums and
+// writes it without assembling it first (AppendTo appends it straight into
+// the connection's write buffer).
+type MessageData struct {
+	Flag    int32  // the message's flag; bits 0 and 1 are set from the pieces (SendFlag)
+	Props   []byte // properties line without its '\n' (a URL query string); empty: none
+	Attr    string // MetaQ's attribute, sent when HasAttr (possibly empty)
+	HasAttr bool
+	Payload []byte
+}
+
+// SendFlag is the flag to send: Flag with bit 1 set when there is a
+// properties line and bit 0 when there is an attribute, cleared otherwise.
+func (d *MessageData) SendFlag() int32 {
+	f := d.Flag &^ (FlagHasProperties | FlagHasAttribute)
+	if len(d.Props) > 0 {
+		f |= FlagHasProperties
+	}
+	if d.HasAttr {
+		f |= FlagHasAttribute
+	}
+	return f
+}
+
+// Len is the size of the data block.
+func (d *MessageData) Len() int {
+	n := len(d.Payload)
+	if len(d.Props) > 0 {
+		n += len(d.Props) + 1
+	}
+	if d.HasAttr {
+		n += 4 + len(d.Attr)
+	}
+	return n
+}
+
+var newline = []byte{'\n'}
+
+// Checksum is MessageChecksum of the data block, computed over the pieces.
+func (d *MessageData) Checksum() int32 {
+	var crc uint32
+	if len(d.Props) > 0 {
+		crc = crc32.Update(crc, crc32.IEEETable, d.Props)
+		crc = crc32.Update(crc, crc32.IEEETable, newline)
+	}
+	if d.HasAttr {
+		n := uint32(len(d.Attr))
+		crc = crcBytes(crc, string([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}))
+		crc = crcBytes(crc, d.Attr)
+	}
+	crc = crc32.Update(crc, crc32.IEEETable, d.Payload)
+	return int32(crc & 0x7FFFFFFF)
+}
+
+// crcBytes is crc32.Update(crc, IEEETable, []byte(s)) a byte at a time,
+// without the conversion (which allocates: Update's argument escapes). For
+// the attribute and its length, a few bytes.
+func crcBytes(crc uint32, s string) uint32 {
+	c := ^crc
+	for i := 0; i < len(s); i++ {
+		c = crc32.IEEETable[byte(c)^s[i]] ^ (c >> 8)
+	}
+	return ^c
+}
+
+// AppendTo appends the data block to dst.
+func (d *MessageData) AppendTo(dst []byte) []byte {
+	return appendMessageData(dst, d.Props, d.Attr, d.HasAttr, d.Payload)
+}
+
+// AppendPutMessage appends a whole put of d: header line (see
+// AppendPutHeader for the forms) and data block. Pass d.Checksum() as
+// checksum to have the broker verify the data, ChecksumNone for the 6-field
+// form.
+func AppendPutMessage(dst []byte, topic string, partition int32, d *MessageData, checksum int32, opaque int32) []byte {
+	dst = AppendPutHeader(dst, topic, partition, d.Len(), d.SendFlag(), checksum, "", opaque)
+	return d.AppendTo(dst)
+}
+
 // AppendMessageData appends a put data block to dst and returns it with the
 // flag to send: bit 1 is set when props is not empty (props must be a URL
 // query string without '\n', at most MaxPropertiesLen bytes), bit 0 when
 // hasAttr (MetaQ's attribute, possibly empty). Other bits of flag are kept.
+// (MessageData is the same block in pieces.)
 func AppendMessageData(dst []byte, flag int32, props []byte, attr []byte, hasAttr bool, payload []byte) ([]byte, int32) {
-	flag &^= FlagHasProperties | FlagHasAttribute
+	d := MessageData{Flag: flag, Props: props, HasAttr: hasAttr}
+	return appendMessageData(dst, props, attr, hasAttr, payload), d.SendFlag()
+}
+
+func appendMessageData[A string | []byte](dst, props []byte, attr A, hasAttr bool, payload []byte) []byte {
 	if len(props) > 0 {
-		flag |= FlagHasProperties
 		dst = append(dst, props...)
 		dst = append(dst, '\n')
 	}
 	if hasAttr {
-		flag |= FlagHasAttribute
 		dst = binary.BigEndian.AppendUint32(dst, uint32(len(attr)))
 		dst = append(dst, attr...)
 	}
-	return append(dst, payload...), flag
+	return append(dst, payload...)
 }
 
 // TagExprMatchHash reports whether a record whose tag hash is h may match the

@@ -18,19 +18,26 @@ const (
 	PropBornTime   = "bornTime"
 )
 
+// NextProperty splits the first `key=value` pair off props: key and value
+// are raw (still URL-escaped; value is nil when the pair has no '='), rest
+// is what follows the '&'. Loop while len(props) > 0. It does not allocate.
+func NextProperty(props []byte) (key, value, rest []byte) {
+	pair := props
+	if i := bytes.IndexByte(props, '&'); i >= 0 {
+		pair, rest = props[:i], props[i+1:]
+	}
+	key = pair
+	if i := bytes.IndexByte(pair, '='); i >= 0 {
+		key, value = pair[:i], pair[i+1:]
+	}
+	return key, value, rest
+}
+
 // PropertyRaw returns the raw (still URL-escaped) value of key in props.
 func PropertyRaw(props []byte, key string) ([]byte, bool) {
 	for len(props) > 0 {
-		var pair []byte
-		if i := bytes.IndexByte(props, '&'); i >= 0 {
-			pair, props = props[:i], props[i+1:]
-		} else {
-			pair, props = props, nil
-		}
-		k, v := pair, []byte(nil)
-		if i := bytes.IndexByte(pair, '='); i >= 0 {
-			k, v = pair[:i], pair[i+1:]
-		}
+		var k, v []byte
+		k, v, props = NextProperty(props)
 		if string(k) == key {
 			return v, true
 		}

@@ -11,7 +11,7 @@ usage() {
 Usage: $(basename "$0") [go test arguments…]
 
   1. installs what the tests need: Debian's zookeeper package (through scripts/zk.sh) and, for
-     -race (cgo), gcc when there is no C compiler
+     -race (cgo), gcc when there is no C compiler, and chromium for the dashboard's browser tests
   2. starts a private ZooKeeper on a free loopback port (tickTime 500 ms, no fsync, data in a
      temporary directory), stopped again when the script ends (also on Ctrl-C)
   3. gofmt -l (every .go file must be formatted)
@@ -66,6 +66,25 @@ ensure_cc() {
 	TEST_RACE=0
 }
 ensure_cc
+
+# The dashboard's browser tests (broker/httpapi) drive Debian's chromium with chromedp: install
+# it when missing. Without it they skip, except under CI, where they fail.
+ensure_chromium() {
+	local b
+	for b in chromium chromium-browser google-chrome; do
+		command -v "$b" >/dev/null 2>&1 && return 0
+	done
+	msg "no chromium for the dashboard's browser tests; installing Debian's chromium"
+	local sudo=()
+	if [[ "$(id -u)" != 0 ]] && command -v sudo >/dev/null 2>&1; then sudo=(sudo); fi
+	export DEBIAN_FRONTEND=noninteractive
+	if command -v apt-get >/dev/null 2>&1 &&
+		{ "${sudo[@]}" apt-get install -y chromium || { "${sudo[@]}" apt-get update && "${sudo[@]}" apt-get install -y chromium; }; }; then
+		return 0
+	fi
+	err "could not install chromium: the browser tests will be skipped (or fail under CI)"
+}
+ensure_chromium
 
 # A free loopback port for ZooKeeper, below the kernel's ephemeral range (a port in that range can
 # be taken at any moment as the local end of an outgoing connection, and then ZooKeeper's bind

@@ -108,12 +108,9 @@ func TestTopicRegistrationAtRuntime(t *testing.T) {
 	wantEphemeral(t, c, "/meta/brokers/ids/5/master", "meta://broker5.example:8123")
 	wantAbsent(t, c, "/meta/brokers/topics")
 
-	// RegisterTopic must not block (the broker calls it on a put); WaitTopic waits.
-	start := time.Now()
+	// RegisterTopic must not block (the broker calls it on a put; checked with ZooKeeper down
+	// in TestZooKeeperRestart, without a clock); WaitTopic waits.
 	must(t, r.RegisterTopic("wild.1", zkmeta.DefaultTopicConfig(3)))
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("RegisterTopic took %s", d)
-	}
 	must(t, r.WaitTopic(ctxT(t, 10*time.Second), "wild.1"))
 	wantEphemeral(t, c, "/meta/brokers/topics/wild.1/5-m", "3")
 	wantEphemeral(t, c, "/meta/brokers/topics-pub/wild.1/5-m", `{"numParts":3,"broker":"5-m"}`)
@@ -168,9 +165,6 @@ func TestSessionExpiryReRegisters(t *testing.T) {
 			return c.SessionID() != old && r.Registered() && consumer.Registered()
 		}, "round %d: not re-registered after session expiry", round)
 		t.Logf("round %d: re-registered in %s (session 0x%x → 0x%x)", round, time.Since(start), old, c.SessionID())
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("re-registration took %s", d)
-		}
 		wantEphemeral(t, c, "/meta/brokers/ids/2/master", "meta://127.0.0.1:8200")
 		wantEphemeral(t, c, "/meta/brokers/topics/orders/2-m", "2")
 		wantEphemeral(t, c, "/meta/brokers/topics-pub/orders/2-m", `{"numParts":2,"broker":"2-m"}`)
@@ -294,8 +288,10 @@ func TestStaleNodeConflict(t *testing.T) {
 	if !errors.As(err, &ce) || !errors.Is(err, zk.ErrNodeExists) || ce.Holder != first.SessionID() {
 		t.Fatalf("Register = %v, want a ConflictError naming session 0x%x", err, first.SessionID())
 	}
-	if d := time.Since(start); d < time.Second || d > 5*time.Second {
-		t.Errorf("conflict reported after %s, want about 1s", d)
+	// Not before StaleNodeWait (a lower bound cannot be broken by a slow machine; the upper
+	// one is Register's 10 s context: a ConflictError proves it came first).
+	if d := time.Since(start); d < time.Second {
+		t.Errorf("conflict reported after %s, before StaleNodeWait (1s)", d)
 	}
 	wantAbsent(t, c, "/meta/brokers/topics/orders/3-m") // topics wait for the broker node
 	if n := getNode(t, c, "/meta/brokers/ids/3/master"); n.data != "meta://10.0.0.1:8123" {
@@ -324,9 +320,15 @@ func TestZooKeeperRestart(t *testing.T) {
 	z.Stop(t)
 	zktest.Eventually(t, 10*time.Second, func() bool { return !c.Connected() }, "client still connected after ZooKeeper stopped")
 	start := time.Now()
-	must(t, r.RegisterTopic("late", zkmeta.DefaultTopicConfig(1))) // must not fail nor block
-	if time.Since(start) > time.Second {
-		t.Errorf("RegisterTopic blocked for %s while ZooKeeper was down", time.Since(start))
+	// Must not fail nor block: it returns while ZooKeeper is still down (a blocking call would
+	// wait for ZooKeeper, which comes back only after this).
+	registered := make(chan error, 1)
+	go func() { registered <- r.RegisterTopic("late", zkmeta.DefaultTopicConfig(1)) }()
+	select {
+	case err := <-registered:
+		must(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("RegisterTopic blocked while ZooKeeper was down")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	if err := c.Put(ctx, "/x", []byte("1")); !errors.Is(err, context.DeadlineExceeded) {
@@ -369,14 +371,13 @@ func TestZooKeeperDownAtStart(t *testing.T) {
 
 	lg := newTestLog(t)
 	start := time.Now()
-	_, err := zkmeta.Connect(context.Background(), zkmeta.Config{ConnectString: z.Addr(), SessionTimeout: 2 * time.Second,
+	// A 30 s context: ErrNotConnected (not the context's error) means ConnectionTimeout ended it.
+	_, err := zkmeta.Connect(ctxT(t, 30*time.Second), zkmeta.Config{ConnectString: z.Addr(), SessionTimeout: 2 * time.Second,
 		ConnectionTimeout: 700 * time.Millisecond, Logger: lg})
 	if !errors.Is(err, zkmeta.ErrNotConnected) {
 		t.Fatalf("Connect to a stopped ZooKeeper = %v", err)
 	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("Connect gave up after %s", d)
-	}
+	t.Logf("Connect gave up after %s (ConnectionTimeout 700ms)", time.Since(start))
 
 	c, err := zkmeta.New(zkmeta.Config{ConnectString: z.Addr(), SessionTimeout: 2 * time.Second, Logger: lg})
 	must(t, err)

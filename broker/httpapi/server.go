@@ -42,15 +42,18 @@ type Options struct {
 
 // Server is a running HTTP side.
 type Server struct {
-	opts Options
-	log  *slog.Logger
-	reg  *prometheus.Registry
-	mux  *http.ServeMux
-	ln   net.Listener
-	hs   *http.Server
-	zk   *zkmeta.Client
-	lag  *lagTracker
-	hist *latencyHistograms
+	opts  Options
+	log   *slog.Logger
+	reg   *prometheus.Registry
+	mux   *http.ServeMux
+	ln    net.Listener
+	hs    *http.Server
+	zk    *zkmeta.Client
+	lag   *lagTracker
+	hist  *latencyHistograms
+	cl    *cluster
+	smp   *sampler
+	pages pages
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -115,6 +118,21 @@ func New(opts Options) (*Server, error) {
 		}
 		s.zk = zc
 	}
+	cl, err := newCluster(s.zk)
+	if err != nil {
+		if s.zk != nil {
+			s.zk.Close()
+		}
+		return nil, err
+	}
+	s.cl, s.smp = cl, newSampler(cl)
+	if s.zk != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.smp.run(s.ctx)
+		}()
+	}
 	if b := opts.Broker; b != nil {
 		s.hist = newLatencyHistograms()
 		s.hist.register(s.reg)
@@ -133,6 +151,8 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	s.routes()
+	s.apiRoutes()
+	s.pageRoutes()
 	return s, nil
 }
 
@@ -198,6 +218,7 @@ func (s *Server) Close() error {
 		}
 		s.cancel()
 		s.wg.Wait()
+		s.cl.close()
 		if s.zk != nil {
 			s.zk.Close()
 		}

@@ -153,15 +153,14 @@ func TestStagedRecordsAreReadableBeforeWriteOut(t *testing.T) {
 	if s.stage.written.Load() > a.PhysicalOffset {
 		t.Fatal("the record was written out by AppendAsync; the test needs it staged")
 	}
-	t0 := time.Now()
+	// With UnflushInterval 1 h and a threshold of 1000 nothing else writes the record out:
+	// found means the read did (a clock bound against catchUpTimeout, 50 ms, failed under
+	// load).
 	r, err := s.Read("rw", 0, a.QueueOffset, 4096, nil)
 	if err != nil || r.Status != ReadFound {
-		t.Fatalf("Read of a staged record: %v, status %v", err, r.Status)
+		t.Fatalf("Read of a staged record: %v, status %v (it waited instead of writing the record out)", err, r.Status)
 	}
 	r.Release()
-	if d := time.Since(t0); d >= catchUpTimeout {
-		t.Fatalf("Read waited %v (the catch-up timeout) instead of writing the record out", d)
-	}
 	a2, _, err := s.AppendAsync(&Message{Topic: "rw", Properties: []byte("keys=k2"), Data: []byte("staged too")})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/valyala/bytebufferpool"
+
 	"github.com/metaqgo/metaq/client"
 	"github.com/metaqgo/metaq/protocol"
 )
@@ -103,38 +105,44 @@ func validFormat(f string) error {
 	return usageErr("unknown --format %q (want text, json or verbose)", f)
 }
 
-// printMessage writes m to w in format f.
+// printMessage writes m to w in format f, in one Write. The output is built
+// in a bytebufferpool buffer: consume prints thousands of messages a second,
+// and the buffers (sized to the messages by the pool) are reused instead of
+// allocated per message.
 func printMessage(w io.Writer, f string, m *client.Message) error {
+	bb := bytebufferpool.Get()
+	defer bytebufferpool.Put(bb)
 	switch f {
 	case formatJSON:
-		enc := json.NewEncoder(w)
+		enc := json.NewEncoder(bb)
 		enc.SetEscapeHTML(false)
-		return enc.Encode(toJSON(m))
+		if err := enc.Encode(toJSON(m)); err != nil {
+			return err
+		}
 	case formatVerbose:
-		var sb strings.Builder
-		fmt.Fprintf(&sb, "# %s %s@%d msgId=%d storeTime=%s", m.Topic, m.Partition, m.Offset, m.MsgID, formatMs(m.StoreTime.UnixMilli()))
+		fmt.Fprintf(bb, "# %s %s@%d msgId=%d storeTime=%s", m.Topic, m.Partition, m.Offset, m.MsgID, formatMs(m.StoreTime.UnixMilli()))
 		if m.Tag != "" {
-			fmt.Fprintf(&sb, " tag=%s", m.Tag)
+			fmt.Fprintf(bb, " tag=%s", m.Tag)
 		}
 		if len(m.Keys) > 0 {
-			fmt.Fprintf(&sb, " keys=%s", strings.Join(m.Keys, ","))
+			fmt.Fprintf(bb, " keys=%s", strings.Join(m.Keys, ","))
 		}
 		if hasAttribute(m) {
-			fmt.Fprintf(&sb, " attribute=%q", m.Attribute)
+			fmt.Fprintf(bb, " attribute=%q", m.Attribute)
 		}
-		fmt.Fprintf(&sb, " bytes=%d\n", len(m.Body))
-		sb.Write(m.Body)
-		if len(m.Body) == 0 || m.Body[len(m.Body)-1] != '\n' {
-			sb.WriteByte('\n')
-		}
-		_, err := io.WriteString(w, sb.String())
-		return err
+		fmt.Fprintf(bb, " bytes=%d\n", len(m.Body))
+		bodyLine(bb, m.Body)
 	default:
-		b := m.Body
-		if len(b) == 0 || b[len(b)-1] != '\n' {
-			b = append(append([]byte{}, b...), '\n')
-		}
-		_, err := w.Write(b)
-		return err
+		bodyLine(bb, m.Body)
+	}
+	_, err := w.Write(bb.B)
+	return err
+}
+
+// bodyLine appends body and a '\n' unless it ends with one.
+func bodyLine(bb *bytebufferpool.ByteBuffer, body []byte) {
+	bb.B = append(bb.B, body...)
+	if len(body) == 0 || body[len(body)-1] != '\n' {
+		bb.B = append(bb.B, '\n')
 	}
 }

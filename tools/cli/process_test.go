@@ -212,14 +212,12 @@ func TestBrokerProcessSecondSignalForcesExit(t *testing.T) {
 	p := startBrokerProc(t, addr, "-c", ini)
 	p.signal(syscall.SIGTERM)
 	waitFor(t, 10*time.Second, func() bool { return strings.Contains(p.stderr.String(), "waiting before closing") }, "the stop did not begin")
-	start := time.Now()
 	p.signal(syscall.SIGTERM)
+	// The graceful stop would take 30 s (zkSyncTimeMs): exiting within the 10 s wait, with
+	// ExitFailure, is the forced exit.
 	code := p.wait(10 * time.Second)
 	if code != ExitFailure {
 		t.Fatalf("second signal: exit %d, want %d\n%s", code, ExitFailure, p.stderr.String())
-	}
-	if el := time.Since(start); el > 5*time.Second {
-		t.Fatalf("forced exit took %s", el)
 	}
 	if !strings.Contains(p.stderr.String(), "forcing exit") {
 		t.Fatalf("forced exit not logged:\n%s", p.stderr.String())
