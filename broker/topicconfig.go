@@ -66,7 +66,7 @@ func (o TopicOverride) JSON() []byte {
 // topicOverlay is what changes a Config's topics at run time.
 type topicOverlay struct {
 	online   atomic.Pointer[map[string]TopicOverride] // from ZooKeeper
-	reloaded atomic.Pointer[conf.Config]               // server.ini re-read (topic sections used)
+	reloaded atomic.Pointer[conf.Config]              // server.ini re-read (topic sections used)
 }
 
 var overlays sync.Map // *conf.Config → *topicOverlay
