@@ -66,6 +66,7 @@ type conn struct {
 
 	own ownPuts    // this connection's puts, for the gets after them (reader only; ordering.go)
 	put partialPut // a put whose data spans reads (reader only; putbudget.go)
+	rd  readTimes  // what the read deadline was set for (reader only; readbuf.go)
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup // writer + parked gets
@@ -180,7 +181,7 @@ func (c *conn) readLoop() {
 	buf := make([]byte, minReadBuf)
 	idle := c.srv.opts.IdleTimeout
 	for {
-		c.armReadDeadline(idle)
+		c.armReadDeadline(idle, len(buf) > minReadBuf)
 		// Shutdown sets shuttingDown, then the read deadline to now. Checking
 		// the flag after re-arming the deadline means either we see it here or
 		// Shutdown's deadline lands after ours and wakes the Read below.
@@ -221,6 +222,10 @@ func (c *conn) readLoop() {
 				if c.putExpired() {
 					c.cutExpiredPut()
 					return
+				}
+				if c.shrinkDue() {
+					buf = make([]byte, minReadBuf) // quiet: give the large read buffer back
+					continue
 				}
 				if c.parked.Load() > 0 || c.queued() {
 					continue // a long poll or a slow write is not idleness

@@ -1,9 +1,8 @@
 package broker
 
-import "github.com/metaqgo/metaq/broker/store"
-
-// SetAppendFault makes every put of s fail with f's error (nil f: none).
-func SetAppendFault(s *Server, f func(*store.Message) error) {
+// SetAppendFault makes the puts of s fail with f's error for their topic
+// (nil f: none).
+func SetAppendFault(s *Server, f func(topic string) error) {
 	if f == nil {
 		s.appendFault.Store(nil)
 		return

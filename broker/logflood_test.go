@@ -58,8 +58,8 @@ func TestClientCannotFloodTheLog(t *testing.T) {
 	var out logCapture
 	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b := brokertest.RunBroker(t, brokertest.Options{Logger: log})
-	broker.SetAppendFault(b.Server, func(m *store.Message) error {
-		if m.Topic == "test" {
+	broker.SetAppendFault(b.Server, func(topic string) error {
+		if topic == "test" {
 			return store.ErrDiskFull
 		}
 		return nil

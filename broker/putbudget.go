@@ -187,32 +187,10 @@ func (b *putBudget) snapshot() (used int64, waiting int) {
 
 // partialPut is the reader's view of a put whose data spans reads.
 type partialPut struct {
-	active   bool
-	last     protocol.PartialData
-	start    time.Time // first read that left it incomplete, or its reservation
-	held     int64     // bytes reserved from the budget for it
-	deadline bool      // a read deadline was set for it (to be cleared when idleTimeout is 0)
-}
-
-// armReadDeadline sets the read deadline before a Read: idleTimeout, or
-// sooner the deadline of a put whose data is in progress.
-func (c *conn) armReadDeadline(idle time.Duration) {
-	var d time.Time
-	if idle > 0 {
-		d = time.Now().Add(idle)
-	}
-	if c.put.active && c.srv.opts.PutDataTimeout > 0 {
-		if pd := c.put.start.Add(c.srv.opts.PutDataTimeout); d.IsZero() || pd.Before(d) {
-			d = pd
-		}
-		c.put.deadline = true
-	} else if d.IsZero() {
-		if !c.put.deadline {
-			return
-		}
-		c.put.deadline = false
-	}
-	_ = c.nc.SetReadDeadline(d)
+	active bool
+	last   protocol.PartialData
+	start  time.Time // first read that left it incomplete, or its reservation
+	held   int64     // bytes reserved from the budget for it
 }
 
 // trackPartialPut runs after each parsed read of n bytes: it notices a put
@@ -260,6 +238,7 @@ func (c *conn) trackPartialPut(n int) bool {
 		return false
 	}
 	c.put.held = want
+	c.parser.GrowData() // the reserved bytes are the buffer: no doubling garbage
 	// The data deadline counts from when the broker is ready to read it: time
 	// spent waiting for budget is not the client's.
 	c.put.start = time.Now()

@@ -18,7 +18,8 @@ import (
 //     connections cost ~1 KiB); data split across reads is accumulated in a
 //     reusable buffer that grows with the bytes actually received (at most
 //     the checked length, so a client that announces 4 MiB and stalls costs
-//     what it sent) and is kept between commands only up to 16 KiB;
+//     what it sent; GrowData allocates it whole once the caller has budgeted
+//     it) and is kept between commands only up to 16 KiB;
 //   - MaxLineLen is enforced at every byte, the data length is checked against
 //     MaxMessageSize as soon as its header line is complete, before any byte
 //     of data is buffered;
@@ -122,6 +123,20 @@ func (p *Parser) Partial() (PartialData, bool) {
 		return PartialData{Len: p.dataLen, Received: p.dataLen - p.need, Buffered: p.state == stData, Opaque: p.cmd.Opaque}, true
 	}
 	return PartialData{}, false
+}
+
+// GrowData makes room for the whole data block in progress at once (one
+// allocation of its announced length instead of growing with the bytes
+// received). The broker calls it once it has reserved that length from its
+// put-data budget, so the buffer it accounts for is the only one: growing
+// by doubling would also leave up to the same amount again as garbage.
+func (p *Parser) GrowData() {
+	if p.state != stData || cap(p.data) >= p.dataLen {
+		return
+	}
+	nb := make([]byte, len(p.data), p.dataLen)
+	copy(nb, p.data)
+	p.data = nb
 }
 
 // Reset forgets any partial command and a sticky error.
@@ -349,6 +364,9 @@ func (p *Parser) deliver(line []byte, h Handler) error {
 	}
 	p.state = stLine
 	err := h(c)
+	// The command is valid only during h: drop the data reference, so that a
+	// large put's buffer (released below) is not kept alive by p.cmd.
+	c.Data = nil
 	if err != nil {
 		return err
 	}

@@ -134,8 +134,8 @@ func (s *Service) Close() error {
 	default:
 	}
 	close(s.stop)
-	s.wg.Wait()
-	err := s.timer.close()
+	s.wg.Wait() // the timer and every level: no delivery after this
+	err := s.timer.finish()
 	if werr := s.st.WriteOut(); err == nil {
 		err = werr
 	}

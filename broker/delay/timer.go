@@ -54,7 +54,6 @@ type timer struct {
 	buf, scratch  []byte
 
 	wake chan struct{}
-	err  error
 
 	mu   sync.Mutex // guards snap
 	snap timerSnap
@@ -207,7 +206,9 @@ func (t *timer) run() {
 		}
 		break
 	}
-	t.err = t.finish()
+	// The final progress record is written by Close (finish), once every
+	// level goroutine has stopped too: written here, it could precede the
+	// last deliveries of a level still finishing its batch.
 }
 
 // step runs one round: index new records, roll hour buckets, load due
@@ -600,7 +601,9 @@ func (t *timer) snapshot() timerSnap {
 	return t.snap
 }
 
-// finish writes the last progress record and checkpoint on stop.
+// finish writes the last progress record and checkpoint on stop; Close
+// calls it after the timer and level goroutines have all returned, so the
+// record covers every delivery.
 func (t *timer) finish() error {
 	if err := t.flushWrites(); err != nil {
 		return err
@@ -610,5 +613,3 @@ func (t *timer) finish() error {
 	}
 	return t.checkpoint()
 }
-
-func (t *timer) close() error { return t.err }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"regexp"
 	"testing"
 	"time"
 
@@ -254,6 +256,16 @@ func TestMetricsConsumerLag(t *testing.T) {
 	}
 	if v := s.must(t, "metaq_consumer_group_members", "group", "billing"); v != 0 {
 		t.Errorf("members = %v, want 0", v)
+	}
+	// Every metric docs/alerts.yml uses exists (but the replication one, not there yet).
+	rules, err := os.ReadFile("../../docs/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range regexp.MustCompile(`metaq_[a-z_]+`).FindAllString(string(rules), -1) {
+		if _, ok := s[name]; !ok && name != "metaq_replication_slave_lag_bytes" {
+			t.Errorf("docs/alerts.yml uses %s, which /metrics does not export", name)
+		}
 	}
 	// The lag moves with puts between two reads of ZooKeeper.
 	c.Put("orders", 1, "m", 100)

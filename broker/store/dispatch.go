@@ -81,6 +81,7 @@ func (s *Store) wakeDispatcher() {
 // setIndexErr records (err != nil) or clears a sticky index write error;
 // appends are refused while it is set.
 func (s *Store) setIndexErr(err error) {
+	s.dispFailing.Store(err != nil)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {

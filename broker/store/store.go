@@ -216,6 +216,8 @@ type Store struct {
 	roundFull chan struct{}
 	dispKick  chan struct{}
 	dispSleep atomic.Bool
+	// The dispatcher is retrying after an index write error (catchUp gives up sooner).
+	dispFailing atomic.Bool
 
 	// Dispatch progress notification for catchUp (wait.go).
 	progMu      sync.Mutex
