@@ -16,6 +16,7 @@ import (
 func openDelay(c *conf.Config, st *store.Store, log *slog.Logger, zk *zkRegistration, adjust func(*delay.Config)) (*delay.Service, error) {
 	dc := delay.Config{
 		Store:             st,
+		BrokerID:          c.System.BrokerID,
 		Dir:               filepath.Join(c.System.DataPath, "delay"),
 		Levels:            c.System.Delay.DelayLevels(),
 		MaxReconsumeTimes: c.System.Delay.MaxReconsume(),

@@ -25,7 +25,8 @@ import (
 //
 //	off len field
 //	  0   8 due      unix ms when the message falls due (max(deliverAt, storeTime))
-//	  8   8 offset   queue offset of the record in %SCHEDULE% partition 0
+//	  8   8 msgId    the %SCHEDULE% partition-0 record's id (brokerId<<48 | physical
+//	                 offset: read without an index lookup)
 //
 // Entries carry no checksum of their own: a file whose length is not a
 // multiple of 16 has a torn tail, which is cut at startup; an entry whose
@@ -36,11 +37,12 @@ import (
 // streamed into second buckets (the roll), and only the buckets of the
 // next Lookahead are ever loaded into memory.
 //
-// index.ck is one line `v=1&qi=<offset>&rolled=<unix ms>` followed by the
-// 4-byte big-endian CRC-32C of that line, written temp → fsync → rename →
-// fsync dir. qi: every partition-0 record below it has its entry durable
-// in a bucket file. rolled: the hour boundary below which entries live in
-// second buckets.
+// index.ck is one line `v=1&qi=<offset>&pi=<msgId>&rolled=<unix ms>`
+// followed by the 4-byte big-endian CRC-32C of that line, written temp →
+// fsync → rename → fsync dir. Every partition-0 record below queue offset qi
+// (equivalently: with an id below pi) has its entry durable in a bucket
+// file. rolled: the hour boundary below which entries live in second
+// buckets.
 const (
 	entrySize   = 16
 	hourMs      = int64(3600 * 1000)
@@ -50,15 +52,15 @@ const (
 	coarsePrefx = "h"
 )
 
-type entry struct{ due, q int64 }
+type entry struct{ due, id int64 }
 
 func putEntry(b []byte, e entry) {
 	binary.BigEndian.PutUint64(b, uint64(e.due))
-	binary.BigEndian.PutUint64(b[8:], uint64(e.q))
+	binary.BigEndian.PutUint64(b[8:], uint64(e.id))
 }
 
 func getEntry(b []byte) entry {
-	return entry{due: int64(binary.BigEndian.Uint64(b)), q: int64(binary.BigEndian.Uint64(b[8:]))}
+	return entry{due: int64(binary.BigEndian.Uint64(b)), id: int64(binary.BigEndian.Uint64(b[8:]))}
 }
 
 func fineName(sec int64) string    { return finePrefix + strconv.FormatInt(sec, 10) }
@@ -83,10 +85,10 @@ func parseBucketName(name string) (byte, int64, bool) {
 	return 's', v, true
 }
 
-type checkpoint struct{ qi, rolled int64 }
+type checkpoint struct{ qi, pi, rolled int64 }
 
 func writeCheckpoint(dir string, ck checkpoint) error {
-	line := fmt.Sprintf("v=1&qi=%d&rolled=%d", ck.qi, ck.rolled)
+	line := fmt.Sprintf("v=1&qi=%d&pi=%d&rolled=%d", ck.qi, ck.pi, ck.rolled)
 	b := binary.BigEndian.AppendUint32([]byte(line), crc32.Checksum([]byte(line), crc32.MakeTable(crc32.Castagnoli)))
 	tmp := filepath.Join(dir, ckTempName)
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
@@ -124,11 +126,12 @@ func readCheckpoint(dir string) (checkpoint, error) {
 		return checkpoint{}, errBadCheckpoint
 	}
 	qi, ok1 := propInt(line, "qi")
+	pi, ok3 := propInt(line, "pi")
 	rolled, ok2 := propInt(line, "rolled")
-	if !ok1 || !ok2 || qi < 0 || rolled%hourMs != 0 {
+	if !ok1 || !ok2 || !ok3 || qi < 0 || pi < 0 || rolled%hourMs != 0 {
 		return checkpoint{}, errBadCheckpoint
 	}
-	return checkpoint{qi: qi, rolled: rolled}, nil
+	return checkpoint{qi: qi, pi: pi, rolled: rolled}, nil
 }
 
 func syncDir(dir string) error {
@@ -189,7 +192,7 @@ func (b *bucketSet) remove(k int64) {
 type entryHeap []entry
 
 func (h entryHeap) less(i, j int) bool {
-	return h[i].due < h[j].due || (h[i].due == h[j].due && h[i].q < h[j].q)
+	return h[i].due < h[j].due || (h[i].due == h[j].due && h[i].id < h[j].id)
 }
 
 func (h *entryHeap) push(e entry) {

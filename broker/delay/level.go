@@ -35,7 +35,7 @@ func (s *Service) runLevel(p int32) {
 			continue
 		}
 		switch res.Status {
-		case store.ReadNoMessage:
+		case store.ReadNoMessage, store.ReadOffsetTooLarge: // too large: the store is still indexing after a restart
 			res.Release()
 			select {
 			case <-s.stop:
@@ -48,7 +48,7 @@ func (s *Service) runLevel(p int32) {
 			s.levelOff[p-1].Store(res.MinOffset)
 			res.Release()
 			continue
-		case store.ReadOffsetTooLarge, store.ReadFiltered:
+		case store.ReadFiltered:
 			s.levelOff[p-1].Store(min(res.MaxOffset, max(off, res.NextOffset)))
 			res.Release()
 			continue

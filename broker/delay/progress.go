@@ -12,13 +12,14 @@ import (
 // Progress records (%SCHEDULE% partition ProgressPartition). The data is one
 // ASCII line, readable with `get`:
 //
-//		v=1&at=<unix ms written>&tq=<timer offset>&tt=<timer watermark ms>&l=<o1>,<o2>,…
+//		v=1&at=<unix ms written>&tq=<timer offset>&tp=<timer msgId bound>&tt=<timer watermark ms>&l=<o1>,<o2>,…
 //
 //	  - l: for delay level n (1-based), the %SCHEDULE% offset of partition n
 //	    below which every record has been delivered.
-//	  - tq, tt: every timer record (partition 0) with a queue offset below tq
-//	    whose due time is below tt has been delivered. Records at or above tq
-//	    are re-examined at recovery (and may be delivered twice).
+//	  - tq, tp, tt: every timer record (partition 0) with a queue offset below
+//	    tq — equivalently an id below tp — whose due time is below tt has been
+//	    delivered. Records at or above tq are re-examined at recovery (and may
+//	    be delivered twice).
 //
 // A progress record is appended after the deliveries it accounts for, so
 // the log order alone makes it safe: a crash that keeps the record kept the
@@ -28,6 +29,7 @@ import (
 type progress struct {
 	at     int64
 	timerQ int64
+	timerP int64 // msgId bound of timerQ
 	timerT int64
 	levels []int64
 }
@@ -37,6 +39,8 @@ func (p *progress) encode(dst []byte) []byte {
 	dst = strconv.AppendInt(dst, p.at, 10)
 	dst = append(dst, "&tq="...)
 	dst = strconv.AppendInt(dst, p.timerQ, 10)
+	dst = append(dst, "&tp="...)
+	dst = strconv.AppendInt(dst, p.timerP, 10)
 	dst = append(dst, "&tt="...)
 	dst = strconv.AppendInt(dst, p.timerT, 10)
 	dst = append(dst, "&l="...)
@@ -57,6 +61,9 @@ func decodeProgress(b []byte) (progress, bool) {
 	var ok1, ok2, ok3 bool
 	p.at, ok1 = propInt(b, "at")
 	p.timerQ, ok2 = propInt(b, "tq")
+	var ok4 bool
+	p.timerP, ok4 = propInt(b, "tp")
+	ok2 = ok2 && ok4 && p.timerP >= 0
 	p.timerT, ok3 = propInt(b, "tt")
 	if !ok1 || !ok2 || !ok3 || p.timerQ < 0 {
 		return p, false
@@ -110,8 +117,8 @@ func (s *Service) loadProgress() (progress, bool) {
 
 // writeProgress appends a progress record for the given timer state and the
 // levels' current positions.
-func (s *Service) writeProgress(timerQ, timerT int64, buf []byte) ([]byte, error) {
-	p := progress{at: time.Now().UnixMilli(), timerQ: timerQ, timerT: timerT}
+func (s *Service) writeProgress(timerQ, timerP, timerT int64, buf []byte) ([]byte, error) {
+	p := progress{at: time.Now().UnixMilli(), timerQ: timerQ, timerP: timerP, timerT: timerT}
 	for i := range s.levelOff {
 		p.levels = append(p.levels, s.levelOff[i].Load())
 	}

@@ -28,6 +28,7 @@ const (
 // Config configures a Service.
 type Config struct {
 	Store             *store.Store
+	BrokerID          int             // high bits of message ids
 	Dir               string          // the service's side files (dataPath/delay)
 	Levels            []time.Duration // messageDelayLevel; nil = the default ladder
 	MaxReconsumeTimes int             // 0 = 16
@@ -99,15 +100,17 @@ func Open(cfg Config) (*Service, error) {
 	pr, found := s.loadProgress()
 	for i := range s.levelOff {
 		p := int32(i + 1)
-		lo, hi := s.st.MinOffset(scheduleTopic, p), s.st.MaxOffset(scheduleTopic, p)
-		off := lo
+		// Not clamped to the max offset: right after a crash the store may
+		// still be indexing the tail, and the records a progress record
+		// counts precede it in the log (they survived if it did).
+		off := s.st.MinOffset(scheduleTopic, p)
 		if found && i < len(pr.levels) {
-			off = max(lo, min(pr.levels[i], hi))
+			off = max(off, pr.levels[i])
 		}
 		s.levelOff[i].Store(off)
 	}
 	if !found {
-		pr.timerT, pr.timerQ = 0, 0
+		pr.timerT, pr.timerQ, pr.timerP = 0, 0, 0
 	}
 	t, err := newTimer(s, filepath.Join(cfg.Dir, "timer"), pr)
 	if err != nil {
@@ -134,8 +137,8 @@ func (s *Service) Close() error {
 	default:
 	}
 	close(s.stop)
-	s.wg.Wait()
-	err := s.timer.close()
+	s.wg.Wait() // the timer and every level: no delivery after this
+	err := s.timer.finish()
 	if werr := s.st.WriteOut(); err == nil {
 		err = werr
 	}

@@ -1,11 +1,13 @@
 package delay
 
 import (
+	"cmp"
 	"errors"
 	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,8 +37,10 @@ type timer struct {
 	rolledTo int64 // ms, hour boundary: entries due below it live in second buckets
 	loadedTo int64 // second: every second bucket below it has been loaded
 
-	// Recovery rules from the last progress record and checkpoint.
-	recQ, recT, recQi int64
+	posID int64 // every record below pos has an id below posID
+
+	// Recovery rules from the last progress record and checkpoint (id bounds).
+	recP, recT, recPi int64
 
 	fine, coarse *bucketSet
 	heap         entryHeap
@@ -47,6 +51,7 @@ type timer struct {
 	onDisk       int64          // entries in files (approximate, for stats)
 
 	lastQ, lastT  int64
+	ckPi          int64
 	lastProgress  time.Time
 	lastCk        time.Time
 	ckQi, ckRoll  int64
@@ -54,7 +59,6 @@ type timer struct {
 	buf, scratch  []byte
 
 	wake chan struct{}
-	err  error
 
 	mu   sync.Mutex // guards snap
 	snap timerSnap
@@ -72,28 +76,32 @@ func newTimer(s *Service, dir string, pr progress) (*timer, error) {
 	t := &timer{
 		s: s, dir: dir, fine: newBucketSet(), coarse: newBucketSet(),
 		writes: map[string][]byte{}, dirty: map[string]bool{}, toDelete: map[int64]bool{},
-		wake: make(chan struct{}, 1), recQ: pr.timerQ, recT: pr.timerT,
+		wake: make(chan struct{}, 1), recT: pr.timerT,
 	}
 	ck, err := readCheckpoint(dir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			s.log.Warn("timer index checkpoint unusable; rebuilding the index from %SCHEDULE%", "err", err)
 		}
-		ck = checkpoint{qi: 0, rolled: now - now%hourMs + hourMs}
+		ck = checkpoint{qi: 0, pi: 0, rolled: now - now%hourMs + hourMs}
 		if err := t.removeBuckets(func(byte, int64) bool { return true }); err != nil {
 			return nil, err
 		}
 	}
-	t.recQi = ck.qi
 	t.rolledTo = ck.rolled
-	t.ckQi, t.ckRoll = ck.qi, ck.rolled
+	t.ckQi, t.ckPi, t.ckRoll = ck.qi, ck.pi, ck.rolled
 	tSec := pr.timerT / 1000
 	if err := t.scanDir(tSec); err != nil {
 		return nil, err
 	}
 	st := s.st
-	lo, hi := st.MinOffset(scheduleTopic, TimerPartition), st.MaxOffset(scheduleTopic, TimerPartition)
-	t.pos = max(lo, min(ck.qi, pr.timerQ, hi))
+	lo := st.MinOffset(scheduleTopic, TimerPartition)
+	t.pos = max(lo, min(ck.qi, pr.timerQ))
+	// Bounds past the log's end (a log cut at recovery) would cover records
+	// appended from now on: cap them at the log's end.
+	end := protocol.MakeMsgID(s.cfg.BrokerID, st.Stats().CommitLogMax)
+	t.recP, t.recPi = min(pr.timerP, end), min(ck.pi, end)
+	t.posID = min(t.recP, t.recPi)
 	t.loadedTo = min(tSec, now/1000)
 	t.lastQ, t.lastT = pr.timerQ, pr.timerT
 	t.lastProgress = time.Now()
@@ -207,7 +215,9 @@ func (t *timer) run() {
 		}
 		break
 	}
-	t.err = t.finish()
+	// The final progress record is written by Close (finish), once every
+	// level goroutine has stopped too: written here, it could precede the
+	// last deliveries of a level still finishing its batch.
 }
 
 // step runs one round: index new records, roll hour buckets, load due
@@ -236,7 +246,7 @@ func (t *timer) step() (busy bool, err error) {
 	if err := t.maybeProgress(now, false); err != nil {
 		return false, err
 	}
-	if now.Sub(t.lastCk) >= ckEvery && (t.pos != t.ckQi || t.rolledTo != t.ckRoll) {
+	if now.Sub(t.lastCk) >= ckEvery && (t.pos != t.ckQi || t.posID != t.ckPi || t.rolledTo != t.ckRoll) {
 		if err := t.checkpoint(); err != nil {
 			return false, err
 		}
@@ -273,7 +283,7 @@ func (t *timer) index() (more bool, err error) {
 			return false, err
 		}
 		switch res.Status {
-		case store.ReadNoMessage:
+		case store.ReadNoMessage, store.ReadOffsetTooLarge: // too large: the store is still indexing after a restart
 			res.Release()
 			return false, t.flushWrites()
 		case store.ReadOffsetTooSmall:
@@ -281,21 +291,22 @@ func (t *timer) index() (more bool, err error) {
 			t.pos = res.MinOffset
 			res.Release()
 			continue
-		case store.ReadOffsetTooLarge, store.ReadFiltered:
-			t.pos = min(res.MaxOffset, max(t.pos, res.NextOffset))
+		case store.ReadFiltered:
+			t.pos = max(t.pos, res.NextOffset)
 			res.Release()
 			continue
 		}
 		for _, buf := range res.Bufs {
 			for len(buf) > 0 {
-				r, size, derr := protocol.DecodeRecord(buf, 0)
+				r, size, derr := protocol.DecodeRecordNoCRC(buf) // verified again before delivery
 				if derr != nil {
 					res.Release()
 					return false, derr
 				}
 				buf = buf[size:]
-				t.file(entry{due: dueOf(&r), q: r.QueueOffset})
+				t.file(entry{due: dueOf(&r), id: r.MsgID})
 				t.pos = r.QueueOffset + 1
+				t.posID = r.MsgID + 1
 			}
 		}
 		res.Release()
@@ -305,10 +316,10 @@ func (t *timer) index() (more bool, err error) {
 
 // file adds an entry read from the log, applying the recovery rules.
 func (t *timer) file(e entry) {
-	if e.q < t.recQ && e.due < t.recT {
+	if e.id < t.recP && e.due < t.recT {
 		return // delivered before the restart
 	}
-	if e.q < t.recQi && e.due >= t.recT {
+	if e.id < t.recPi && e.due >= t.recT {
 		return // its entry is durable in a bucket that is still there
 	}
 	t.add(e)
@@ -390,11 +401,11 @@ func (t *timer) checkpoint() error {
 		}
 		t.newFiles = false
 	}
-	ck := checkpoint{qi: t.pos, rolled: t.rolledTo}
+	ck := checkpoint{qi: t.pos, pi: t.posID, rolled: t.rolledTo}
 	if err := writeCheckpoint(t.dir, ck); err != nil {
 		return err
 	}
-	t.ckQi, t.ckRoll, t.lastCk = ck.qi, ck.rolled, time.Now()
+	t.ckQi, t.ckPi, t.ckRoll, t.lastCk = ck.qi, ck.pi, ck.rolled, time.Now()
 	return nil
 }
 
@@ -412,11 +423,11 @@ func (t *timer) readBucket(name string, lo, hi int64) ([]entry, error) {
 	for len(b) >= entrySize {
 		e := getEntry(b)
 		b = b[entrySize:]
-		if e.due < lo || e.due >= hi || e.q < 0 {
+		if e.due < lo || e.due >= hi || e.id < 0 {
 			bad++
 			continue
 		}
-		if e.q < t.recQ && e.due < t.recT {
+		if e.id < t.recP && e.due < t.recT {
 			continue
 		}
 		out = append(out, e)
@@ -424,6 +435,10 @@ func (t *timer) readBucket(name string, lo, hi int64) ([]entry, error) {
 	if bad > 0 {
 		t.s.log.Warn("timer index: skipped entries outside their bucket", "file", name, "entries", bad)
 	}
+	// An entry filed twice (re-indexed after a crash, a roll repeated)
+	// is delivered once.
+	slices.SortFunc(out, func(a, b entry) int { return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.due, b.due)) })
+	out = slices.CompactFunc(out, func(a, b entry) bool { return a.id == b.id })
 	return out, nil
 }
 
@@ -497,26 +512,23 @@ func (t *timer) deliverDue() (int, error) {
 	for n < deliverBatch && len(t.heap) > 0 && t.heap[0].due <= now {
 		e := t.heap.pop()
 		t.onDisk--
-		res, err := s.st.Read(scheduleTopic, TimerPartition, e.q, 1, nil)
+		// By id: the id holds the physical offset, no index lookup.
+		res, err := s.st.ReadByID(e.id)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && res.Count == 0) {
+			if res != nil {
+				res.Release()
+			}
+			s.log.Error("a deliverAt message is gone (retention?) or its index entry is bad; skipped", "msgId", e.id, "due", e.due)
+			continue
+		}
 		if err != nil {
 			t.heap.push(e)
 			return n, err
 		}
-		switch res.Status {
-		case store.ReadFound:
-		case store.ReadOffsetTooSmall:
-			res.Release()
-			s.log.Error("a deliverAt message expired by retention before it was due", "offset", e.q, "due", e.due)
-			continue
-		default:
-			res.Release()
-			s.log.Warn("timer index entry points past the log; skipped", "offset", e.q)
-			continue
-		}
 		r, _, derr := protocol.DecodeRecord(res.Bufs[0], 0)
-		if derr != nil || r.QueueOffset != e.q || dueOf(&r) != e.due {
+		if derr != nil || string(r.Topic) != scheduleTopic || r.Partition != TimerPartition || dueOf(&r) != e.due {
 			res.Release()
-			s.log.Warn("timer index entry does not match its record; skipped", "offset", e.q, "err", derr)
+			s.log.Warn("timer index entry does not match its record; skipped", "msgId", e.id, "err", derr)
 			continue
 		}
 		t.scratch, err = s.deliver(&r, e.due, t.scratch)
@@ -563,7 +575,7 @@ func (t *timer) maybeProgress(now time.Time, force bool) error {
 		return nil
 	}
 	var err error
-	t.buf, err = t.s.writeProgress(t.pos, w, t.buf)
+	t.buf, err = t.s.writeProgress(t.pos, t.posID, w, t.buf)
 	if err != nil {
 		return err
 	}
@@ -600,7 +612,9 @@ func (t *timer) snapshot() timerSnap {
 	return t.snap
 }
 
-// finish writes the last progress record and checkpoint on stop.
+// finish writes the last progress record and checkpoint on stop; Close
+// calls it after the timer and level goroutines have all returned, so the
+// record covers every delivery.
 func (t *timer) finish() error {
 	if err := t.flushWrites(); err != nil {
 		return err
@@ -610,5 +624,3 @@ func (t *timer) finish() error {
 	}
 	return t.checkpoint()
 }
-
-func (t *timer) close() error { return t.err }

@@ -81,21 +81,29 @@ func (s *Store) closeAllWaiters() {
 // of an offset that is already assigned but not yet indexed first writes out
 // what is still staged (async) and lets the dispatcher catch up with
 // everything appended (async) or durable (sync) at the time of the call
-// (bounded by catchUpTimeout, in case the dispatcher is stuck on an I/O
-// error). The dispatcher closes s.progCh after every batch when someone
-// waits (s.progWaiting), the same way as partition waiters.
+// (bounded, in case the dispatcher is stuck on an I/O error: catchUpTimeout
+// while it reports one or the target is not visible, catchUpMax otherwise — a healthy dispatcher indexes
+// what is there within a millisecond, but on a loaded machine it may not be
+// scheduled for tens of milliseconds, and giving up then answers "no
+// message" for a message whose put was acknowledged). The dispatcher closes
+// s.progCh after every batch when someone waits (s.progWaiting), the same
+// way as partition waiters.
 
-const catchUpTimeout = 50 * time.Millisecond
+const (
+	catchUpTimeout = 50 * time.Millisecond
+	catchUpMax     = 2 * time.Second
+)
 
 // catchUp waits until the dispatcher has indexed everything below target.
 func (s *Store) catchUp(target int64) {
 	if s.dispatched.Load() >= target {
 		return
 	}
-	_ = s.WriteOut() // async: records still staged become visible (stage.go)
+	_ = s.clog.writeOut() // async: records still staged become visible (stage.go)
 	s.wakeDispatcher()
 	timer := time.NewTimer(catchUpTimeout)
 	defer timer.Stop()
+	waited := time.Duration(0)
 	for s.dispatched.Load() < target {
 		s.progMu.Lock()
 		if s.progCh == nil {
@@ -110,7 +118,12 @@ func (s *Store) catchUp(target int64) {
 		select {
 		case <-ch:
 		case <-timer.C:
-			return
+			// Give up when the dispatcher cannot get there: it is failing, or
+			// the target is not visible (a commit-log write error).
+			if waited += catchUpTimeout; s.dispFailing.Load() || s.clog.visibleLimit() < target || waited >= catchUpMax {
+				return
+			}
+			timer.Reset(catchUpTimeout) // healthy, just not scheduled yet: keep waiting
 		case <-s.stop:
 			return
 		}

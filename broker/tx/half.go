@@ -67,12 +67,10 @@ func (m *Manager) PutHalf(s *Session, grp string, msg *store.Message) (store.App
 		Properties: halfProps(nil, msg.Topic, msg.Partition, "pg", grp, msg.Properties),
 		Data:       msg.Data,
 	}
-	m.halfMu.Lock()
 	res, f, err := m.st.AppendAsync(&rec)
 	if err == nil && f == nil {
 		err = m.st.WriteOut()
 	}
-	m.halfMu.Unlock()
 	if err != nil {
 		return res, nil, err
 	}

@@ -8,10 +8,8 @@
 // Lock rules: Manager.mu guards every map and every Tx/half entry's mutable
 // fields; functions ending in Locked need it held. It is never held across a
 // store call (appends may wait for a segment roll), nor across a producer's
-// SendCheck. Manager.halfMu serialises the appends to %TX_HALF% (so a
-// prepare knows where its run starts) and is held across them; it is taken
-// before mu, never while holding it. A Tx being appended (busy) belongs to
-// the command appending it: others get XAER_PROTO.
+// SendCheck. A Tx being appended (busy) belongs to the command appending
+// it: others get XAER_PROTO.
 package tx
 
 import (

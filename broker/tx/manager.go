@@ -1,6 +1,7 @@
 package tx
 
 import (
+	"bytes"
 	"errors"
 	"log/slog"
 	"sort"
@@ -107,8 +108,6 @@ type Manager struct {
 	localN   int
 	closed   bool
 	lastWarn time.Time // rate limit of "no live producer" warnings
-
-	halfMu sync.Mutex // serialises appends to %TX_HALF% (held across them; taken before mu, never inside it)
 
 	provisional atomic.Int64 // provisional ids of puts inside a transaction
 
@@ -408,17 +407,29 @@ func notStarted(key string, kind Kind) string {
 // Put holds msg (copied) in transaction key until it commits and returns
 // the provisional message id of the put's reply.
 func (m *Manager) Put(s *Session, key []byte, msg *store.Message) (int64, error) {
-	kind, _, err := ParseKey(key)
-	if err != nil {
-		return 0, &BadRequest{Msg: err.Error()}
-	}
-	if kind == KindNull {
+	// Only a begun transaction's key can match, and BEGIN validated it: the
+	// prefix tells which table to look in (no parse, no allocation).
+	var kind Kind
+	switch {
+	case bytes.HasPrefix(key, []byte("TX:")):
+		kind = KindLocal
+	case bytes.HasPrefix(key, []byte("XID:")):
+		kind = KindXA
+	default:
+		if _, _, err := ParseKey(key); err != nil {
+			return 0, &BadRequest{Msg: err.Error()}
+		}
 		return 0, &BadRequest{Msg: "a transactional put needs a transaction id, not null"}
 	}
 	size := int64(len(msg.Data) + len(msg.Properties) + len(msg.Topic))
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	t := m.lookupLocked(s, string(key), kind)
+	var t *Tx
+	if kind == KindXA {
+		t = m.xa[string(key)] // no allocation
+	} else if s != nil {
+		t = s.txs[string(key)]
+	}
 	switch {
 	case t == nil:
 		return 0, errors.New(notStarted(string(key), kind))
@@ -519,9 +530,8 @@ func (m *Manager) prepare(s *Session, key string, kind Kind) (Result, error) {
 			Data:       msg.Data,
 		})
 	}
-	res := make([]store.AppendResult, len(run)+1)
-	run = append(run, store.Message{Topic: OpTopic})
-	f, err := m.appendPrepared(run, res, key, len(t.msgs))
+	res := make([]store.AppendResult, len(run))
+	f, err := m.appendPrepared(run, res, key)
 	if err != nil {
 		m.release(t, false)
 		return Result{}, xaErr(XAErrRMErr, "prepare failed: "+err.Error())
@@ -536,23 +546,19 @@ func (m *Manager) prepare(s *Session, key string, kind Kind) (Result, error) {
 	return Result{Body: strconv.Itoa(XAOK), Flush: f}, nil
 }
 
-// appendPrepared appends a prepare run: the half records, then the op
-// record naming their range in %TX_HALF%/0. Every writer of %TX_HALF% holds
-// halfMu, so the partition's next offset read before the append is where
-// the run starts.
-func (m *Manager) appendPrepared(run []store.Message, res []store.AppendResult, key string, n int) (*store.Flush, error) {
-	m.halfMu.Lock()
-	defer m.halfMu.Unlock()
-	from := m.st.MaxOffset(HalfTopic, 0)
-	run[len(run)-1].Data = appendOp(run[len(run)-1].Data[:0], "prepare", key, from, n)
-	f, err := m.st.AppendBatch(run, res)
-	if err != nil {
+// appendPrepared appends the half records of a prepare as one run, then
+// the op record naming their range in %TX_HALF%/0 (known from the run's
+// results). A crash between the two leaves half records no prepare op
+// refers to: recovery ignores them, and the transaction, whose PREPARE was
+// never answered, is rolled back, as after any crash before PREPARE. The
+// op's durability implies the run's (they are flushed in order).
+func (m *Manager) appendPrepared(run []store.Message, res []store.AppendResult, key string) (*store.Flush, error) {
+	if _, err := m.st.AppendBatch(run, res); err != nil {
 		return nil, err
 	}
-	if res[0].QueueOffset != from {
-		return nil, errors.New("tx: prepare run started at " + strconv.FormatInt(res[0].QueueOffset, 10) + ", not " + strconv.FormatInt(from, 10))
-	}
-	if f == nil {
+	op := store.Message{Topic: OpTopic, Data: appendOp(nil, "prepare", key, res[0].QueueOffset, len(run))}
+	_, f, err := m.st.AppendAsync(&op)
+	if err == nil && f == nil {
 		err = m.st.WriteOut()
 	}
 	return f, err

@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"bytes"
 	"encoding/binary"
 	"math"
 	"strconv"
@@ -218,11 +217,27 @@ func (e *Expr) eval(i int32, m *Message) tri {
 	case opNot:
 		return not(e.eval(n.a, m))
 	case opCmp:
-		if p := n.x.prop; p != nil && p.field == fieldProps && n.y.prop == nil {
-			return cmpPropLit(n.cmp, p, &n.y.lit, m)
+		if p := n.x.prop; p != nil && n.y.prop == nil {
+			if p.field == fieldProps {
+				return cmpPropLit(n.cmp, p, &n.y.lit, m)
+			}
+			if n.y.lit.isInt { // bornTime, reconsumeTimes against an integer
+				return order(n.cmp, cmpInt(n.x.get(m).i, n.y.lit.i))
+			}
 		}
 		return compare(n.cmp, n.x.get(m), n.y.get(m))
 	case opBetween:
+		if p := n.x.prop; p != nil && p.field == fieldProps && n.y.prop == nil && n.z.prop == nil {
+			raw, ok := lookup(m.Props, p.key)
+			if !ok {
+				return unknown
+			}
+			r := and(cmpRawLit(cmpGe, raw, &n.y.lit), cmpRawLit(cmpLe, raw, &n.z.lit))
+			if n.neg {
+				return not(r)
+			}
+			return r
+		}
 		x := n.x.get(m)
 		r := and(compare(cmpGe, x, n.y.get(m)), compare(cmpLe, x, n.z.get(m)))
 		if n.neg {
@@ -230,6 +245,25 @@ func (e *Expr) eval(i int32, m *Message) tri {
 		}
 		return r
 	case opIn:
+		if p := n.x.prop; p != nil && p.field == fieldProps {
+			raw, ok := lookup(m.Props, p.key)
+			if !ok {
+				return unknown
+			}
+			r := no
+			for j := range n.list {
+				if t := cmpRawLit(cmpEq, raw, &n.list[j]); t == yes {
+					r = yes
+					break
+				} else if t == unknown {
+					r = unknown
+				}
+			}
+			if n.neg {
+				return not(r)
+			}
+			return r
+		}
 		x := n.x.get(m)
 		if x.k == kNull {
 			return unknown
@@ -296,22 +330,46 @@ func (x *operand) get(m *Message) value {
 }
 
 // lookup returns the raw value of key in a properties line; keys are
-// compared unescaped.
+// compared unescaped. One pass over the line: a key written plainly is
+// recognized by its prefix, an escaped one (with '%' or '+') is unescaped
+// for the comparison.
 func lookup(props, key []byte) ([]byte, bool) {
-	for len(props) > 0 {
-		pair := props
-		if i := bytes.IndexByte(props, '&'); i >= 0 {
-			pair, props = props[:i], props[i+1:]
-		} else {
-			props = nil
+	for i := 0; i < len(props); {
+		if n := len(key); i+n <= len(props) && string(props[i:i+n]) == string(key) {
+			switch {
+			case i+n == len(props) || props[i+n] == '&':
+				return props[i+n : i+n], true
+			case props[i+n] == '=':
+				v := props[i+n+1:]
+				for j, c := range v {
+					if c == '&' {
+						return v[:j], true
+					}
+				}
+				return v, true
+			}
 		}
-		k, v := pair, pair[len(pair):]
-		if i := bytes.IndexByte(pair, '='); i >= 0 {
-			k, v = pair[:i], pair[i+1:]
+		j, eq, esc := i, -1, false
+		for ; j < len(props) && props[j] != '&'; j++ {
+			if eq < 0 {
+				switch props[j] {
+				case '=':
+					eq = j
+				case '%', '+':
+					esc = true
+				}
+			}
 		}
-		if string(k) == string(key) || len(k) >= len(key) && needsUnescape(k, true) && eqEscaped(k, true, key, false) {
-			return v, true
+		if esc {
+			k, v := props[i:j], props[j:j]
+			if eq >= 0 {
+				k, v = props[i:eq], props[eq+1:j]
+			}
+			if eqEscaped(k, true, key, false) {
+				return v, true
+			}
 		}
+		i = j + 1
 	}
 	return nil, false
 }
@@ -360,6 +418,11 @@ func cmpPropLit(op cmpOp, p *property, lit *value, m *Message) tri {
 	if !ok {
 		return unknown
 	}
+	return cmpRawLit(op, raw, lit)
+}
+
+// cmpRawLit compares a raw (escaped) property value with a literal.
+func cmpRawLit(op cmpOp, raw []byte, lit *value) tri {
 	switch {
 	case lit.k == kStr && (op == cmpEq || op == cmpNe):
 		return triOf(eqEscaped(raw, true, lit.s, false) == (op == cmpEq))

@@ -36,6 +36,7 @@ type benchOpts struct {
 	fetchSize  int
 	fetchDepth int
 	cpuProfile string
+	delay      delayBenchOpts // bench_delay.go
 
 	durationSet bool // --duration given
 	countSet    bool // --count given
@@ -90,6 +91,16 @@ before the spread phase (creating its files) is not measured.`},
 With --server the broker spreads the puts round-robin (partition -1); through ZooKeeper the
 producer's round-robin selector does. One put to each partition before the spread phase is not
 measured.`},
+	{use: "delay",
+		short: "Delayed messages: put rate vs plain, lateness while --delay-rate fall due, a burst due at once, memory of pending",
+		long: `Four phases (--delay-phases), each its own result:
+  delay-put       deliverAt puts (an hour ahead) vs plain puts, async, same run (ratio = delayed/plain)
+  delay-lateness  --delay-rate messages/s scheduled --delay-lead ahead for --duration: delivery
+                  lateness (long-polling reader receive time − due time) percentiles
+  delay-burst     --delay-burst messages due at the same instant: time until the last is delivered
+  delay-pending   --delay-pending messages scheduled 1-2 h ahead: the broker's RSS growth (needs
+                  the broker's pid: --server-pid or a loopback --server)
+The topic's readers start at its current end; pending messages stay scheduled after the run.`},
 	{use: "all",
 		short: "produce, latency, consume, e2e, and topics/partitions when their topics exist",
 		long: `Run produce (labelled by the broker's flush mode), latency, consume and e2e on --topic, then
@@ -153,6 +164,7 @@ workload succeeded.`,
 	pf.IntVar(&o.fetchSize, "fetch-size", 1<<20, "consume/e2e: bytes per get (the broker caps it at maxTransferSize)")
 	pf.IntVar(&o.fetchDepth, "fetch-depth", 4, "consume: gets in flight per partition")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark client's CPU profile to this file")
+	addDelayBenchFlags(pf, &o.delay)
 
 	for _, w := range benchWorkloads {
 		cmd.AddCommand(newBenchWorkloadCommand(app, o, w))
@@ -242,6 +254,12 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		runs = append(runs, b.spreadTopics)
 	case "partitions", benchkit.WorkloadPartitions10000:
 		runs = append(runs, b.spreadPartitions)
+	case "delay":
+		phases, err := b.delayPhases()
+		if err != nil {
+			return err
+		}
+		runs = append(runs, phases...)
 	case "all":
 		runs = append(runs, produce, b.latency, b.consume, b.e2e)
 		if ok, why := b.topicsExist(ctx); ok {
