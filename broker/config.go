@@ -15,7 +15,7 @@ type ConfPolicy struct{ C *conf.Config }
 
 // Lookup implements TopicPolicy.
 func (p ConfPolicy) Lookup(topic string) (TopicSettings, bool) {
-	t, ok := p.C.Topic(topic)
+	t, ok := topicConfig(p.C, topic) // server.ini + online configuration (topicconfig.go)
 	if !ok {
 		return TopicSettings{}, false
 	}
@@ -41,7 +41,7 @@ func StoreConfig(c *conf.Config, log *slog.Logger) store.Config {
 		Logger:           log,
 	}
 	sc.TopicRetention = func(topic string) time.Duration {
-		if t, ok := c.Topic(topic); ok {
+		if t, ok := topicConfig(c, topic); ok {
 			return retention(t.DeletePolicy, nil)
 		}
 		return 0

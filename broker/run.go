@@ -91,6 +91,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	b.Server = srv
 	if b.zk != nil {
 		b.zk.start(srv, st)
+		b.watchTopicConfig() // topicwatch.go
 	}
 	log.Info("broker started", "brokerId", c.System.BrokerID, "addr", srv.Addr().String(),
 		"dataPath", c.System.DataPath, "flush", flushMode(c), "zookeeper", c.ZK.Enable)
@@ -110,6 +111,7 @@ func flushMode(c *conf.Config) string {
 // removed). ctx bounds the whole stop; when it ends, connections are cut.
 func (b *Broker) Stop(ctx context.Context) error {
 	var errs []error
+	b.stopTopicWatch() // topicwatch.go
 	if b.zk != nil {
 		b.zk.unregister()
 		wait := b.Config.ZK.SyncTime

@@ -43,7 +43,11 @@ func (c *conn) getFilter(tags, where []byte) (*protocol.TagFilter, string) {
 		c.log.Debug("bad filter expression", "err", err)
 		return nil, err.Error()
 	}
-	f := c.tagFilter(tags).WithRecordMatcher(expr)
+	base := c.tagFilter(tags)
+	if t, ok := expr.Tags(); ok && base.All() {
+		base = protocol.NewTagFilter(t) // skip other tags by the index unit, unread
+	}
+	f := base.WithRecordMatcher(expr)
 	if w.m == nil || len(w.m) >= maxWhereEntries || w.bytes+len(where) > maxWhereBytes {
 		w.m, w.bytes = make(map[string]whereEntry), 0
 	}

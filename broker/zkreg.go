@@ -101,7 +101,7 @@ func (z *zkRegistration) start(srv *Server, st *store.Store) {
 }
 
 func (z *zkRegistration) registerTopic(reg *zkmeta.BrokerRegistry, name string) {
-	t, ok := z.cfg.Topic(name)
+	t, ok := topicConfig(z.cfg, name) // server.ini + online configuration (topicconfig.go)
 	if !ok {
 		return
 	}

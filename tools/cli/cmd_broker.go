@@ -73,6 +73,7 @@ invalid server.ini.`,
 			return runBroker(cmd.Context(), app, cfg, logger, localZK, localZKDir, stopTimeout)
 		},
 	}
+	cmd.AddCommand(newBrokerReloadCommand(app)) // cmd_admin.go
 	f := cmd.Flags()
 	f.StringVarP(&confPath, "config", "c", "", "the broker's server.ini (required)")
 	f.StringVarP(&confPath, "file", "f", "", "same as -c (MetaQ's flag)")
@@ -128,6 +129,7 @@ func runBroker(ctx context.Context, app *App, cfg *conf.Config, log *slog.Logger
 		return silentExit{code: ExitFailure}
 	}
 	stopHTTP := startBrokerHTTP(b, log)
+	defer reloadOnSIGHUP(b, log)() // cmd_admin.go
 
 	var zkDied <-chan struct{}
 	if lz != nil {

@@ -79,6 +79,7 @@ func newGroupsCommand(app *App) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE:  list,
 	}
+	cmd.AddCommand(groupAdminCommands(app)...) // cmd_admin.go
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List the consumer groups known to ZooKeeper",

@@ -96,6 +96,7 @@ func newTopicsCommand(app *App) *cobra.Command {
 		RunE:  list,
 	}
 	cmd.PersistentFlags().BoolVar(&all, "all", false, "include system topics (%SCHEDULE%, %RETRY%<group>, %DLQ%<group>)")
+	cmd.AddCommand(topicAdminCommands(app)...) // cmd_admin.go
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List the topics registered in ZooKeeper",

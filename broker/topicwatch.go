@@ -1,0 +1,159 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/zkmeta"
+)
+
+// The broker side of the online topic configuration (topicconfig.go): a
+// watch on /meta/config/topics (zkmeta re-arms it after every event and
+// re-reads everything after a reconnection or session expiry; the channel
+// keeps only the latest state, so nothing piles up), and SIGHUP /
+// `metaq broker reload`, which re-read server.ini's topic sections.
+
+type topicWatch struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex // serializes applyTopics
+}
+
+var topicWatches sync.Map // *Broker → *topicWatch
+
+// watchTopicConfig starts following /meta/config/topics (ZooKeeper mode).
+func (b *Broker) watchTopicConfig() {
+	zc := b.ZK()
+	if zc == nil {
+		return
+	}
+	ov := overlayOf(b.Config)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &topicWatch{cancel: cancel, done: make(chan struct{})}
+	topicWatches.Store(b, w)
+	ch := zc.WatchChildrenData(ctx, zc.Paths().ConfigTopics())
+	go func() {
+		defer close(w.done)
+		for nodes := range ch {
+			m := make(map[string]TopicOverride, len(nodes))
+			for name, data := range nodes {
+				if err := zkmeta.ValidateName("topic", name); err != nil {
+					continue
+				}
+				o, err := ParseTopicOverride(data)
+				if err != nil {
+					b.log.Error("ignoring the online configuration of a topic", "topic", name, "err", err)
+					continue
+				}
+				if t, ok := b.baseConfig().Topic(name); ok && t.Pattern == name {
+					b.log.Warn("topic configured both in server.ini and in ZooKeeper: the server.ini section wins", "topic", name)
+				}
+				m[name] = o
+			}
+			before := ov.online.Swap(&m)
+			var prev []string
+			if before != nil {
+				for k := range *before {
+					prev = append(prev, k)
+				}
+			}
+			b.applyTopics(w, prev)
+		}
+	}()
+}
+
+func (b *Broker) stopTopicWatch() {
+	if v, ok := topicWatches.LoadAndDelete(b); ok {
+		w := v.(*topicWatch)
+		w.cancel()
+		<-w.done
+	}
+	dropOverlay(b.Config)
+}
+
+// baseConfig is the server.ini in force (the reloaded one after a reload).
+func (b *Broker) baseConfig() *conf.Config {
+	if r := overlayOf(b.Config).reloaded.Load(); r != nil {
+		return r
+	}
+	return b.Config
+}
+
+// applyTopics brings the topic table and the ZooKeeper registration in line
+// with the current configuration. prev are topics that may have lost their
+// online configuration.
+func (b *Broker) applyTopics(w *topicWatch, prev []string) {
+	if w != nil {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+	}
+	changed, dropped := b.Server.topics.reloadSettings()
+	var reg *zkmeta.BrokerRegistry
+	if b.zk != nil {
+		b.zk.mu.Lock()
+		reg = b.zk.reg
+		b.zk.mu.Unlock()
+	}
+	if len(changed)+len(dropped) > 0 {
+		sort.Strings(changed)
+		sort.Strings(dropped)
+		b.log.Info("topic configuration changed", "changed", changed, "noLongerAccepted", dropped)
+	}
+	if reg == nil {
+		return
+	}
+	names := map[string]bool{}
+	for _, n := range append(append(append(onlineTopics(b.Config), changed...), dropped...), prev...) {
+		names[n] = true
+	}
+	for _, n := range b.baseConfig().ExplicitTopics() {
+		names[n] = true
+	}
+	for n := range names {
+		if _, ok := topicConfig(b.Config, n); ok {
+			b.zk.registerTopic(reg, n)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := reg.UnregisterTopic(ctx, n); err != nil {
+			b.log.Warn("unregistering a topic no longer accepted", "topic", n, "err", err)
+		}
+		cancel()
+	}
+}
+
+// ReloadTopics re-reads server.ini and applies its topic sections (MetaQ's
+// reload-config): new and changed [topic=…] sections take effect at once;
+// [system] and [zookeeper] changes need a restart (they are logged).
+func (b *Broker) ReloadTopics() error {
+	if b.Config.Path == "" {
+		return fmt.Errorf("the broker was started without a server.ini: nothing to reload")
+	}
+	c, err := conf.Load(b.Config.Path)
+	if err != nil {
+		return fmt.Errorf("reload: %s: %w", b.Config.Path, err)
+	}
+	if c.System.BrokerID != b.Config.System.BrokerID || c.System.ServerPort != b.Config.System.ServerPort ||
+		c.System.DataPath != b.Config.System.DataPath || c.ZK != b.Config.ZK {
+		b.log.Warn("reload: changes outside the topic sections need a restart; applying the topic sections only")
+	}
+	ov := overlayOf(b.Config)
+	var prev []string
+	if old := ov.reloaded.Load(); old != nil {
+		prev = old.ExplicitTopics()
+	} else {
+		prev = b.Config.ExplicitTopics()
+	}
+	ov.reloaded.Store(c)
+	var w *topicWatch
+	if v, ok := topicWatches.Load(b); ok {
+		w = v.(*topicWatch)
+	}
+	b.applyTopics(w, prev)
+	b.log.Info("reloaded the topic sections of server.ini", "path", b.Config.Path, "topics", len(c.Topics))
+	return nil
+}

@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/metaqgo/metaq/client"
+	"github.com/metaqgo/metaq/zkmeta"
+	"github.com/metaqgo/metaq/zkmeta/zktest"
+)
+
+// Online administration end to end against a real broker and ZooKeeper:
+// create → produce → alter partitions → consumers rebalance → resend →
+// groups delete → delete, and a server.ini reload.
+func TestTopicAdminEndToEnd(t *testing.T) {
+	c := newCluster(t, 1, map[string]int{"other": 1}, false)
+	b := c.brokers[0]
+	zc, err := zkmeta.Connect(context.Background(), zkmeta.Config{ConnectString: c.zk, Root: "/meta"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	parts := func(topic string) int {
+		tp, err := zc.Partitions(ctx, topic, zkmeta.Subscribe)
+		if err != nil {
+			return -1
+		}
+		return len(tp.Partitions)
+	}
+
+	// The broker does not accept "flow" until it is created online.
+	raw := b.Dial()
+	raw.Send("put flow 0 1 0 1\r\nx")
+	if r := raw.Reply(); r.Code != 500 {
+		t.Fatalf("put before create: %+v", r)
+	}
+	if out, errs, code := c.run("topics", "create", "flow", "--partitions", "2", "--retention", "delete,72"); code != 0 {
+		t.Fatalf("create: %d %s %s", code, out, errs)
+	}
+	if _, _, code := c.run("topics", "create", "flow"); code != ExitRefused {
+		t.Fatalf("second create: %d, want %d", code, ExitRefused)
+	}
+	zktest.Eventually(t, 20*time.Second, func() bool { return parts("flow") == 2 }, "flow registered with 2 partitions")
+
+	p, err := client.NewProducer(client.Config{ZKConnect: c.zk, ZKRoot: "/meta"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var first client.SendResult
+	for i := 0; i < 6; i++ {
+		r, err := p.Send(ctx, &client.Message{Topic: "flow", Body: []byte(fmt.Sprintf("m%d", i)), Keys: []string{"k" + fmt.Sprint(i)}})
+		if err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		if i == 0 {
+			first = r
+		}
+	}
+
+	cons, err := client.NewConsumer(client.Config{ZKConnect: c.zk, ZKRoot: "/meta"}, "g1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cons.Subscribe("flow", "*", func(context.Context, *client.Message) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := cons.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			cons.Close()
+		}
+	}()
+	zktest.Eventually(t, 30*time.Second, func() bool { return len(cons.Assigned()["flow"]) == 2 }, "consumer owns 2 partitions")
+
+	if out, errs, code := c.run("topics", "alter", "flow", "--partitions", "4"); code != 0 {
+		t.Fatalf("alter: %d %s %s", code, out, errs)
+	}
+	zktest.Eventually(t, 20*time.Second, func() bool { return parts("flow") == 4 }, "flow registered with 4 partitions")
+	zktest.Eventually(t, 30*time.Second, func() bool { return len(cons.Assigned()["flow"]) == 4 }, "consumer rebalanced onto 4 partitions")
+	raw.Send("put flow 3 1 0 2\r\ny")
+	if r := raw.Reply(); r.Code != 200 {
+		t.Fatalf("put to the new partition 3: %+v %s", r, r.Body)
+	}
+
+	// Resend one message by id.
+	out, errs, code := c.run("messages", "resend", fmt.Sprint(first.MsgID), "--json")
+	if code != 0 {
+		t.Fatalf("resend: %d %s %s", code, out, errs)
+	}
+	var rs struct {
+		NewMsgID int64 `json:"newMsgId"`
+		Topic    string
+	}
+	if err := json.Unmarshal([]byte(out), &rs); err != nil || rs.NewMsgID == first.MsgID || rs.Topic != "flow" {
+		t.Fatalf("resend: %v %s", err, out)
+	}
+	if out, _, code := c.run("query", "id", fmt.Sprint(rs.NewMsgID)); code != 0 || !strings.Contains(out, "m0") {
+		t.Fatalf("query the resent message: %d %s", code, out)
+	}
+
+	// groups delete refuses a live group, then deletes it.
+	if _, _, code := c.run("groups", "delete", "g1"); code != ExitRefused {
+		t.Fatalf("groups delete with a live consumer: %d", code)
+	}
+	cons.Close()
+	closed = true
+	if out, errs, code := c.run("groups", "delete", "g1"); code != 0 {
+		t.Fatalf("groups delete: %d %s %s", code, out, errs)
+	}
+	if ok, _ := zc.Exists(ctx, zc.Paths().Group("g1")); ok {
+		t.Fatal("group g1 still in ZooKeeper")
+	}
+
+	if out, errs, code := c.run("topics", "delete", "flow"); code != 0 {
+		t.Fatalf("delete: %d %s %s", code, out, errs)
+	}
+	zktest.Eventually(t, 20*time.Second, func() bool { return parts("flow") == 0 }, "flow unregistered")
+	zktest.Eventually(t, 20*time.Second, func() bool {
+		raw.Send("put flow 0 1 0 3\r\nz")
+		return raw.Reply().Code == 500
+	}, "puts to flow refused after delete")
+
+	// Reload: a [topic=…] section added to server.ini is applied without a restart.
+	ini, err := os.ReadFile(b.Config.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b.Config.Path, append(ini, "\n[topic=added]\nnumPartitions=3\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReloadTopics(); err != nil {
+		t.Fatal(err)
+	}
+	zktest.Eventually(t, 20*time.Second, func() bool { return parts("added") == 3 }, "added registered after reload")
+	raw.Send("put added 2 1 0 4\r\nw")
+	if r := raw.Reply(); r.Code != 200 {
+		t.Fatalf("put to a reloaded topic: %+v %s", r, r.Body)
+	}
+}
