@@ -10,9 +10,14 @@ import (
 // same one on every get, so each connection keeps what it compiled, bounded
 // in entries and in expression bytes so that memory does not grow with what
 // a client sends.
+//
+// A compiled expression takes at most ~150 bytes per byte of source
+// (protocol/filter's TestCompiledSizeBound), so 16 KiB of source bounds a
+// connection's cache to ~2.4 MiB; consumers send one or two short
+// expressions.
 const (
-	maxWhereEntries = 32
-	maxWhereBytes   = 64 << 10
+	maxWhereEntries = 16
+	maxWhereBytes   = 16 << 10
 )
 
 // whereCache maps a get's raw (escaped) where field to its compiled filter,
@@ -43,7 +48,11 @@ func (c *conn) getFilter(tags, where []byte) (*protocol.TagFilter, string) {
 		c.log.Debug("bad filter expression", "err", err)
 		return nil, err.Error()
 	}
-	f := c.tagFilter(tags).WithRecordMatcher(expr)
+	base := c.tagFilter(tags)
+	if t, ok := expr.Tags(); ok && base.All() {
+		base = protocol.NewTagFilter(t) // skip other tags by the index unit, unread
+	}
+	f := base.WithRecordMatcher(expr)
 	if w.m == nil || len(w.m) >= maxWhereEntries || w.bytes+len(where) > maxWhereBytes {
 		w.m, w.bytes = make(map[string]whereEntry), 0
 	}

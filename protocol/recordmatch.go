@@ -28,3 +28,15 @@ func (f *TagFilter) RecordMatcher() RecordMatcher {
 	}
 	return f.match
 }
+
+// NewTagFilter returns a filter matching exactly these tags (an empty tag
+// is a message without one). Unlike ParseTagFilter, tags are taken as they
+// are: no `||` splitting, no trimming.
+func NewTagFilter(tags []string) *TagFilter {
+	f := &TagFilter{}
+	for _, t := range tags {
+		f.tags = append(f.tags, t)
+		f.hashes = append(f.hashes, TagHashString(t))
+	}
+	return f
+}

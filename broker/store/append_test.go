@@ -111,10 +111,10 @@ func TestAppendValidation(t *testing.T) {
 // from offset 0, then a BLANK to the end (full segments) or zeros (active).
 func checkSegments(t *testing.T, s *Store) (records int) {
 	t.Helper()
-	if err := s.writeStaged(s.written.Load()); err != nil { // everything staged into the files
+	if err := s.clog.writeStaged(s.clog.written.Load()); err != nil { // everything staged into the files
 		t.Fatal(err)
 	}
-	segs := s.segs.Load().segs
+	segs := s.clog.segs.Load().segs
 	for i, g := range segs {
 		off := int64(0)
 		for off < g.size {
@@ -270,7 +270,7 @@ func TestGroupCommitSharesFsync(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if s.flushed.Load() < r.PhysicalOffset+int64(r.Size) {
+				if s.clog.flushed.Load() < r.PhysicalOffset+int64(r.Size) {
 					t.Error("Append returned before its record was flushed")
 					return
 				}
@@ -308,9 +308,9 @@ func TestAppendAsyncSharedFlush(t *testing.T) {
 	}
 	// The flusher is now stuck in fdatasync for round 1; these two share round 2.
 	waitFor(t, "round 1 taken by the flusher", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.pending == nil
+		s.clog.mu.Lock()
+		defer s.clog.mu.Unlock()
+		return s.clog.pending == nil
 	})
 	_, f2, _ := s.AppendAsync(&Message{Topic: "v", Data: []byte("two")})
 	_, f3, _ := s.AppendAsync(&Message{Topic: "v", Data: []byte("three")})
@@ -361,11 +361,11 @@ func TestAsyncFlushThresholdAndInterval(t *testing.T) {
 	}
 	// Visible at once in async mode, before any fsync.
 	waitReadable(t, s, "a", 0, 9)
-	if s.flushed.Load() != 0 {
+	if s.clog.flushed.Load() != 0 {
 		t.Fatal("flushed before the threshold")
 	}
 	s.AppendAsync(&Message{Topic: "a", Data: []byte("x")})
-	waitFor(t, "threshold flush", func() bool { return s.flushed.Load() == s.written.Load() })
+	waitFor(t, "threshold flush", func() bool { return s.clog.flushed.Load() == s.clog.written.Load() })
 	mustClose(t, s)
 
 	cfg = testConfig(t, "")
@@ -374,7 +374,7 @@ func TestAsyncFlushThresholdAndInterval(t *testing.T) {
 	s = mustOpen(t, cfg)
 	defer mustClose(t, s)
 	s.AppendAsync(&Message{Topic: "a", Data: []byte("x")})
-	waitFor(t, "interval flush", func() bool { return s.flushed.Load() == s.written.Load() })
+	waitFor(t, "interval flush", func() bool { return s.clog.flushed.Load() == s.clog.written.Load() })
 }
 
 func TestRollWaitsForSlowPreallocation(t *testing.T) {

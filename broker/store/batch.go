@@ -38,29 +38,32 @@ func (s *Store) AppendBatch(msgs []Message, res []AppendResult) (*Flush, error) 
 	if room+protocol.BlankMinSize > s.cfg.SegmentSize {
 		return nil, ErrMessageTooLarge
 	}
-	now := s.now().UnixMilli()
+	return s.clog.appendBatch(msgs, res, room, s.now().UnixMilli())
+}
 
-	s.mu.Lock()
-	if err := s.appendErrLocked(); err != nil {
-		s.putErrors++
-		s.mu.Unlock()
+// appendBatch appends validated msgs as one run needing room bytes (AppendBatch).
+func (l *commitLog) appendBatch(msgs []Message, res []AppendResult, room, now int64) (*Flush, error) {
+	l.mu.Lock()
+	if err := l.appendErrLocked(); err != nil {
+		l.putErrors++
+		l.mu.Unlock()
 		return nil, err
 	}
 	parts := make([]*partition, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
-		p := s.appendParts.get(m.Topic, m.Partition)
+		p := l.appendParts.get(m.Topic, m.Partition)
 		if p == nil {
-			if p = s.appendPartitionLocked(m.Topic, m.Partition); p == nil {
-				s.mu.Unlock()
+			if p = l.appendPartitionLocked(m.Topic, m.Partition); p == nil {
+				l.mu.Unlock()
 				return nil, ErrBadTopic
 			}
 		}
 		parts[i] = p
 	}
-	if err := s.makeRoomLocked(room); err != nil {
-		s.putErrors++
-		s.mu.Unlock()
+	if err := l.makeRoomLocked(room); err != nil {
+		l.putErrors++
+		l.mu.Unlock()
 		return nil, err
 	}
 	var flush *Flush
@@ -68,16 +71,16 @@ func (s *Store) AppendBatch(msgs []Message, res []AppendResult) (*Flush, error) 
 	for i := range msgs {
 		m := &msgs[i]
 		size := int64(protocol.RecordSize(len(m.Topic), len(m.Properties), len(m.Data)))
-		r, f, k := s.appendLocked(parts[i], m, size, now)
+		r, f, k := l.appendLocked(parts[i], m, size, now)
 		res[i] = r
 		if f != nil {
 			flush = f
 		}
 		kickFlusher = kickFlusher || k
 	}
-	s.mu.Unlock()
+	l.mu.Unlock()
 	if kickFlusher {
-		kick(s.flushKick)
+		kick(l.flushKick)
 	}
 	return flush, nil
 }

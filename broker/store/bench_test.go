@@ -31,7 +31,7 @@ func reportRate(b *testing.B, n int, name string, d time.Duration) {
 
 func waitDispatched(s *Store) {
 	_ = s.WriteOut()
-	for s.dispatched.Load() < s.visibleLimit() || s.dispatched.Load() < s.written.Load() && !s.sync {
+	for s.dispatched.Load() < s.clog.visibleLimit() || s.dispatched.Load() < s.clog.written.Load() && !s.sync {
 		time.Sleep(50 * time.Microsecond)
 	}
 }

@@ -140,11 +140,10 @@ func (s *Store) checkpointNow(syncIndex bool) error {
 	if s.shut {
 		return ErrClosed
 	}
-	s.flushMu.Lock()
-	c := checkpointData{flushed: s.flushed.Load(), lastRecord: s.flushedRec.Load()}
-	s.flushMu.Unlock()
+	var c checkpointData
+	c.flushed, c.lastRecord = s.clog.durable()
 	c.dispatched = s.dispatched.Load()
-	c.logMin = s.logMin.Load()
+	c.logMin = s.clog.minPos()
 	last := s.lastCkpt
 	if last != nil && last.flushed == c.flushed && last.dispatched == c.dispatched && last.logMin == c.logMin {
 		return nil

@@ -1,9 +1,12 @@
 package store
 
 import (
+	"log/slog"
+	"math"
 	"math/bits"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -31,6 +34,203 @@ type AppendResult struct {
 	Size           int
 }
 
+// commitLog is the commit log: one sequential run of records shared by
+// every topic, cut into segment files. It owns the append lock and all it
+// guards — the active segment and write position, the last record, the
+// staged writes (stage.go), the group-commit round and flush positions
+// (flush.go), the sticky write errors, the segment list (segment.go) and the
+// preallocation and zero-fill ahead of the writer (prefill.go) — and its two
+// goroutines (flusher, preallocator). Queue offsets are assigned inside its
+// append, under the append lock, as RocketMQ's CommitLog does under its put
+// lock: the partition's next offset is part of what an append decides.
+//
+// The Store (topics, partitions, dispatcher, reads, retention, checkpoint)
+// talks to it through a few methods: append/appendBatch and writeOut,
+// flushOnce, the published positions (writePos, visibleLimit,
+// appendedLimit, durable, minPos), acquireSegment/segments for reading,
+// dropBefore for retention, and, at recovery, its own load/scan/truncate
+// (recovery.go) and setTail. Two functions plug the Store in: partitionFor
+// (a partition's shared state, on its first append) and onVisible (records
+// became visible: wake the dispatcher). docs/internal/store-api.md describes
+// the seam and how replication hangs off it.
+type commitLog struct {
+	cfg   *Config
+	log   *slog.Logger
+	hooks *faultHooks
+	sync  bool   // sync flush (group commit)
+	dir   string // <dataPath>/commitlog
+	ctr   *counters
+	stop  <-chan struct{} // closed by Store.Close: goroutines exit
+	wg    *sync.WaitGroup // the Store's goroutines
+
+	partitionFor func(topic string, part int32) *partition // the Store's shared partition state
+	onVisible    func()                                    // records became visible (wakes the dispatcher)
+
+	// The append lock and what it guards (see the lock rules in store.go).
+	mu          sync.Mutex
+	active      *segment
+	wpos        int64 // next write position in the commit log
+	lastRecord  int64 // position of the last record written (-1 none)
+	lastStore   int64 // last storeTime stamped (non-decreasing)
+	pending     *Flush
+	roundTarget int // members the flusher waits for (flush.go), 0 = none
+	roundGoal   int // members expected in the next round (flush.go)
+	unflushed   int
+	writeErr    error // sticky: commit-log write/fsync failure (until restart)
+	refuseErr   error // sticky: set by the owner to refuse appends (the store's index write failure)
+	rollErr     error // sticky: segment preallocation failed (cleared by a successful retry)
+	stage       stage // records staged for writing out (stage.go)
+	fillFence   int64 // appends stop below this while a zero-fill chunk is written, MaxInt64 none (prefill.go)
+	closed      bool
+	appendParts partCache // the appender's partition cache (partcache.go)
+	puts        int64
+	putBytes    int64
+	putErrors   int64
+	rolls       int64
+
+	// Published positions.
+	written    atomic.Int64 // == wpos
+	flushed    atomic.Int64 // commit log durable below this
+	flushedRec atomic.Int64 // last record below flushed (checkpoint's clean-stop check)
+	logMin     atomic.Int64 // base of the oldest segment
+
+	flushMu   sync.Mutex                    // serialises flush rounds; held across fdatasync
+	lastFsync atomic.Int64                  // duration of the last commit-log fsync (ns)
+	flushObs  atomic.Pointer[FlushObserver] // metrics (observe.go)
+
+	segsMu sync.Mutex
+	segs   atomic.Pointer[segList]
+
+	pre       *preallocator
+	flushKick chan struct{}
+	roundFull chan struct{}
+}
+
+// newCommitLog returns an empty commit log for dir (recovery fills it:
+// recovery.go, then setTail and start).
+func newCommitLog(cfg *Config, log *slog.Logger, dir string, ctr *counters, stop <-chan struct{}, wg *sync.WaitGroup) *commitLog {
+	l := &commitLog{
+		cfg: cfg, log: log, hooks: cfg.hooks, sync: cfg.UnflushThreshold <= 0, dir: dir, ctr: ctr,
+		stop: stop, wg: wg,
+		lastRecord:  -1,
+		fillFence:   math.MaxInt64,
+		appendParts: newPartCache(),
+		flushKick:   make(chan struct{}, 1),
+		roundFull:   make(chan struct{}, 1),
+	}
+	l.segs.Store(&segList{})
+	return l
+}
+
+// setTail sets the write position recovered (recovery: end, the last record
+// before it, the last store time) and publishes it as written and durable.
+func (l *commitLog) setTail(end, lastRec, lastStore int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	segs := l.segs.Load().segs
+	l.active = segs[len(segs)-1]
+	l.wpos, l.lastRecord, l.lastStore = end, lastRec, lastStore
+	l.written.Store(end)
+	l.flushed.Store(end)
+	l.flushedRec.Store(lastRec)
+}
+
+// start sets up staging at the write position and starts the flusher and
+// the preallocator (Open, after recovery).
+func (l *commitLog) start() {
+	l.initStage()
+	l.pre = newPreallocator(l)
+	l.wg.Add(2)
+	go l.pre.run()
+	go l.flushLoop()
+	l.mu.Lock()
+	l.pre.want(l.active.base + l.active.size)
+	l.mu.Unlock()
+	kick(l.pre.fillc) // start zero-filling ahead (prefill.go)
+}
+
+// close refuses further appends (Store.Close, before stopping goroutines).
+func (l *commitLog) close() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.closed = true
+	return true
+}
+
+// setRefusal records (err != nil) or clears the owner's sticky refusal;
+// appends fail with it while it is set. It reports whether it changed.
+func (l *commitLog) setRefusal(err error) (set, cleared bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case err != nil && l.refuseErr == nil:
+		l.refuseErr = err
+		return true, false
+	case err == nil && l.refuseErr != nil:
+		l.refuseErr = nil
+		return false, true
+	}
+	return false, false
+}
+
+// clean reports whether no sticky write or refusal error is set (Close:
+// whether the abort marker may go).
+func (l *commitLog) clean() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.writeErr == nil && l.refuseErr == nil
+}
+
+// Published positions (no lock).
+
+// writePos is the write position: every record appended lies below it.
+func (l *commitLog) writePos() int64 { return l.written.Load() }
+
+// flushedPos is the durable position: every record below it survived an
+// fsync (in sync mode also the visible limit). It only grows while the
+// store is open.
+func (l *commitLog) flushedPos() int64 { return l.flushed.Load() }
+
+// discardPrepared removes an unused preallocated segment (Close).
+func (l *commitLog) discardPrepared() { l.pre.discard() }
+
+// minPos is the base of the oldest segment.
+func (l *commitLog) minPos() int64 { return l.logMin.Load() }
+
+// durable returns the flushed position and the last record below it, as one
+// consistent pair (checkpoint).
+func (l *commitLog) durable() (flushed, lastRecord int64) {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	return l.flushed.Load(), l.flushedRec.Load()
+}
+
+// segments returns the current segment list (an immutable snapshot).
+func (l *commitLog) segments() []*segment { return l.segs.Load().segs }
+
+// logStats is the commit log's part of Stats.
+type logStats struct {
+	puts, putBytes, putErrors, rolls, wpos int64
+	err                                    error
+}
+
+// stats snapshots the counters kept under the append lock; locked, if not
+// nil, runs under it too (Stats reads the topics' put counters, which
+// appendLocked updates).
+func (l *commitLog) stats(locked func()) logStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := logStats{puts: l.puts, putBytes: l.putBytes, putErrors: l.putErrors, rolls: l.rolls, wpos: l.wpos,
+		err: l.appendErrLocked()}
+	if locked != nil {
+		locked()
+	}
+	return st
+}
+
 // Append appends and, in sync-flush mode, returns only once the record is
 // durable (a failed fsync returns ErrIO: the message must not be
 // acknowledged); in async mode once it is written to the page cache.
@@ -40,7 +240,7 @@ func (s *Store) Append(m *Message) (AppendResult, error) {
 		return res, err
 	}
 	if f == nil {
-		return res, s.WriteOut() // async: in the page cache (stage.go)
+		return res, s.clog.writeOut() // async: in the page cache (stage.go)
 	}
 	return res, f.Wait()
 }
@@ -65,54 +265,59 @@ func (s *Store) AppendAsync(m *Message) (AppendResult, *Flush, error) {
 	if size > s.cfg.SegmentSize {
 		return AppendResult{}, nil, ErrMessageTooLarge
 	}
-	now := s.now().UnixMilli()
+	return s.clog.append(m, size, s.now().UnixMilli())
+}
 
-	s.mu.Lock()
-	if err := s.appendErrLocked(); err != nil {
-		s.putErrors++
-		s.mu.Unlock()
+// append appends one validated message of size bytes under the append lock:
+// it assigns the partition's queue offset, stamps the store time and stages
+// the record (appendLocked), and registers it on the group-commit round.
+func (l *commitLog) append(m *Message, size, now int64) (AppendResult, *Flush, error) {
+	l.mu.Lock()
+	if err := l.appendErrLocked(); err != nil {
+		l.putErrors++
+		l.mu.Unlock()
 		return AppendResult{}, nil, err
 	}
-	p := s.appendParts.get(m.Topic, m.Partition)
+	p := l.appendParts.get(m.Topic, m.Partition)
 	if p == nil {
-		if p = s.appendPartitionLocked(m.Topic, m.Partition); p == nil {
-			s.mu.Unlock()
+		if p = l.appendPartitionLocked(m.Topic, m.Partition); p == nil {
+			l.mu.Unlock()
 			return AppendResult{}, nil, ErrBadTopic
 		}
 	}
-	if err := s.makeRoomLocked(size); err != nil {
-		s.putErrors++
-		s.mu.Unlock()
+	if err := l.makeRoomLocked(size); err != nil {
+		l.putErrors++
+		l.mu.Unlock()
 		return AppendResult{}, nil, err
 	}
-	res, f, kickFlusher := s.appendLocked(p, m, size, now)
-	s.mu.Unlock()
+	res, f, kickFlusher := l.appendLocked(p, m, size, now)
+	l.mu.Unlock()
 
 	if kickFlusher {
-		kick(s.flushKick)
+		kick(l.flushKick)
 	}
 	// Async mode: the record becomes visible when it is written out
-	// (WriteOut, stage.go), which wakes the dispatcher.
+	// (writeOut, stage.go), which wakes the dispatcher.
 	return res, f, nil
 }
 
 // appendLocked encodes m (size bytes, room made by makeRoomLocked) at the
-// write position of partition p. It never releases s.mu, so AppendBatch can
+// write position of partition p. It never releases l.mu, so AppendBatch can
 // append a run of records with nothing in between.
-func (s *Store) appendLocked(p *partition, m *Message, size, now int64) (AppendResult, *Flush, bool) {
-	phys := s.wpos
+func (l *commitLog) appendLocked(p *partition, m *Message, size, now int64) (AppendResult, *Flush, bool) {
+	phys := l.wpos
 	st := now
-	if st < s.lastStore {
-		st = s.lastStore
+	if st < l.lastStore {
+		st = l.lastStore
 	}
-	s.lastStore = st
+	l.lastStore = st
 	born := m.BornTime
 	if born == 0 {
 		born = st
 	}
 	q := p.next.Load()
 	rec := protocol.Record{
-		MsgID:          protocol.MakeMsgID(s.cfg.BrokerID, phys),
+		MsgID:          protocol.MakeMsgID(l.cfg.BrokerID, phys),
 		Flag:           m.Flag,
 		Partition:      m.Partition,
 		QueueOffset:    q,
@@ -125,30 +330,30 @@ func (s *Store) appendLocked(p *partition, m *Message, size, now int64) (AppendR
 		Properties:     m.Properties,
 		Data:           m.Data,
 	}
-	protocol.EncodeRecord(s.stagedLocked(size), &rec) // written out later (stage.go)
+	protocol.EncodeRecord(l.stagedLocked(size), &rec) // written out later (stage.go)
 	p.next.Store(q + 1)
-	s.wpos = phys + size
-	s.lastRecord = phys
-	s.written.Store(s.wpos)
-	if s.pre.ahead && (phys^s.wpos)>>s.pre.shift != 0 {
-		kick(s.pre.fillc) // crossed into the next MiB: zero-fill ahead
+	l.wpos = phys + size
+	l.lastRecord = phys
+	l.written.Store(l.wpos)
+	if l.pre.ahead && (phys^l.wpos)>>l.pre.shift != 0 {
+		kick(l.pre.fillc) // crossed into the next MiB: zero-fill ahead
 	}
-	s.puts++
-	s.putBytes += size
+	l.puts++
+	l.putBytes += size
 	p.topic.puts++
 	var f *Flush
 	kickFlusher := false
-	if s.sync {
-		if f = s.pending; f == nil {
+	if l.sync {
+		if f = l.pending; f == nil {
 			f = &Flush{done: make(chan struct{})}
-			s.pending = f
+			l.pending = f
 			kickFlusher = true // the round's first member wakes the flusher
 		}
-		if f.n++; f.n == s.roundTarget {
-			kick(s.roundFull) // the flusher waits for this many (flush.go)
+		if f.n++; f.n == l.roundTarget {
+			kick(l.roundFull) // the flusher waits for this many (flush.go)
 		}
-	} else if s.unflushed++; s.unflushed >= s.cfg.UnflushThreshold {
-		s.unflushed = 0
+	} else if l.unflushed++; l.unflushed >= l.cfg.UnflushThreshold {
+		l.unflushed = 0
 		kickFlusher = true
 	}
 	return AppendResult{
@@ -161,21 +366,21 @@ func (s *Store) appendLocked(p *partition, m *Message, size, now int64) (AppendR
 }
 
 // appendErrLocked returns why appends are refused, if they are.
-func (s *Store) appendErrLocked() error {
+func (l *commitLog) appendErrLocked() error {
 	switch {
-	case s.closed:
+	case l.closed:
 		return ErrClosed
-	case s.writeErr != nil:
-		return s.writeErr
-	case s.indexErr != nil:
-		return s.indexErr
-	case s.rollErr != nil:
+	case l.writeErr != nil:
+		return l.writeErr
+	case l.refuseErr != nil:
+		return l.refuseErr
+	case l.rollErr != nil:
 		// A roll failed (disk full): refuse every append, even one that would
 		// still fit, until a preallocation retry succeeds.
-		if s.pre.failed() {
-			return s.rollErr
+		if l.pre.failed() {
+			return l.rollErr
 		}
-		s.rollErr = nil
+		l.rollErr = nil
 	}
 	return nil
 }
@@ -183,12 +388,12 @@ func (s *Store) appendErrLocked() error {
 // appendPartitionLocked fills the appender's private partition cache the
 // first time a partition is appended to; it validates the topic name then
 // (nil when invalid), so the hot path does not.
-func (s *Store) appendPartitionLocked(topic string, part int32) *partition {
+func (l *commitLog) appendPartitionLocked(topic string, part int32) *partition {
 	if !validTopic(topic) {
 		return nil
 	}
-	p := s.partition(topic, part, true)
-	s.appendParts.put(p)
+	p := l.partitionFor(topic, part)
+	l.appendParts.put(p)
 	return p
 }
 
@@ -198,64 +403,64 @@ func (s *Store) appendPartitionLocked(topic string, part int32) *partition {
 // When that segment is not ready yet, it waits for the preallocator with the
 // append lock RELEASED (and re-acquired), so flush rounds and other work are
 // not held up; everything is re-checked afterwards.
-func (s *Store) makeRoomLocked(size int64) error {
+func (l *commitLog) makeRoomLocked(size int64) error {
 	for {
-		if err := s.appendErrLocked(); err != nil {
+		if err := l.appendErrLocked(); err != nil {
 			return err
 		}
-		g := s.active
-		if rem := g.end() - s.wpos; size == rem || size+protocol.BlankMinSize <= rem {
-			if s.wpos+size > s.fillFence {
+		g := l.active
+		if rem := g.end() - l.wpos; size == rem || size+protocol.BlankMinSize <= rem {
+			if l.wpos+size > l.fillFence {
 				// The zero-filler is writing this range (prefill.go; only
 				// when a record is larger than its distance from the writer).
-				s.counters.fillWaits.Add(1)
-				s.mu.Unlock()
-				s.pre.waitFill()
-				s.mu.Lock()
+				l.ctr.fillWaits.Add(1)
+				l.mu.Unlock()
+				l.pre.waitFill()
+				l.mu.Lock()
 				continue
 			}
-			if !s.stageRoomLocked(size) {
-				s.drainStagedLocked() // the staging buffer is full (stage.go)
+			if !l.stageRoomLocked(size) {
+				l.drainStagedLocked() // the staging buffer is full (stage.go)
 				continue
 			}
 			return nil
 		}
-		if s.stage.written.Load() < s.wpos {
-			s.drainStagedLocked() // a roll writes the old segment's records first (stage.go)
+		if l.stage.written.Load() < l.wpos {
+			l.drainStagedLocked() // a roll writes the old segment's records first (stage.go)
 			continue
 		}
-		next, err := s.pre.poll(g.end())
+		next, err := l.pre.poll(g.end())
 		if err != nil {
-			s.rollErr = err // sticky until a preallocation retry succeeds
+			l.rollErr = err // sticky until a preallocation retry succeeds
 			return err
 		}
 		if next != nil {
-			s.rollLocked(next)
+			l.rollLocked(next)
 			continue
 		}
-		s.mu.Unlock()
-		s.pre.wait(g.end())
-		s.mu.Lock()
+		l.mu.Unlock()
+		l.pre.wait(g.end())
+		l.mu.Lock()
 	}
 }
 
 // rollLocked closes the active segment with a BLANK filler and makes next
 // (the preallocated segment) active.
-func (s *Store) rollLocked(next *segment) {
-	s.rollStagedLocked(s.active, next)
-	s.segsMu.Lock()
-	cur := s.segs.Load().segs
+func (l *commitLog) rollLocked(next *segment) {
+	l.rollStagedLocked(l.active, next)
+	l.segsMu.Lock()
+	cur := l.segs.Load().segs
 	segs := make([]*segment, len(cur), len(cur)+1)
 	copy(segs, cur)
-	s.setSegmentsLocked(append(segs, next))
-	s.segsMu.Unlock()
-	s.active = next
-	s.wpos = next.base
-	s.written.Store(s.wpos)
-	s.rolls++
-	s.pre.want(next.end())
-	if !s.sync {
-		kick(s.flushKick) // fsync the finished segment now
+	l.setSegmentsLocked(append(segs, next))
+	l.segsMu.Unlock()
+	l.active = next
+	l.wpos = next.base
+	l.written.Store(l.wpos)
+	l.rolls++
+	l.pre.want(next.end())
+	if !l.sync {
+		kick(l.flushKick) // fsync the finished segment now
 	}
 }
 
@@ -271,20 +476,20 @@ func kick(c chan struct{}) {
 // and dispatched: the flushed position in sync mode (nothing a crash could
 // take away is ever shown), in async mode the position below which the
 // staged records are written to the files (stage.go).
-func (s *Store) visibleLimit() int64 {
-	if s.sync {
-		return s.flushed.Load()
+func (l *commitLog) visibleLimit() int64 {
+	if l.sync {
+		return l.flushed.Load()
 	}
-	return s.stage.written.Load()
+	return l.stage.written.Load()
 }
 
 // appendedLimit is what visibleLimit reaches once everything appended so far
 // is written (async) or flushed (sync): the target of a read's catch-up.
-func (s *Store) appendedLimit() int64 {
-	if s.sync {
-		return s.flushed.Load()
+func (l *commitLog) appendedLimit() int64 {
+	if l.sync {
+		return l.flushed.Load()
 	}
-	return s.written.Load()
+	return l.written.Load()
 }
 
 // preallocator creates the next segment ahead of time (fallocate + fdatasync
@@ -297,7 +502,7 @@ func (s *Store) appendedLimit() int64 {
 // prefault the mapping ahead of the writer in async mode; appends no longer
 // store through the mapping, see stage.go.)
 type preallocator struct {
-	s    *Store
+	l    *commitLog
 	mu   sync.Mutex
 	cond sync.Cond
 
@@ -326,13 +531,13 @@ const (
 	preallocMinRetry = 50 * time.Millisecond
 )
 
-func newPreallocator(s *Store) *preallocator {
-	p := &preallocator{s: s, wantBase: -1, kickc: make(chan struct{}, 1), fillc: make(chan struct{}, 1)}
+func newPreallocator(l *commitLog) *preallocator {
+	p := &preallocator{l: l, wantBase: -1, kickc: make(chan struct{}, 1), fillc: make(chan struct{}, 1)}
 	p.cond.L = &p.mu
-	p.fl = s.newFiller()
+	p.fl = l.newFiller()
 	p.ahead = p.fl.on
 	p.shift = fillShift
-	if c := s.cfg.prefillChunk; c > 0 {
+	if c := l.cfg.prefillChunk; c > 0 {
 		p.shift = uint(bits.Len64(uint64(c)) - 1) // tests: kick per chunk
 	}
 	return p
@@ -392,8 +597,8 @@ func (p *preallocator) wait(base int64) {
 }
 
 func (p *preallocator) run() {
-	s := p.s
-	defer s.wg.Done()
+	l := p.l
+	defer l.wg.Done()
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
@@ -406,7 +611,7 @@ func (p *preallocator) run() {
 				kick(p.fillc) // one chunk per turn: stay responsive to the other work
 			}
 			continue
-		case <-s.stop:
+		case <-l.stop:
 			p.mu.Lock()
 			p.stopped = true
 			p.cond.Broadcast()
@@ -432,14 +637,14 @@ func (p *preallocator) run() {
 		hadErr := p.err != nil
 		p.mu.Unlock()
 
-		g, err := createSegment(s.logDir, base, s.cfg.SegmentSize, s.hooks)
+		g, err := createSegment(l.dir, base, l.cfg.SegmentSize, l.hooks)
 
 		p.mu.Lock()
 		p.busy = false
 		switch {
 		case err != nil:
 			if !hadErr {
-				s.log.Error("segment preallocation failed; appends that need a new segment fail until a retry succeeds",
+				l.log.Error("segment preallocation failed; appends that need a new segment fail until a retry succeeds",
 					"base", base, "err", err)
 			}
 			p.err = err
@@ -449,7 +654,7 @@ func (p *preallocator) run() {
 			discardSegment(g)
 		default:
 			if hadErr {
-				s.log.Info("segment preallocation succeeded again", "base", base)
+				l.log.Info("segment preallocation succeeded again", "base", base)
 			}
 			p.ready = g
 			p.err = nil

@@ -39,7 +39,7 @@ func (s *Store) dispatchLoop() {
 	defer s.wg.Done()
 	backoff := time.Duration(0)
 	for {
-		limit := s.visibleLimit()
+		limit := s.clog.visibleLimit()
 		if s.dispatched.Load() < limit {
 			if err := s.disp.batchTo(limit); err != nil {
 				s.setIndexErr(err)
@@ -58,7 +58,7 @@ func (s *Store) dispatchLoop() {
 			continue
 		}
 		s.dispSleep.Store(true)
-		if s.visibleLimit() > s.dispatched.Load() {
+		if s.clog.visibleLimit() > s.dispatched.Load() {
 			s.dispSleep.Store(false)
 			continue
 		}
@@ -82,15 +82,11 @@ func (s *Store) wakeDispatcher() {
 // appends are refused while it is set.
 func (s *Store) setIndexErr(err error) {
 	s.dispFailing.Store(err != nil)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case err != nil && s.indexErr == nil:
+	switch set, cleared := s.clog.setRefusal(err); {
+	case set:
 		s.log.Error("index write failed; appends are refused until the dispatcher's retry succeeds", "err", err)
-		s.indexErr = err
-	case err == nil && s.indexErr != nil:
+	case cleared:
 		s.log.Info("index writes succeed again; appends accepted")
-		s.indexErr = nil
 	}
 }
 
@@ -122,7 +118,7 @@ func (d *dispatcher) batchTo(limit int64) error {
 			if g != nil {
 				g.release()
 			}
-			if g = s.acquireSegment(pos); g == nil {
+			if g = s.clog.acquireSegment(pos); g == nil {
 				d.reset()
 				return fmt.Errorf("%w: dispatch at %d", errMissingSegment, pos)
 			}

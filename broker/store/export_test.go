@@ -6,34 +6,34 @@ package store
 // after a process crash). Goroutines are stopped and files closed so the
 // test can reopen the directory in the same process.
 func (s *Store) crash() {
-	s.mu.Lock()
-	s.closed = true
+	s.clog.mu.Lock()
+	s.clog.closed = true
 	s.isClosed.Store(true)
-	s.mu.Unlock()
+	s.clog.mu.Unlock()
 	close(s.stop)
 	s.wg.Wait()
-	s.mu.Lock()
-	f := s.pending
-	s.pending = nil
-	s.mu.Unlock()
+	s.clog.mu.Lock()
+	f := s.clog.pending
+	s.clog.pending = nil
+	s.clog.mu.Unlock()
 	if f != nil {
 		f.err = ErrClosed
 		close(f.done)
 	}
 	s.closeAllWaiters()
-	s.pre.mu.Lock()
-	if g := s.pre.ready; g != nil {
+	s.clog.pre.mu.Lock()
+	if g := s.clog.pre.ready; g != nil {
 		g.release() // leave the file, as a crash would
-		s.pre.ready = nil
+		s.clog.pre.ready = nil
 	}
-	s.pre.mu.Unlock()
+	s.clog.pre.mu.Unlock()
 	s.closeFiles()
 	s.unlockDir()
 }
 
 // activeSegment returns the active segment's path and the write offset in it.
 func (s *Store) activeSegment() (string, int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.active.path, s.wpos - s.active.base
+	s.clog.mu.Lock()
+	defer s.clog.mu.Unlock()
+	return s.clog.active.path, s.clog.wpos - s.clog.active.base
 }

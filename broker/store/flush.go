@@ -7,7 +7,7 @@ import (
 // Flush is one group-commit round, shared by every append registered on it.
 // Rounds are allocated per round, not per message.
 //
-// Group commit: an appender registers on s.pending under the append lock (the
+// Group commit: an appender registers on l.pending under the append lock (the
 // first one of a round allocates it and wakes the flusher). The flusher
 // swaps the pending round out and records the write position under the
 // lock, then fdatasyncs every segment holding unflushed bytes WITHOUT the
@@ -22,9 +22,9 @@ import (
 // group in two (and a target of "as many as last time" keeps it split: with
 // 64 appenders rounds settled at ~45 members). So when a round completes the
 // flusher expects back its members plus those that registered while it
-// synced (s.roundGoal: the number of concurrent appenders in a closed loop),
+// synced (l.roundGoal: the number of concurrent appenders in a closed loop),
 // and before swapping the next round waits until it has that many (the
-// member that completes it signals s.roundFull) or for at most the last
+// member that completes it signals l.roundFull) or for at most the last
 // fsync's duration (20µs..500µs): a bounded delay that keeps rounds as large
 // as the number of concurrent appenders. (Measured on the dev VM with 64
 // closed-loop appenders: ~63 members per round instead of ~32 without
@@ -34,7 +34,7 @@ import (
 type Flush struct {
 	done chan struct{}
 	err  error // set before done is closed
-	n    int   // members; guarded by s.mu until the round is swapped out
+	n    int   // members; guarded by l.mu until the round is swapped out
 }
 
 // Done is closed once the round is durable (or failed).
@@ -52,11 +52,11 @@ func (f *Flush) Wait() error {
 // flushLoop is the flusher goroutine. Sync mode: one round per wake-up.
 // Async mode: wakes after UnflushThreshold messages, on a roll, and every
 // UnflushInterval.
-func (s *Store) flushLoop() {
-	defer s.wg.Done()
+func (l *commitLog) flushLoop() {
+	defer l.wg.Done()
 	var tick <-chan time.Time
-	if !s.sync {
-		t := time.NewTicker(s.cfg.UnflushInterval)
+	if !l.sync {
+		t := time.NewTicker(l.cfg.UnflushInterval)
 		defer t.Stop()
 		tick = t.C
 	}
@@ -64,117 +64,117 @@ func (s *Store) flushLoop() {
 	delay.Stop()
 	for {
 		select {
-		case <-s.flushKick:
+		case <-l.flushKick:
 		case <-tick:
-		case <-s.stop:
+		case <-l.stop:
 			return
 		}
-		if s.sync {
-			s.gatherRound(delay)
+		if l.sync {
+			l.gatherRound(delay)
 		}
-		_ = s.flushOnce()
+		_ = l.flushOnce()
 	}
 }
 
 // gatherRound waits (bounded) for the pending round to grow to the number
 // of appenders expected back (see Flush).
-func (s *Store) gatherRound(delay *time.Timer) {
-	s.mu.Lock()
-	f := s.pending
-	goal := s.roundGoal
+func (l *commitLog) gatherRound(delay *time.Timer) {
+	l.mu.Lock()
+	f := l.pending
+	goal := l.roundGoal
 	if f == nil || goal <= 1 || f.n >= goal {
-		s.mu.Unlock()
+		l.mu.Unlock()
 		return
 	}
-	s.roundTarget = goal
-	s.mu.Unlock()
+	l.roundTarget = goal
+	l.mu.Unlock()
 	select { // drop a stale signal
-	case <-s.roundFull:
+	case <-l.roundFull:
 	default:
 	}
-	d := min(max(time.Duration(s.lastFsync.Load()), 20*time.Microsecond), 500*time.Microsecond)
+	d := min(max(time.Duration(l.lastFsync.Load()), 20*time.Microsecond), 500*time.Microsecond)
 	delay.Reset(d)
 	select {
-	case <-s.roundFull:
+	case <-l.roundFull:
 	case <-delay.C:
-	case <-s.stop:
+	case <-l.stop:
 	}
 	delay.Stop()
-	s.mu.Lock()
-	s.roundTarget = 0
-	s.mu.Unlock()
+	l.mu.Lock()
+	l.roundTarget = 0
+	l.mu.Unlock()
 }
 
 // flushOnce makes everything appended so far durable and completes the
-// pending round. Serialised by s.flushMu (held across fdatasync; never the
+// pending round. Serialised by l.flushMu (held across fdatasync; never the
 // append lock).
-func (s *Store) flushOnce() error {
-	s.flushMu.Lock()
-	defer s.flushMu.Unlock()
+func (l *commitLog) flushOnce() error {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
 
-	s.mu.Lock()
-	f := s.pending
-	s.pending = nil
-	end := s.wpos
-	last := s.lastRecord
-	werr := s.writeErr
-	s.unflushed = 0
-	s.mu.Unlock()
+	l.mu.Lock()
+	f := l.pending
+	l.pending = nil
+	end := l.wpos
+	last := l.lastRecord
+	werr := l.writeErr
+	l.unflushed = 0
+	l.mu.Unlock()
 
-	start := s.flushed.Load()
+	start := l.flushed.Load()
 	var synced time.Duration
 	err := werr
 	if err == nil {
-		err = s.writeStaged(end) // what is still staged (stage.go)
+		err = l.writeStaged(end) // what is still staged (stage.go)
 	}
 	if err == nil && end > start {
 		t0 := time.Now()
-		err = s.syncRange(start, end)
+		err = l.syncRange(start, end)
 		d := int64(time.Since(t0))
-		s.lastFsync.Store(d)
+		l.lastFsync.Store(d)
 		synced = time.Duration(d)
-		s.counters.fsyncs.Add(1)
-		s.counters.fsyncNanos.Add(d)
+		l.ctr.fsyncs.Add(1)
+		l.ctr.fsyncNanos.Add(d)
 		if err != nil {
-			s.mu.Lock()
-			if s.writeErr == nil {
-				s.writeErr = err
-				s.log.Error("commit log fsync failed; appends are refused until the store is reopened", "err", err)
+			l.mu.Lock()
+			if l.writeErr == nil {
+				l.writeErr = err
+				l.log.Error("commit log fsync failed; appends are refused until the store is reopened", "err", err)
 			}
-			s.mu.Unlock()
+			l.mu.Unlock()
 		} else {
-			s.flushedRec.Store(last)
-			s.flushed.Store(end)
-			if s.sync {
-				s.wakeDispatcher()
+			l.flushedRec.Store(last)
+			l.flushed.Store(end)
+			if l.sync {
+				l.onVisible()
 			}
 		}
 	}
 	if f != nil {
 		// Expected back for the next round: this round's members (about to
 		// be woken) and those that registered while it synced.
-		s.mu.Lock()
-		s.roundGoal = f.n
-		if s.pending != nil {
-			s.roundGoal += s.pending.n
+		l.mu.Lock()
+		l.roundGoal = f.n
+		if l.pending != nil {
+			l.roundGoal += l.pending.n
 		}
-		s.mu.Unlock()
-		s.counters.rounds.Add(1)
+		l.mu.Unlock()
+		l.ctr.rounds.Add(1)
 		f.err = err
 		close(f.done)
 	}
-	s.observeFlush(synced, f)
+	l.observeFlush(synced, f)
 	return err
 }
 
 // syncRange fdatasyncs every segment overlapping [start, end).
-func (s *Store) syncRange(start, end int64) error {
+func (l *commitLog) syncRange(start, end int64) error {
 	for pos := start; pos < end; {
-		g := s.acquireSegment(pos)
+		g := l.acquireSegment(pos)
 		if g == nil {
 			return ioError("flush", errMissingSegment)
 		}
-		err := s.hooks.fdatasync(g.f)
+		err := l.hooks.fdatasync(g.f)
 		pos = g.end()
 		g.release()
 		if err != nil {
@@ -189,7 +189,7 @@ func (s *Store) Flush() error {
 	if s.isClosed.Load() {
 		return ErrClosed
 	}
-	if err := s.flushOnce(); err != nil {
+	if err := s.clog.flushOnce(); err != nil {
 		return err
 	}
 	return s.checkpoint()

@@ -106,9 +106,9 @@ func failWhile(on *atomic.Bool, err error) func(string) error {
 func waitPrepared(t testing.TB, s *Store) {
 	t.Helper()
 	waitFor(t, "preallocation", func() bool {
-		s.pre.mu.Lock()
-		defer s.pre.mu.Unlock()
-		return s.pre.ready != nil
+		s.clog.pre.mu.Lock()
+		defer s.clog.pre.mu.Unlock()
+		return s.clog.pre.ready != nil
 	})
 }
 

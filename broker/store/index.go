@@ -60,7 +60,7 @@ type partition struct {
 	id    int32
 	dir   string
 
-	next    atomic.Int64 // next queue offset to assign (MaxOffset); stored under s.mu
+	next    atomic.Int64 // next queue offset to assign (MaxOffset); stored under the append lock (commitLog.mu)
 	indexed atomic.Int64 // units below this are readable (file or tail); dispatcher
 	filed   atomic.Int64 // units below this are in the index file (indextail.go)
 	min     atomic.Int64 // MinOffset; recovery and retention

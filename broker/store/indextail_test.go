@@ -182,7 +182,7 @@ func TestIndexTailLostInCrashIsRebuilt(t *testing.T) {
 	}
 	// Make the log durable without a checkpoint: the new units exist only
 	// in memory (and the checkpoint does not claim them).
-	if err := s.flushOnce(); err != nil {
+	if err := s.clog.flushOnce(); err != nil {
 		t.Fatal(err)
 	}
 	ck, ok := s.readCheckpoint()

@@ -534,9 +534,9 @@ func (s *Store) QueryKey(topic, key string, max int) (*ReadResult, error) {
 		return nil, ErrNotFound
 	}
 	h := keyHash([]byte(topic), []byte(key))
-	s.catchUp(s.appendedLimit()) // keys of every record appended so far are indexed
-	vis := s.visibleLimit()
-	logMin := s.logMin.Load()
+	s.catchUp(s.clog.appendedLimit()) // keys of every record appended so far are indexed
+	vis := s.clog.visibleLimit()
+	logMin := s.clog.minPos()
 	r := getResult()
 	var seen []int64
 	err := s.keys.lookup(h, logMin, func(phys int64) bool {
@@ -544,7 +544,7 @@ func (s *Store) QueryKey(topic, key string, max int) (*ReadResult, error) {
 			return true
 		}
 		seen = append(seen, phys)
-		g := s.acquireSegment(phys)
+		g := s.clog.acquireSegment(phys)
 		if g == nil {
 			return true
 		}

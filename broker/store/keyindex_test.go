@@ -53,7 +53,7 @@ func TestQueryKey(t *testing.T) {
 				}
 			}
 			mustAppend(t, s, &Message{Topic: "k", Properties: []byte("keys=plain+one\ttwo"), Data: []byte("e")})
-			waitFor(t, "dispatch", func() bool { return s.dispatched.Load() == s.visibleLimit() })
+			waitFor(t, "dispatch", func() bool { return s.dispatched.Load() == s.clog.visibleLimit() })
 			check := func() {
 				t.Helper()
 				if ids := queryIDs(t, s, "k", "id-7", 10); len(ids) != 1 || ids[0] != order[6] {

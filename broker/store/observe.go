@@ -11,20 +11,22 @@ type FlushObserver func(fsync time.Duration, members int)
 
 // SetFlushObserver installs fn (nil removes it). Metrics use it for the
 // fsync-latency and group-commit-size histograms.
-func (s *Store) SetFlushObserver(fn FlushObserver) {
+func (s *Store) SetFlushObserver(fn FlushObserver) { s.clog.setFlushObserver(fn) }
+
+func (l *commitLog) setFlushObserver(fn FlushObserver) {
 	if fn == nil {
-		s.flushObs.Store(nil)
+		l.flushObs.Store(nil)
 		return
 	}
-	s.flushObs.Store(&fn)
+	l.flushObs.Store(&fn)
 }
 
 // observeFlush reports a completed round to the observer, if any.
-func (s *Store) observeFlush(fsync time.Duration, f *Flush) {
+func (l *commitLog) observeFlush(fsync time.Duration, f *Flush) {
 	if fsync <= 0 {
 		return
 	}
-	if fn := s.flushObs.Load(); fn != nil {
+	if fn := l.flushObs.Load(); fn != nil {
 		n := 0
 		if f != nil {
 			n = f.n

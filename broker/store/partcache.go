@@ -2,7 +2,7 @@ package store
 
 // partCache is a private (single-goroutine or lock-guarded) lookup of
 // partitions by topic and id, for the two hot paths that resolve a partition
-// per message: the appender (guarded by s.mu) and the dispatcher (its own
+// per message: the appender (guarded by the append lock, commitLog.mu) and the dispatcher (its own
 // goroutine). A topic is found through a one-entry "last topic" cache (a
 // string compare; messages usually come in runs of one topic) or a map;
 // partitions of a topic are found in a slice indexed by id (ids below

@@ -39,7 +39,7 @@ import (
 // large folio with a dirty page) the invalidation fails and the kernel
 // records EIO on the file, which the next fdatasync returns ("Page cache
 // invalidation failure on direct I/O" in the kernel log) — the log would
-// refuse appends until restart. So while a chunk is written, s.fillFence
+// refuse appends until restart. So while a chunk is written, l.fillFence
 // holds the folio boundary at or below it (maxFolio: folios are naturally
 // aligned and never larger), set under the append lock after checking it is
 // at least prefillGap past the write position, and an append that would
@@ -83,9 +83,9 @@ const (
 )
 
 // prefillGapFor returns the distance the filler keeps from the writer.
-func (s *Store) prefillGapFor() int64 {
-	if s.cfg.prefillGap > 0 {
-		return s.cfg.prefillGap // tests
+func (l *commitLog) prefillGapFor() int64 {
+	if l.cfg.prefillGap > 0 {
+		return l.cfg.prefillGap // tests
 	}
 	return prefillGap
 }
@@ -103,34 +103,34 @@ type filler struct {
 	failed bool   // last write failed (logged once per failure run)
 }
 
-func (s *Store) newFiller() *filler {
+func (l *commitLog) newFiller() *filler {
 	f := &filler{fd: -1}
-	switch s.cfg.ZeroFill {
+	switch l.cfg.ZeroFill {
 	case ZeroFillAlways:
 		f.on = true
 	case ZeroFillAuto:
-		f.on = s.sync
+		f.on = l.sync
 	}
-	if f.on && !hasUnwrittenExtents(s.logDir) {
-		s.log.Debug("zero-fill off: the commit log is on tmpfs")
+	if f.on && !hasUnwrittenExtents(l.dir) {
+		l.log.Debug("zero-fill off: the commit log is on tmpfs")
 		f.on = false
 	}
 	if !f.on {
 		return f
 	}
-	f.gap = s.prefillGapFor()
+	f.gap = l.prefillGapFor()
 	f.lead = prefillLead
 	f.chunk = prefillChunk
-	if s.cfg.prefillChunk > 0 {
-		f.chunk = s.cfg.prefillChunk // tests
+	if l.cfg.prefillChunk > 0 {
+		f.chunk = l.cfg.prefillChunk // tests
 		f.lead = 4 * f.chunk
 	}
-	if s.cfg.prefillLead > 0 {
-		f.lead = s.cfg.prefillLead // tests
+	if l.cfg.prefillLead > 0 {
+		f.lead = l.cfg.prefillLead // tests
 	}
 	z, err := unix.Mmap(-1, 0, int(f.chunk), unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		s.log.Warn("zero-fill disabled: cannot map a zero buffer", "err", err)
+		l.log.Warn("zero-fill disabled: cannot map a zero buffer", "err", err)
 		f.on = false
 		return f
 	}
@@ -171,7 +171,7 @@ func (f *filler) open(path string) (int, error) {
 // Its path and bounds are all the filler needs (it writes through its own
 // descriptor), so no reference is kept.
 func (p *preallocator) fillSegment(pos int64) (base, end int64, path string, ok bool) {
-	if g := p.s.acquireSegment(pos); g != nil {
+	if g := p.l.acquireSegment(pos); g != nil {
 		base, end, path = g.base, g.end(), g.path
 		g.release()
 		return base, end, path, true
@@ -187,11 +187,11 @@ func (p *preallocator) fillSegment(pos int64) (base, end int64, path string, ok 
 // fill zero-fills ahead of the writer, one chunk per call; it reports
 // whether there is more to do now.
 func (p *preallocator) fill() bool {
-	f, s := p.fl, p.s
+	f, l := p.fl, p.l
 	if !f.on {
 		return false
 	}
-	w := s.written.Load()
+	w := l.written.Load()
 	from := max(f.filled, w+f.gap)
 	if from >= w+f.gap+f.lead {
 		return false
@@ -221,9 +221,9 @@ func (p *preallocator) fill() bool {
 	fd, err := f.open(path)
 	if err != nil {
 		if err == unix.EINVAL {
-			s.log.Info("zero-fill disabled: O_DIRECT not supported here", "path", path)
+			l.log.Info("zero-fill disabled: O_DIRECT not supported here", "path", path)
 		} else {
-			s.log.Warn("zero-fill disabled", "path", path, "err", err)
+			l.log.Warn("zero-fill disabled", "path", path, "err", err)
 		}
 		f.on = false
 		return false
@@ -232,17 +232,17 @@ func (p *preallocator) fill() bool {
 	p.mu.Lock()
 	p.filling = true
 	p.mu.Unlock()
-	s.mu.Lock()
-	okToWrite := fence >= s.wpos+f.gap && !s.closed
+	l.mu.Lock()
+	okToWrite := fence >= l.wpos+f.gap && !l.closed
 	if okToWrite {
-		s.fillFence = fence
+		l.fillFence = fence
 	}
-	s.mu.Unlock()
+	l.mu.Unlock()
 	if okToWrite {
-		err = s.hooks.zeroFill(fd, path, f.zeros[:stop-off], off)
-		s.mu.Lock()
-		s.fillFence = math.MaxInt64
-		s.mu.Unlock()
+		err = l.hooks.zeroFill(fd, path, f.zeros[:stop-off], off)
+		l.mu.Lock()
+		l.fillFence = math.MaxInt64
+		l.mu.Unlock()
 	}
 	p.mu.Lock()
 	p.filling = false
@@ -253,14 +253,14 @@ func (p *preallocator) fill() bool {
 	}
 	if err != nil {
 		if !f.failed {
-			s.log.Warn("zero-fill write failed; the rest of the segment stays preallocated only", "path", path, "err", err)
+			l.log.Warn("zero-fill write failed; the rest of the segment stays preallocated only", "path", path, "err", err)
 		}
 		f.failed = true
 		f.filled = end
 		return true
 	}
 	f.failed = false
-	s.counters.zeroFilled.Add(stop - off)
+	l.ctr.zeroFilled.Add(stop - off)
 	f.filled = base + stop
 	if stop == (end-base)/dioAlign*dioAlign {
 		f.filled = end

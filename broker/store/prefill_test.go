@@ -146,9 +146,9 @@ func TestZeroFillAheadOfWriter(t *testing.T) {
 	// writer) has no unwritten extent left.
 	var next string
 	waitFor(t, "the next segment filled", func() bool {
-		s.pre.mu.Lock()
-		defer s.pre.mu.Unlock()
-		if g := s.pre.ready; g != nil {
+		s.clog.pre.mu.Lock()
+		defer s.clog.pre.mu.Unlock()
+		if g := s.clog.pre.ready; g != nil {
 			next = g.path
 			u, ok := unwrittenBytes(t, g.path, 0, g.size)
 			return !ok || u == 0
@@ -183,9 +183,9 @@ func TestZeroFillFenceStopsAppendsAtTheChunk(t *testing.T) {
 	s := mustOpen(t, cfg)
 	defer mustClose(t, s)
 	waitFor(t, "a chunk in flight", entered.Load)
-	s.mu.Lock()
-	fence, wpos, activeEnd := s.fillFence, s.wpos, s.active.end()
-	s.mu.Unlock()
+	s.clog.mu.Lock()
+	fence, wpos, activeEnd := s.clog.fillFence, s.clog.wpos, s.clog.active.end()
+	s.clog.mu.Unlock()
 	if fence != activeEnd || fence-wpos < cfg.prefillGap {
 		t.Fatalf("fence %d: want the next segment's start %d, at least %d past the writer at %d",
 			fence, activeEnd, cfg.prefillGap, wpos)
@@ -334,8 +334,8 @@ func TestZeroFillModes(t *testing.T) {
 			}
 			s := mustOpen(t, cfg)
 			defer mustClose(t, s)
-			if s.pre.fl.on != c.want {
-				t.Fatalf("zero-fill on = %v, want %v", s.pre.fl.on, c.want)
+			if s.clog.pre.fl.on != c.want {
+				t.Fatalf("zero-fill on = %v, want %v", s.clog.pre.fl.on, c.want)
 			}
 		})
 	}
@@ -359,7 +359,7 @@ func TestZeroFillNeverCollidesWithTheWriter(t *testing.T) {
 	defer mustClose(t, s)
 	m := &Message{Topic: "c", Data: make([]byte, 200)}
 	deadline := time.Now().Add(1500 * time.Millisecond)
-	for i := 0; s.written.Load() < 100<<20 && time.Now().Before(deadline); i++ {
+	for i := 0; s.clog.written.Load() < 100<<20 && time.Now().Before(deadline); i++ {
 		m.Partition = int32(i % 4)
 		if _, _, err := s.AppendAsync(m); err != nil {
 			t.Fatalf("append %d: %v", i, err)

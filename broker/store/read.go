@@ -122,7 +122,7 @@ func (s *Store) Read(topic string, partition int32, offset int64, maxBytes int, 
 		return r, nil
 	case offset >= readable && offset < hi:
 		// Assigned but not indexed yet: it may already be visible (see catchUp).
-		s.catchUp(s.appendedLimit())
+		s.catchUp(s.clog.appendedLimit())
 		if readable = p.indexed.Load(); offset >= readable {
 			r.Status, r.NextOffset = ReadNoMessage, offset
 			return r, nil
@@ -147,7 +147,7 @@ func (s *Store) readInto(r *ReadResult, p *partition, offset, readable int64, ma
 	defer pk.release()
 	caughtUp := false
 	repairs := 0 // index repairs by this read (repair.go)
-	limit := s.written.Load()
+	limit := s.clog.writePos()
 again:
 	stopped := false // the scan ended for a reason other than reaching readable
 	prevEnd := int64(-1)
@@ -267,10 +267,10 @@ scan:
 	// it (read-your-writes), not just the indexed prefix.
 	if !stopped && !caughtUp && q < p.next.Load() {
 		caughtUp = true
-		s.catchUp(s.appendedLimit())
+		s.catchUp(s.clog.appendedLimit())
 		if n := p.indexed.Load(); n > readable {
 			readable = n
-			limit = s.written.Load()
+			limit = s.clog.writePos()
 			goto again
 		}
 	}
@@ -294,11 +294,11 @@ const maxReadRepairs = 4
 func (s *Store) appendRecord(r *ReadResult, p *partition, q, phys int64, size int) error {
 	g := r.lastSeg
 	if g == nil || phys < g.base || phys+int64(size) > g.end() {
-		if phys < s.logMin.Load() {
+		if phys < s.clog.minPos() {
 			return errBelowMin
 		}
-		if g = s.acquireSegment(phys); g == nil {
-			if phys < s.logMin.Load() {
+		if g = s.clog.acquireSegment(phys); g == nil {
+			if phys < s.clog.minPos() {
 				return errBelowMin
 			}
 			return errUnitOutside
@@ -394,7 +394,7 @@ func (s *Store) OffsetForTime(topic string, partition int32, tsMs int64) int64 {
 	}
 	lo, hi := p.min.Load(), p.indexed.Load()
 	if hi < p.next.Load() {
-		s.catchUp(s.appendedLimit())
+		s.catchUp(s.clog.appendedLimit())
 		hi = p.indexed.Load()
 	}
 	q, _ := s.searchUnits(p, lo, hi, func(phys int64, size int32) bool {
@@ -406,10 +406,10 @@ func (s *Store) OffsetForTime(topic string, partition int32, tsMs int64) int64 {
 
 // storeTimeAt reads the storeTime of the record at phys.
 func (s *Store) storeTimeAt(phys int64, size int32) (int64, bool) {
-	if size <= 0 || phys < s.logMin.Load() {
+	if size <= 0 || phys < s.clog.minPos() {
 		return 0, false
 	}
-	g := s.acquireSegment(phys)
+	g := s.clog.acquireSegment(phys)
 	if g == nil {
 		return 0, false
 	}
@@ -432,15 +432,15 @@ func (s *Store) ReadByID(msgID int64) (*ReadResult, error) {
 		return nil, ErrClosed
 	}
 	bid, phys := protocol.SplitMsgID(msgID)
-	vis := s.visibleLimit()
-	if !s.sync && phys >= vis && phys < s.written.Load() {
-		_ = s.WriteOut() // appended but still staged (stage.go)
-		vis = s.visibleLimit()
+	vis := s.clog.visibleLimit()
+	if !s.sync && phys >= vis && phys < s.clog.writePos() {
+		_ = s.clog.writeOut() // appended but still staged (stage.go)
+		vis = s.clog.visibleLimit()
 	}
-	if bid != s.cfg.BrokerID || msgID < 0 || phys < s.logMin.Load() || phys >= vis {
+	if bid != s.cfg.BrokerID || msgID < 0 || phys < s.clog.minPos() || phys >= vis {
 		return nil, ErrNotFound
 	}
-	g := s.acquireSegment(phys)
+	g := s.clog.acquireSegment(phys)
 	if g == nil {
 		return nil, ErrNotFound
 	}

@@ -67,7 +67,7 @@ func TestReadMaxBytesAndCoalescing(t *testing.T) {
 		t.Fatalf("adjacent records: count %d bufs %d bytes %d next %d", r.Count, len(r.Bufs), r.Bytes, r.NextOffset)
 	}
 	// The buffer is a slice of the mapped segment, not a copy.
-	g := s.segs.Load().segs[0]
+	g := s.clog.segs.Load().segs[0]
 	p := uintptr(unsafe.Pointer(&r.Bufs[0][0]))
 	base := uintptr(unsafe.Pointer(&g.data[0]))
 	if p < base || p >= base+uintptr(len(g.data)) {

@@ -30,11 +30,11 @@ func (s *Store) peekMatch(k *recordPeek, p *partition, q, phys int64, size int, 
 	g := k.g
 	if g == nil || phys < g.base || phys+int64(size) > g.end() {
 		k.release()
-		if phys < s.logMin.Load() {
+		if phys < s.clog.minPos() {
 			return false, errBelowMin
 		}
-		if g = s.acquireSegment(phys); g == nil {
-			if phys < s.logMin.Load() {
+		if g = s.clog.acquireSegment(phys); g == nil {
+			if phys < s.clog.minPos() {
 				return false, errBelowMin
 			}
 			return false, errUnitOutside

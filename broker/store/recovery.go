@@ -50,7 +50,7 @@ func (s *Store) recover() error {
 		}
 	}
 
-	segs, torn, err := s.loadSegments()
+	segs, torn, err := s.clog.loadSegments()
 	if err != nil {
 		return err
 	}
@@ -65,36 +65,29 @@ func (s *Store) recover() error {
 		}
 		segs = []*segment{g}
 	}
-	s.segsMu.Lock()
-	s.setSegmentsLocked(segs)
-	s.segsMu.Unlock()
+	s.clog.setSegments(segs)
 	logMin := segs[0].base
 
 	end, lastRec, scanned := int64(0), int64(-1), false
-	if !crashed && ckOK && torn < 0 && s.cleanTailOK(ck) {
+	if !crashed && ckOK && torn < 0 && s.clog.cleanTailOK(ck) {
 		end, lastRec = ck.flushed, ck.lastRecord
 	} else {
 		if !crashed && ckOK && torn < 0 {
 			s.log.Warn("recovery: checkpoint does not match the commit log tail; scanning")
 		}
-		end, lastRec, err = s.recoverLog(ck, ckOK, torn)
+		end, lastRec, err = s.clog.recoverLog(ck, ckOK, torn)
 		if err != nil {
 			return err
 		}
 		scanned = true
 	}
-	segs = s.segs.Load().segs
-	active := segs[len(segs)-1]
-	s.active = active
-	s.wpos, s.lastRecord = end, lastRec
-	s.written.Store(end)
-	s.flushed.Store(end)
-	s.flushedRec.Store(lastRec)
+	lastStore := int64(0)
 	if lastRec >= 0 {
 		if t, ok := s.storeTimeAt(lastRec, 1); ok {
-			s.lastStore = t
+			lastStore = t
 		}
 	}
+	s.clog.setTail(end, lastRec, lastStore)
 
 	// Indexes: trust units below cut, rebuild the rest.
 	cut := end
@@ -142,8 +135,8 @@ func (s *Store) recover() error {
 // preallocated successor, never written): see repairTornTail; its old end is
 // returned as torn (-1 when none) and recovery scans that segment. A gap
 // followed by segments holding data is an error the operator must look at.
-func (s *Store) loadSegments() (segs []*segment, torn int64, err error) {
-	ents, err := os.ReadDir(s.logDir)
+func (l *commitLog) loadSegments() (segs []*segment, torn int64, err error) {
+	ents, err := os.ReadDir(l.dir)
 	if err != nil {
 		return nil, -1, fmt.Errorf("store: %w", err)
 	}
@@ -160,7 +153,7 @@ func (s *Store) loadSegments() (segs []*segment, torn int64, err error) {
 		if !ok || !e.Type().IsRegular() {
 			continue
 		}
-		g, err := openSegment(filepath.Join(s.logDir, e.Name()), base)
+		g, err := openSegment(filepath.Join(l.dir, e.Name()), base)
 		if err != nil {
 			return fail(err)
 		}
@@ -178,7 +171,7 @@ func (s *Store) loadSegments() (segs []*segment, torn int64, err error) {
 		}
 		if segs[i].base > segs[i-1].end() && allEmpty(segs[i:]) {
 			torn = segs[i-1].end()
-			if segs, err = s.repairTornTail(segs, i); err != nil {
+			if segs, err = l.repairTornTail(segs, i); err != nil {
 				return fail(err)
 			}
 			break
@@ -214,7 +207,7 @@ func allEmpty(segs []*segment) bool {
 // extended (disk full), the empty successors are deleted instead and the
 // short segment stays last (the log rolls at its end). Either way it is
 // logged with the sizes involved.
-func (s *Store) repairTornTail(segs []*segment, i int) ([]*segment, error) {
+func (l *commitLog) repairTornTail(segs []*segment, i int) ([]*segment, error) {
 	g := segs[i-1]
 	want := segs[i].base - g.base
 	oldSize, path, base := g.size, g.path, g.base
@@ -222,8 +215,8 @@ func (s *Store) repairTornTail(segs []*segment, i int) ([]*segment, error) {
 	segs[i-1] = nil
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err == nil {
-		if err = s.hooks.fallocate(f, want); err == nil {
-			err = s.hooks.fdatasync(f)
+		if err = l.hooks.fallocate(f, want); err == nil {
+			err = l.hooks.fdatasync(f)
 		}
 		f.Close()
 	}
@@ -232,11 +225,11 @@ func (s *Store) repairTornTail(segs []*segment, i int) ([]*segment, error) {
 			return segs[:i-1], err
 		}
 		segs[i-1] = g
-		s.log.Warn("recovery: commit-log segment shorter than its place in the log (torn tail); extended it back, the partial record at its old end is cut by the scan",
+		l.log.Warn("recovery: commit-log segment shorter than its place in the log (torn tail); extended it back, the partial record at its old end is cut by the scan",
 			"segment", path, "size", oldSize, "extendedTo", want, "tornAt", base+oldSize)
 		return segs, nil
 	}
-	s.log.Warn("recovery: commit-log segment shorter than its place in the log (torn tail) and it cannot be extended; deleting the empty segments after it",
+	l.log.Warn("recovery: commit-log segment shorter than its place in the log (torn tail) and it cannot be extended; deleting the empty segments after it",
 		"segment", path, "size", oldSize, "tornAt", base+oldSize, "err", err)
 	if g, err = openSegment(path, base); err != nil {
 		return segs[:i-1], err
@@ -246,7 +239,7 @@ func (s *Store) repairTornTail(segs []*segment, i int) ([]*segment, error) {
 		os.Remove(h.path)
 		h.release()
 	}
-	if err := syncDir(s.logDir); err != nil {
+	if err := syncDir(l.dir); err != nil {
 		return segs[:i], ioError("fsync dir", err)
 	}
 	return segs[:i], nil
@@ -255,17 +248,17 @@ func (s *Store) repairTornTail(segs []*segment, i int) ([]*segment, error) {
 // cleanTailOK checks, after a clean stop, that the commit log ends where the
 // checkpoint says: the last record verifies, nothing follows it. When it
 // does, empty segments after the end (none after a clean Close) are removed.
-func (s *Store) cleanTailOK(ck checkpointData) bool {
-	l := s.segs.Load()
-	last := l.segs[len(l.segs)-1]
-	if ck.flushed < l.segs[0].base || ck.flushed > last.end() {
+func (l *commitLog) cleanTailOK(ck checkpointData) bool {
+	sl := l.segs.Load()
+	last := sl.segs[len(sl.segs)-1]
+	if ck.flushed < sl.segs[0].base || ck.flushed > last.end() {
 		return false
 	}
-	if g := l.find(ck.flushed); g != nil {
+	if g := sl.find(ck.flushed); g != nil {
 		if size, magic, ok := protocol.PeekRecord(g.data[ck.flushed-g.base:]); ok && (size != 0 || magic != 0) {
 			return false
 		}
-		for _, h := range l.segs {
+		for _, h := range sl.segs {
 			if h.base > g.base {
 				if size, magic, _ := protocol.PeekRecord(h.data); size != 0 || magic != 0 {
 					return false
@@ -274,7 +267,7 @@ func (s *Store) cleanTailOK(ck checkpointData) bool {
 		}
 	}
 	if ck.lastRecord >= 0 {
-		g := l.find(ck.lastRecord)
+		g := sl.find(ck.lastRecord)
 		if g == nil {
 			return false
 		}
@@ -286,7 +279,7 @@ func (s *Store) cleanTailOK(ck checkpointData) bool {
 			return false
 		}
 	}
-	return s.dropSegmentsAfter(ck.flushed) == nil
+	return l.dropSegmentsAfter(ck.flushed) == nil
 }
 
 // blankTo reports whether a BLANK covering [pos, end of g) starts at pos.
@@ -302,19 +295,19 @@ func blankTo(g *segment, pos int64) bool {
 // torn (>= 0) is where a torn tail was found (loadSegments): the scan then
 // starts no later than that segment's base, since the checkpoint may claim
 // bytes the file no longer has.
-func (s *Store) recoverLog(ck checkpointData, ckOK bool, torn int64) (end, lastRec int64, err error) {
-	l := s.segs.Load()
-	first, last := l.segs[0], l.segs[len(l.segs)-1]
+func (l *commitLog) recoverLog(ck checkpointData, ckOK bool, torn int64) (end, lastRec int64, err error) {
+	sl := l.segs.Load()
+	first, last := sl.segs[0], sl.segs[len(sl.segs)-1]
 	start := first.base
 	lastRec = -1
 	if ckOK && ck.flushed >= first.base && ck.flushed <= last.end() {
 		start, lastRec = ck.flushed, ck.lastRecord
 	} else if ckOK {
-		s.log.Warn("recovery: checkpoint position outside the commit log; scanning from the oldest segment",
+		l.log.Warn("recovery: checkpoint position outside the commit log; scanning from the oldest segment",
 			"checkpoint", ck.flushed, "logStart", first.base, "logEnd", last.end())
 	}
 	if torn >= 0 {
-		if g := l.find(torn - 1); g != nil && g.base < start {
+		if g := sl.find(torn - 1); g != nil && g.base < start {
 			start = g.base
 			if lastRec >= start {
 				lastRec = -1 // unknown until the scan finds one
@@ -325,11 +318,11 @@ func (s *Store) recoverLog(ck checkpointData, ckOK bool, torn int64) (end, lastR
 	reason := "end of log"
 	records := 0
 	for {
-		g := l.find(pos)
+		g := sl.find(pos)
 		if g == nil {
 			break // exactly at the end of the last segment
 		}
-		n, why := validRecordAt(g, pos, s.cfg.BrokerID)
+		n, why := validRecordAt(g, pos, l.cfg.BrokerID)
 		if why == "blank" {
 			pos = g.end()
 			continue
@@ -343,7 +336,7 @@ func (s *Store) recoverLog(ck checkpointData, ckOK bool, torn int64) (end, lastR
 		records++
 	}
 	end = pos
-	cut, err := s.truncateLog(end)
+	cut, err := l.truncateLog(end)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -353,12 +346,12 @@ func (s *Store) recoverLog(ck checkpointData, ckOK bool, torn int64) (end, lastR
 		if cut.firstSize > 0 {
 			attrs = append(attrs, "cutRecordSize", cut.firstSize, "cutRecordBytesPresent", min(cut.firstSize, cut.firstPresent))
 		}
-		s.log.Warn("recovery: truncated the commit log at the first bad record", attrs...)
+		l.log.Warn("recovery: truncated the commit log at the first bad record", attrs...)
 	} else if records > 0 {
-		s.log.Info("recovery: commit log verified", "from", start, "end", end, "records", records)
+		l.log.Info("recovery: commit log verified", "from", start, "end", end, "records", records)
 	}
 	// What was recovered past the checkpoint may only be in the page cache.
-	if err := s.syncRange(start, end); err != nil {
+	if err := l.syncRange(start, end); err != nil {
 		return 0, 0, err
 	}
 	return end, lastRec, nil
@@ -403,9 +396,9 @@ type logCut struct {
 
 // truncateLog zeroes the commit log from end to the end of its segment and
 // deletes later segments, reporting exactly what was cut.
-func (s *Store) truncateLog(end int64) (cut logCut, err error) {
-	l := s.segs.Load()
-	if g := l.find(end); g != nil {
+func (l *commitLog) truncateLog(end int64) (cut logCut, err error) {
+	sl := l.segs.Load()
+	if g := sl.find(end); g != nil {
 		b := g.data[end-g.base:]
 		cut.bytes = writtenLen(b)
 		cut.records, cut.firstSize = countHeaders(b[:cut.bytes])
@@ -414,7 +407,7 @@ func (s *Store) truncateLog(end int64) (cut logCut, err error) {
 			return logCut{}, err
 		}
 	}
-	for _, h := range l.segs {
+	for _, h := range sl.segs {
 		if h.base > end {
 			// Empty segments (the preallocated next one) are not "cut".
 			if n := writtenLen(h.data); n > 0 {
@@ -425,7 +418,7 @@ func (s *Store) truncateLog(end int64) (cut logCut, err error) {
 			}
 		}
 	}
-	return cut, s.dropSegmentsAfter(end)
+	return cut, l.dropSegmentsAfter(end)
 }
 
 // writtenLen returns how many bytes at the start of b were written: up to
@@ -464,10 +457,10 @@ func countHeaders(b []byte) (n int, firstSize int64) {
 
 // dropSegmentsAfter deletes every segment that starts after pos (the
 // segment containing pos, or ending exactly at pos, stays).
-func (s *Store) dropSegmentsAfter(pos int64) error {
-	s.segsMu.Lock()
-	defer s.segsMu.Unlock()
-	segs := s.segs.Load().segs
+func (l *commitLog) dropSegmentsAfter(pos int64) error {
+	l.segsMu.Lock()
+	defer l.segsMu.Unlock()
+	segs := l.segs.Load().segs
 	keep := len(segs)
 	for i, g := range segs {
 		if g.base > pos {
@@ -485,8 +478,8 @@ func (s *Store) dropSegmentsAfter(pos int64) error {
 		os.Remove(g.path)
 		g.release()
 	}
-	s.setSegmentsLocked(append([]*segment(nil), segs[:keep]...))
-	return ioError("fsync dir", syncDir(s.logDir))
+	l.setSegmentsLocked(append([]*segment(nil), segs[:keep]...))
+	return ioError("fsync dir", syncDir(l.dir))
 }
 
 // nonZeroPrefix estimates how many bytes at the start of b were written: up
@@ -711,7 +704,7 @@ func (s *Store) firstUsedUnit(p *partition, first, stop int64) (int64, error) {
 // refreshMin recomputes p's min offset: its first unit pointing into the
 // oldest segment (or its readable count when every unit is older).
 func (s *Store) refreshMin(p *partition) int64 {
-	logMin := s.logMin.Load()
+	logMin := s.clog.minPos()
 	readable := p.indexed.Load()
 	lo := p.min.Load()
 	first, stop := p.unitSpan(s.cfg.IndexFileSize)

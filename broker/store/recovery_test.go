@@ -352,9 +352,9 @@ func TestRepeatedCrashesRandomTails(t *testing.T) {
 			ackedData = append(ackedData, d)
 		}
 		// An unacknowledged record written but never flushed, torn at random.
-		s.mu.Lock()
-		end := s.wpos
-		s.mu.Unlock()
+		s.clog.mu.Lock()
+		end := s.clog.wpos
+		s.clog.mu.Unlock()
 		s.crash()
 		if g := end % cfg.SegmentSize; g+40 < cfg.SegmentSize {
 			f, _ := os.OpenFile(segPath(cfg.Dir, end, cfg.SegmentSize), os.O_RDWR, 0)

@@ -54,10 +54,10 @@ func (s *Store) unitGood(p *partition, q int64) (phys int64, size int32, ok bool
 // the record is damaged.
 func (s *Store) checkUnit(p *partition, q int64) (phys int64, size int32, ok, named bool) {
 	phys, size, _, err := s.readUnit(p, q)
-	if err != nil || !s.plausibleUnit(phys, size, 0, s.written.Load()) || phys < s.logMin.Load() {
+	if err != nil || !s.plausibleUnit(phys, size, 0, s.clog.writePos()) || phys < s.clog.minPos() {
 		return phys, size, false, false
 	}
-	g := s.acquireSegment(phys)
+	g := s.clog.acquireSegment(phys)
 	if g == nil {
 		return phys, size, false, false
 	}
@@ -86,7 +86,7 @@ func (s *Store) repairIndex(p *partition, q, readable int64) (ok bool, skipTo in
 		// right, the record is damaged (the read reports ErrCorrupt).
 		return good, 0
 	}
-	logMin := s.logMin.Load()
+	logMin := s.clog.minPos()
 	// The nearest good unit before q bounds the scan from below.
 	qLo, physLo := max(p.min.Load(), q-repairWindow), logMin
 	for b := q - 1; b >= qLo; b-- {
@@ -96,7 +96,7 @@ func (s *Store) repairIndex(p *partition, q, readable int64) (ok bool, skipTo in
 		}
 	}
 	// The nearest good unit after q bounds it from above.
-	qHi, physHi := min(readable, q+repairWindow+1), s.visibleLimit()
+	qHi, physHi := min(readable, q+repairWindow+1), s.clog.visibleLimit()
 	for a := q + 1; a < qHi; a++ {
 		if phys, _, good := s.unitGood(p, a); good {
 			qHi, physHi = a, phys
@@ -157,7 +157,7 @@ func (s *Store) scanPartition(p *partition, from, to, qLo, qHi int64, units []by
 			if g != nil {
 				g.release()
 			}
-			if g = s.acquireSegment(pos); g == nil {
+			if g = s.clog.acquireSegment(pos); g == nil {
 				return pos - from, n, errMissingSegment
 			}
 		}

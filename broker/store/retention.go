@@ -2,7 +2,6 @@ package store
 
 import (
 	"encoding/binary"
-	"os"
 	"time"
 
 	"github.com/metaqgo/metaq/protocol"
@@ -71,7 +70,7 @@ func (s *Store) housekeep() {
 			if n, err := s.DeleteExpired(s.now()); err != nil {
 				s.log.Error("retention pass failed", "err", err)
 			} else if n > 0 {
-				s.log.Info("retention: deleted segments", "segments", n, "logMin", s.logMin.Load())
+				s.log.Info("retention: deleted segments", "segments", n, "logMin", s.clog.minPos())
 			}
 			timer.Reset(until())
 		case <-s.stop:
@@ -121,7 +120,7 @@ func (s *Store) DeleteExpired(now time.Time) (segments int, err error) {
 	if !forever && longest > 0 {
 		segments, err = s.deleteSegments(now.Add(-longest).UnixMilli())
 	}
-	logMin := s.logMin.Load()
+	logMin := s.clog.minPos()
 	for _, p := range s.allPartitions() {
 		s.refreshMin(p)
 		s.deleteIndexFilesBelow(p)
@@ -138,8 +137,8 @@ func (s *Store) DeleteExpired(now time.Time) (segments int, err error) {
 // deleteSegments deletes the oldest segments whose records are all older
 // than cutoff (unix ms).
 func (s *Store) deleteSegments(cutoff int64) (int, error) {
-	limit := min(s.flushed.Load(), s.dispatched.Load())
-	segs := s.segs.Load().segs
+	limit := min(s.clog.flushedPos(), s.dispatched.Load())
+	segs := s.clog.segments()
 	n := 0
 	for i := 0; i+1 < len(segs); i++ {
 		g, next := segs[i], segs[i+1]
@@ -155,18 +154,8 @@ func (s *Store) deleteSegments(cutoff int64) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	s.segsMu.Lock()
-	cur := s.segs.Load().segs
-	if n >= len(cur) || cur[0] != segs[0] {
-		s.segsMu.Unlock()
+	if !s.clog.dropBefore(segs[0], n) {
 		return 0, nil
-	}
-	dead := append([]*segment(nil), cur[:n]...)
-	s.setSegmentsLocked(append([]*segment(nil), cur[n:]...))
-	s.segsMu.Unlock()
-	for _, g := range dead {
-		os.Remove(g.path)
-		g.release() // unmapped when the last reader releases it
 	}
 	s.counters.segmentsDeleted.Add(int64(n))
 	return n, ioError("fsync dir", syncDir(s.logDir))

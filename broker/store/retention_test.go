@@ -39,7 +39,7 @@ func TestRetentionDeletesOldSegments(t *testing.T) {
 	clock.add(2 * time.Hour)
 	fresh := fill(t, s, "t", 2, 20, 100)
 	waitReadable(t, s, "t", 1, 60)
-	segsBefore := len(s.segs.Load().segs)
+	segsBefore := len(s.clog.segs.Load().segs)
 	keyFilesBefore := countFiles(t, filepath.Join(cfg.Dir, "keyindex"))
 
 	// Nothing expired yet an hour after the old batch... (fresh batch is at t0+2h).
@@ -55,13 +55,13 @@ func TestRetentionDeletesOldSegments(t *testing.T) {
 	if err != nil || n == 0 {
 		t.Fatalf("DeleteExpired: %d %v", n, err)
 	}
-	segs := s.segs.Load().segs
+	segs := s.clog.segs.Load().segs
 	if len(segs) != segsBefore-n || len(segs) < 1 {
 		t.Fatalf("segments %d -> %d, deleted %d", segsBefore, len(segs), n)
 	}
 	// Every deleted segment only held old records; the one holding the first
 	// fresh record is kept.
-	if s.logMin.Load() > fresh[0].PhysicalOffset {
+	if s.clog.logMin.Load() > fresh[0].PhysicalOffset {
 		t.Fatal("deleted a segment holding a fresh record")
 	}
 	if _, err := os.Stat(segPath(cfg.Dir, 0, cfg.SegmentSize)); !os.IsNotExist(err) {
@@ -89,7 +89,7 @@ func TestRetentionDeletesOldSegments(t *testing.T) {
 			t.Fatalf("partition %d: read at min: %v", p, r.Status)
 		}
 		rec, _, _ := protocol.DecodeRecord(r.Bufs[0], 0)
-		if rec.PhysicalOffset < s.logMin.Load() || rec.QueueOffset != min {
+		if rec.PhysicalOffset < s.clog.logMin.Load() || rec.QueueOffset != min {
 			t.Fatalf("record at min %d: %+v", min, rec)
 		}
 		r.Release()

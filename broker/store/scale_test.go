@@ -41,7 +41,7 @@ func TestTenThousandPartitions(t *testing.T) {
 		t.Fatalf("goroutines grew %d -> %d", goroutines, g)
 	}
 	t.Logf("appended in %v", time.Since(t0))
-	waitFor(t, "dispatch", func() bool { return s.dispatched.Load() == s.written.Load() })
+	waitFor(t, "dispatch", func() bool { return s.dispatched.Load() == s.clog.written.Load() })
 	t.Logf("dispatched in %v", time.Since(t0))
 	if st := s.Stats(); st.OpenIndexFiles > cfg.MaxOpenIndexFiles {
 		t.Fatalf("%d index files open, cap %d", st.OpenIndexFiles, cfg.MaxOpenIndexFiles)

@@ -143,7 +143,7 @@ func (g *segment) unmap() {
 }
 
 // segList is an immutable snapshot of the segments, oldest first, contiguous
-// (each base is the previous end). Replaced copy-on-write under s.segsMu.
+// (each base is the previous end). Replaced copy-on-write under l.segsMu.
 type segList struct{ segs []*segment }
 
 // find returns the segment containing physical offset pos, or nil.
@@ -168,9 +168,9 @@ func (l *segList) find(pos int64) *segment {
 }
 
 // acquire finds and references the segment containing pos.
-func (s *Store) acquireSegment(pos int64) *segment {
+func (l *commitLog) acquireSegment(pos int64) *segment {
 	for range 3 {
-		g := s.segs.Load().find(pos)
+		g := l.segs.Load().find(pos)
 		if g == nil {
 			return nil
 		}
@@ -182,10 +182,48 @@ func (s *Store) acquireSegment(pos int64) *segment {
 	return nil
 }
 
-// setSegmentsLocked publishes a new segment list; s.segsMu held.
-func (s *Store) setSegmentsLocked(segs []*segment) {
-	s.segs.Store(&segList{segs: segs})
+// setSegmentsLocked publishes a new segment list; l.segsMu held.
+func (l *commitLog) setSegmentsLocked(segs []*segment) {
+	l.segs.Store(&segList{segs: segs})
 	if len(segs) > 0 {
-		s.logMin.Store(segs[0].base)
+		l.logMin.Store(segs[0].base)
 	}
+}
+
+// closeSegments drops the segment list's references (Close, failed Open).
+func (l *commitLog) closeSegments() {
+	l.segsMu.Lock()
+	old := l.segs.Load()
+	l.segs.Store(&segList{})
+	l.segsMu.Unlock()
+	for _, g := range old.segs {
+		g.release()
+	}
+}
+
+// setSegments publishes the segment list recovered (recovery).
+func (l *commitLog) setSegments(segs []*segment) {
+	l.segsMu.Lock()
+	defer l.segsMu.Unlock()
+	l.setSegmentsLocked(segs)
+}
+
+// dropBefore deletes the n oldest segments (retention) if the list still
+// starts with first; readers holding one keep it mapped until they release
+// it. It reports whether it did; the caller syncs the directory.
+func (l *commitLog) dropBefore(first *segment, n int) bool {
+	l.segsMu.Lock()
+	cur := l.segs.Load().segs
+	if n >= len(cur) || cur[0] != first {
+		l.segsMu.Unlock()
+		return false
+	}
+	dead := append([]*segment(nil), cur[:n]...)
+	l.setSegmentsLocked(append([]*segment(nil), cur[n:]...))
+	l.segsMu.Unlock()
+	for _, g := range dead {
+		os.Remove(g.path)
+		g.release() // unmapped when the last reader releases it
+	}
+	return true
 }

@@ -35,18 +35,18 @@ import (
 // with O_DIRECT) makes the kernel read it from disk first, ~100 µs.
 //
 // The buffer is linear: when a record does not fit behind the write
-// position, the appender writes out everything staged itself (s.mu
+// position, the appender writes out everything staged itself (l.mu
 // released), then restarts the buffer at the write position. A roll does the
 // same, then writes the old segment's BLANK header directly. With 4 MiB and
 // ~100-byte messages that is one extra write every ~30,000 appends.
 type stage struct {
-	buf  []byte // guarded by s.mu; replaced only when nothing is staged
-	base int64  // commit-log position of buf[0]; guarded by s.mu
+	buf  []byte // guarded by l.mu; replaced only when nothing is staged
+	base int64  // commit-log position of buf[0]; guarded by l.mu
 	// written: staged bytes below it are in the segment files. Stored under
-	// s.mu (by writeStaged, and by a roll when nothing is staged); loaded
+	// l.mu (by writeStaged, and by a roll when nothing is staged); loaded
 	// anywhere.
 	written atomic.Int64
-	failed  atomic.Bool // a write failed (s.writeErr is set)
+	failed  atomic.Bool // a write failed (l.writeErr is set)
 	wmu     sync.Mutex  // serialises writers; held across the pwrite
 	iov     [][]byte    // logWrite's vector; guarded by wmu
 }
@@ -54,13 +54,13 @@ type stage struct {
 const stageSize = 4 << 20
 
 // initStage sets up staging at the recovered write position (Open).
-func (s *Store) initStage() {
-	st := &s.stage
-	st.base = s.wpos
-	st.written.Store(s.wpos)
+func (l *commitLog) initStage() {
+	st := &l.stage
+	st.base = l.wpos
+	st.written.Store(l.wpos)
 	n := stageSize
-	if s.cfg.stageSize > 0 {
-		n = s.cfg.stageSize
+	if l.cfg.stageSize > 0 {
+		n = l.cfg.stageSize
 	}
 	st.buf = make([]byte, n)
 	st.iov = make([][]byte, 0, 2)
@@ -69,15 +69,15 @@ func (s *Store) initStage() {
 // stageRoomLocked reports whether a record of size bytes can be staged at
 // the write position, restarting (or growing) the buffer when nothing is
 // staged. false: the caller must drainStagedLocked and re-check.
-func (s *Store) stageRoomLocked(size int64) bool {
-	st := &s.stage
-	if s.wpos-st.base+size <= int64(len(st.buf)) {
+func (l *commitLog) stageRoomLocked(size int64) bool {
+	st := &l.stage
+	if l.wpos-st.base+size <= int64(len(st.buf)) {
 		return true
 	}
-	if st.written.Load() < s.wpos {
+	if st.written.Load() < l.wpos {
 		return false
 	}
-	st.base = s.wpos
+	st.base = l.wpos
 	if size > int64(len(st.buf)) {
 		st.buf = make([]byte, max(size, 2*int64(len(st.buf))))
 	}
@@ -86,43 +86,43 @@ func (s *Store) stageRoomLocked(size int64) bool {
 
 // stagedLocked is the buffer space for a record of size bytes at the write
 // position (stageRoomLocked said yes).
-func (s *Store) stagedLocked(size int64) []byte {
-	off := s.wpos - s.stage.base
-	return s.stage.buf[off : off+size : off+size]
+func (l *commitLog) stagedLocked(size int64) []byte {
+	off := l.wpos - l.stage.base
+	return l.stage.buf[off : off+size : off+size]
 }
 
-// drainStagedLocked writes out everything staged so far itself, with s.mu
+// drainStagedLocked writes out everything staged so far itself, with l.mu
 // released (the buffer is full, or a roll needs the old segment's records in
 // place). The caller re-checks everything.
-func (s *Store) drainStagedLocked() {
-	s.counters.stageWaits.Add(1)
-	s.mu.Unlock()
-	_ = s.writeStaged(s.written.Load()) // a failure is sticky: the caller sees it
-	s.mu.Lock()
+func (l *commitLog) drainStagedLocked() {
+	l.ctr.stageWaits.Add(1)
+	l.mu.Unlock()
+	_ = l.writeStaged(l.written.Load()) // a failure is sticky: the caller sees it
+	l.mu.Lock()
 }
 
 // rollStagedLocked closes the active segment in staged mode: nothing is
 // staged (makeRoomLocked waited), so the BLANK header goes straight to the
 // file and staging restarts at the next segment's base.
-func (s *Store) rollStagedLocked(old *segment, next *segment) {
-	if off := s.wpos - old.base; off < old.size {
+func (l *commitLog) rollStagedLocked(old *segment, next *segment) {
+	if off := l.wpos - old.base; off < old.size {
 		var hdr [protocol.BlankMinSize]byte
 		protocol.EncodeBlank(hdr[:], int(old.size-off))
-		if err := s.hooks.logWrite(old.f, [][]byte{hdr[:]}, off); err != nil {
-			s.stageFailedLocked(ioError("write "+old.path, err))
+		if err := l.hooks.logWrite(old.f, [][]byte{hdr[:]}, off); err != nil {
+			l.stageFailedLocked(ioError("write "+old.path, err))
 		}
 	}
-	s.stage.base = next.base
-	s.stage.written.Store(next.base)
+	l.stage.base = next.base
+	l.stage.written.Store(next.base)
 }
 
 // stageFailedLocked makes a failed commit-log write sticky.
-func (s *Store) stageFailedLocked(err error) {
-	if s.writeErr == nil {
-		s.writeErr = err
-		s.log.Error("commit log write failed; appends are refused until the store is reopened", "err", err)
+func (l *commitLog) stageFailedLocked(err error) {
+	if l.writeErr == nil {
+		l.writeErr = err
+		l.log.Error("commit log write failed; appends are refused until the store is reopened", "err", err)
 	}
-	s.stage.failed.Store(true)
+	l.stage.failed.Store(true)
 }
 
 // WriteOut writes every record appended so far from the staging buffer to
@@ -132,41 +132,44 @@ func (s *Store) stageFailedLocked(err error) {
 // batch of commands read from a connection); in sync mode the group commit
 // does it and WriteOut returns at once. An error is the sticky write error:
 // appends since the last successful WriteOut must not be acknowledged.
-func (s *Store) WriteOut() error {
-	if s.sync || s.written.Load() <= s.stage.written.Load() && !s.stage.failed.Load() {
+func (s *Store) WriteOut() error { return s.clog.writeOut() }
+
+// writeOut is WriteOut.
+func (l *commitLog) writeOut() error {
+	if l.sync || l.written.Load() <= l.stage.written.Load() && !l.stage.failed.Load() {
 		return nil // nothing staged (the common case costs two atomic loads)
 	}
-	return s.writeStaged(s.written.Load())
+	return l.writeStaged(l.written.Load())
 }
 
 // writeStaged writes the staged bytes below end (at most the write position)
 // that are not written yet into the segments they span and publishes the
-// new written position. Called with s.mu NOT held (flusher, WriteOut, an
+// new written position. Called with l.mu NOT held (flusher, WriteOut, an
 // appender whose buffer is full). After a failure it returns the sticky
-// error (s.writeErr) and writes nothing more.
-func (s *Store) writeStaged(end int64) error {
-	st := &s.stage
+// error (l.writeErr) and writes nothing more.
+func (l *commitLog) writeStaged(end int64) error {
+	st := &l.stage
 	st.wmu.Lock()
 	defer st.wmu.Unlock()
-	s.mu.Lock()
+	l.mu.Lock()
 	if st.failed.Load() {
-		err := s.writeErr
-		s.mu.Unlock()
+		err := l.writeErr
+		l.mu.Unlock()
 		return err
 	}
 	from := st.written.Load()
 	if from >= end {
-		s.mu.Unlock()
+		l.mu.Unlock()
 		return nil
 	}
 	// The buffer cannot restart under us: that needs written >= wpos.
 	b := st.buf[from-st.base : end-st.base]
-	s.mu.Unlock()
+	l.mu.Unlock()
 
 	var err error
 	pos := from
 	for len(b) > 0 && err == nil {
-		g := s.acquireSegment(pos)
+		g := l.acquireSegment(pos)
 		if g == nil {
 			err = ioError("write", errMissingSegment)
 			break
@@ -178,7 +181,7 @@ func (s *Store) writeStaged(end int64) error {
 		if pad > 0 {
 			st.iov = append(st.iov, zeroPage[:pad])
 		}
-		if werr := s.hooks.logWrite(g.f, st.iov, pos-g.base); werr != nil {
+		if werr := l.hooks.logWrite(g.f, st.iov, pos-g.base); werr != nil {
 			err = ioError("write "+g.path, werr)
 		}
 		clear(st.iov[:cap(st.iov)])
@@ -186,15 +189,15 @@ func (s *Store) writeStaged(end int64) error {
 		pos += n
 		b = b[n:]
 	}
-	s.mu.Lock()
+	l.mu.Lock()
 	if err == nil {
 		st.written.Store(pos)
 	} else {
-		s.stageFailedLocked(err)
+		l.stageFailedLocked(err)
 	}
-	s.mu.Unlock()
-	if err == nil && !s.sync {
-		s.wakeDispatcher() // async: written records are visible (sync: once flushed)
+	l.mu.Unlock()
+	if err == nil && !l.sync {
+		l.onVisible() // async: written records are visible (sync: once flushed)
 	}
 	return err
 }

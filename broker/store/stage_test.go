@@ -150,7 +150,7 @@ func TestStagedRecordsAreReadableBeforeWriteOut(t *testing.T) {
 	if err != nil || f != nil {
 		t.Fatalf("AppendAsync: %v %v", f, err)
 	}
-	if s.stage.written.Load() > a.PhysicalOffset {
+	if s.clog.stage.written.Load() > a.PhysicalOffset {
 		t.Fatal("the record was written out by AppendAsync; the test needs it staged")
 	}
 	// With UnflushInterval 1 h and a threshold of 1000 nothing else writes the record out:
@@ -161,6 +161,9 @@ func TestStagedRecordsAreReadableBeforeWriteOut(t *testing.T) {
 		t.Fatalf("Read of a staged record: %v, status %v (it waited instead of writing the record out)", err, r.Status)
 	}
 	r.Release()
+	if s.clog.stage.written.Load() <= a.PhysicalOffset {
+		t.Fatal("the read did not write the staged record out")
+	}
 	a2, _, err := s.AppendAsync(&Message{Topic: "rw", Properties: []byte("keys=k2"), Data: []byte("staged too")})
 	if err != nil {
 		t.Fatal(err)

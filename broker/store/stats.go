@@ -68,27 +68,27 @@ type TopicStats struct {
 // Stats returns a snapshot of the store's counters.
 func (s *Store) Stats() Stats {
 	var st Stats
-	s.mu.Lock()
-	st.PutMessages, st.PutBytes, st.PutErrors = s.puts, s.putBytes, s.putErrors
-	st.SegmentRolls = s.rolls
-	st.CommitLogMax = s.wpos
-	if err := s.appendErrLocked(); err != nil {
-		st.WriteError = err.Error()
-	}
 	puts := make(map[string]int64)
-	s.partsMu.RLock()
-	for name, t := range s.topics {
-		puts[name] = t.puts
+	ls := s.clog.stats(func() { // topic put counters are kept under the append lock
+		s.partsMu.RLock()
+		for name, t := range s.topics {
+			puts[name] = t.puts
+		}
+		s.partsMu.RUnlock()
+	})
+	st.PutMessages, st.PutBytes, st.PutErrors = ls.puts, ls.putBytes, ls.putErrors
+	st.SegmentRolls = ls.rolls
+	st.CommitLogMax = ls.wpos
+	if ls.err != nil {
+		st.WriteError = ls.err.Error()
 	}
-	s.partsMu.RUnlock()
-	s.mu.Unlock()
 
-	st.CommitLogMin = s.logMin.Load()
-	st.FlushedPosition = s.flushed.Load()
+	st.CommitLogMin = s.clog.minPos()
+	st.FlushedPosition = s.clog.flushedPos()
 	st.DispatchedPosition = s.dispatched.Load()
 	st.DispatchLag = max(0, st.CommitLogMax-st.DispatchedPosition)
 	st.UnflushedBytes = max(0, st.CommitLogMax-st.FlushedPosition)
-	st.Segments = len(s.segs.Load().segs)
+	st.Segments = len(s.clog.segments())
 	st.SegmentsDeleted = s.counters.segmentsDeleted.Load()
 	st.ZeroFilledBytes = s.counters.zeroFilled.Load()
 	st.Fsyncs = s.counters.fsyncs.Load()

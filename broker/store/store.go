@@ -13,51 +13,62 @@
 // stats.go, faults.go (error classification and test fault hooks).
 // docs/storage.md describes the on-disk format for operators.
 //
+// # Layers
+//
+// The commit log (commitLog: commitlog.go, stage.go, flush.go, segment.go,
+// prefill.go, and the log half of recovery.go) owns the append lock and
+// everything it guards, assigns queue offsets inside its append, and
+// publishes its positions (written, flushed, visible, oldest). The Store
+// keeps topics and partitions, the dispatcher building indexes from the log,
+// reads, retention and the checkpoint, and talks to the log through a few
+// methods (see commitLog). docs/internal/store-api.md describes the seam.
+//
 // # Goroutines
 //
-// Exactly four per Store, whatever the number of partitions: the flusher
-// (flush.go), the dispatcher (dispatch.go), the segment preallocator
-// (commitlog.go; it also zero-fills ahead of the writer, prefill.go) and the housekeeper (checkpoints and retention,
-// retention.go). Close stops them all.
+// Exactly four per Store, whatever the number of partitions: the commit
+// log's flusher (flush.go) and segment preallocator (commitlog.go; it also
+// zero-fills ahead of the writer, prefill.go), the Store's dispatcher
+// (dispatch.go) and housekeeper (checkpoints and retention, retention.go).
+// Close stops them all.
 //
 // # Lock rules
 //
 // Locks are taken in this order and never the reverse; a function whose name
-// ends in Locked expects s.mu (the append lock) to be held.
+// ends in Locked expects the append lock (l.mu, s.clog.mu) to be held.
 //
 //  1. s.ckptMu — serialises checkpoints (index syncs and the checkpoint
 //     file). Held across fsyncs; never taken by appenders or readers.
 //  2. s.retMu — serialises retention passes.
-//  3. s.flushMu — serialises flush rounds (flushOnce). Held across
+//  3. l.flushMu — serialises flush rounds (flushOnce). Held across
 //     fdatasync, so it is never taken by appenders.
-//     3b. s.stage.wmu — serialises writing staged records out (stage.go; the
-//     flusher, WriteOut callers, readers catching up, an appender whose
-//     buffer is full). Held across the pwrite, never with s.mu held.
-//  4. s.mu — THE APPEND LOCK. Guards the write position and active segment,
-//     assigning queue offsets (partition.next is only stored under it), the
-//     last store time, the pending group-commit round, the put counters, the
-//     sticky errors (writeErr, indexErr, rollErr), s.closed, the staging
-//     buffer and its positions (s.stage) and the appender's partition cache. It is never held across fsync, fallocate,
-//     pwrite or any other blocking I/O: a roll that finds the next segment
-//     not ready waits for the preallocator with s.mu released
-//     (makeRoomLocked).
-//  5. s.segsMu — replacing the segment list (roll, retention, recovery);
-//     readers load s.segs atomically without it.
-//  6. s.partsMu — the shared topic/partition maps (s.topics, topic.parts).
-//     6b. s.repairMu — serialises index repairs on the read path (repair.go);
+//  4. l.stage.wmu — serialises writing staged records out (stage.go; the
+//     flusher, writeOut callers, readers catching up, an appender whose
+//     buffer is full). Held across the pwrite, never with l.mu held.
+//  5. l.mu — THE APPEND LOCK (commitLog). Guards the write position and
+//     active segment, assigning queue offsets (partition.next is only
+//     stored under it), the last store time, the pending group-commit round,
+//     the put counters (also topicState.puts), the sticky errors (writeErr,
+//     refuseErr, rollErr), l.closed, the staging buffer and its positions
+//     (l.stage) and the appender's partition cache. It is never held across
+//     fsync, fallocate, pwrite or any other blocking I/O: a roll that finds
+//     the next segment not ready waits for the preallocator with l.mu
+//     released (makeRoomLocked).
+//  6. l.segsMu — replacing the segment list (roll, retention, recovery);
+//     readers load l.segs atomically without it.
+//  7. s.partsMu — the shared topic/partition maps (s.topics, topic.parts).
+//  8. s.repairMu — serialises index repairs on the read path (repair.go);
 //     taken by a reader holding no other lock.
-//  7. p.tailMu (a partition's buffered index units, indextail.go; held
+//  9. p.tailMu (a partition's buffered index units, indextail.go; held
 //     across the pwrite that writes them out).
-//  8. p.ixMu (a partition's index file list; held while creating a file).
-//  9. leaf locks, never held while taking another: s.files.mu (open index
-//     file LRU), s.tails.mu, p.waitMu, s.progMu, s.pre.mu, s.keys.mu.
+//  10. p.ixMu (a partition's index file list; held while creating a file).
+//  11. leaf locks, never held while taking another: s.files.mu (open index
+//     file LRU), s.tails.mu, p.waitMu, s.progMu, l.pre.mu, s.keys.mu.
 package store
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,37 +171,14 @@ type Store struct {
 	logDir, indexDir, keyDir string
 	lockFile                 *os.File
 
-	// The append lock and what it guards (see the lock rules above).
-	mu          sync.Mutex
-	active      *segment
-	wpos        int64 // next write position in the commit log
-	lastRecord  int64 // position of the last record written (-1 none)
-	lastStore   int64 // last storeTime stamped (non-decreasing)
-	pending     *Flush
-	roundTarget int // members the flusher waits for (flush.go), 0 = none
-	unflushed   int
-	writeErr    error // sticky: commit-log write/fsync failure (until restart)
-	indexErr    error // sticky: index write failure (cleared by a successful retry)
-	rollErr     error // sticky: segment preallocation failed (cleared by a successful retry)
-	stage       stage // sync mode: records staged for the flusher to write (stage.go)
-	fillFence   int64 // appends stop below this while a zero-fill chunk is written, MaxInt64 none (prefill.go)
-	closed      bool
-	appendParts partCache // the appender's partition cache (partcache.go)
-	puts        int64
-	putBytes    int64
-	putErrors   int64
-	rolls       int64
+	// The commit log: the append lock and everything it guards, the flush
+	// positions, the segment list, the flusher and preallocator (commitlog.go).
+	clog *commitLog
 
-	// Published positions.
-	written    atomic.Int64 // == wpos
-	flushed    atomic.Int64 // commit log durable below this
-	flushedRec atomic.Int64 // last record below flushed (checkpoint's clean-stop check)
-	dispatched atomic.Int64 // indexes cover every record below this
-	logMin     atomic.Int64 // base of the oldest segment
+	// Published position: indexes cover every record below this.
+	dispatched  atomic.Int64
+	dispFailing atomic.Bool // the dispatcher is retrying after an index write error (catchUp gives up sooner)
 
-	flushMu   sync.Mutex
-	roundGoal int          // members expected in the next round (flush.go); guarded by s.mu
-	lastFsync atomic.Int64 // duration of the last commit-log fsync (ns)
 	ckptMu    sync.Mutex
 	lastCkpt  *checkpointData // guarded by ckptMu
 	shut      bool            // files closed; guarded by ckptMu
@@ -198,26 +186,16 @@ type Store struct {
 	retMu     sync.Mutex
 	isClosed  atomic.Bool
 
-	flushObs atomic.Pointer[FlushObserver] // metrics (observe.go)
-
-	segsMu sync.Mutex
-	segs   atomic.Pointer[segList]
-
 	partsMu sync.RWMutex
 	topics  map[string]*topicState
 
 	files *fileCache
 	tails *tailPool
-	pre   *preallocator
 	keys  *keyIndex
 	disp  *dispatcher
 
-	flushKick chan struct{}
-	roundFull chan struct{}
 	dispKick  chan struct{}
 	dispSleep atomic.Bool
-	// The dispatcher is retrying after an index write error (catchUp gives up sooner).
-	dispFailing atomic.Bool
 
 	// Dispatch progress notification for catchUp (wait.go).
 	progMu      sync.Mutex
@@ -237,7 +215,7 @@ type topicState struct {
 	name  string
 	dir   string               // index/<topic>
 	parts map[int32]*partition // guarded by s.partsMu
-	puts  int64                // appended since open, guarded by s.mu
+	puts  int64                // appended since open, guarded by the append lock (s.clog.mu)
 	_     [0]func()            // not comparable
 }
 
@@ -249,27 +227,24 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		cfg:         cfg,
-		log:         cfg.Logger,
-		now:         cfg.Now,
-		hooks:       cfg.hooks,
-		sync:        cfg.UnflushThreshold <= 0,
-		logDir:      filepath.Join(cfg.Dir, "commitlog"),
-		indexDir:    filepath.Join(cfg.Dir, "index"),
-		keyDir:      filepath.Join(cfg.Dir, "keyindex"),
-		lastRecord:  -1,
-		fillFence:   math.MaxInt64,
-		appendParts: newPartCache(),
-		topics:      make(map[string]*topicState),
-		flushKick:   make(chan struct{}, 1),
-		roundFull:   make(chan struct{}, 1),
-		dispKick:    make(chan struct{}, 1),
-		stop:        make(chan struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		now:      cfg.Now,
+		hooks:    cfg.hooks,
+		sync:     cfg.UnflushThreshold <= 0,
+		logDir:   filepath.Join(cfg.Dir, "commitlog"),
+		indexDir: filepath.Join(cfg.Dir, "index"),
+		keyDir:   filepath.Join(cfg.Dir, "keyindex"),
+		topics:   make(map[string]*topicState),
+		dispKick: make(chan struct{}, 1),
+		stop:     make(chan struct{}),
 	}
 	s.log = s.log.With("component", "store", "dir", cfg.Dir)
 	s.files = newFileCache(cfg.MaxOpenIndexFiles, s.hooks)
 	s.tails = newTailPool(cfg.IndexBufferSize)
-	s.segs.Store(&segList{})
+	s.clog = newCommitLog(&s.cfg, s.log, s.logDir, &s.counters, s.stop, &s.wg)
+	s.clog.partitionFor = func(topic string, part int32) *partition { return s.partition(topic, part, true) }
+	s.clog.onVisible = s.wakeDispatcher
 	s.disp = newDispatcher(s)
 	for _, d := range []string{cfg.Dir, s.logDir, s.indexDir, s.keyDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -284,17 +259,10 @@ func Open(cfg Config) (*Store, error) {
 		s.unlockDir()
 		return nil, err
 	}
-	s.initStage()
-	s.pre = newPreallocator(s)
-	s.wg.Add(4)
-	go s.pre.run()
-	go s.flushLoop()
+	s.clog.start() // the flusher and the preallocator
+	s.wg.Add(2)
 	go s.dispatchLoop()
 	go s.housekeep()
-	s.mu.Lock()
-	s.pre.want(s.active.base + s.active.size)
-	s.mu.Unlock()
-	kick(s.pre.fillc) // start zero-filling ahead (prefill.go)
 	return s, nil
 }
 
@@ -390,27 +358,21 @@ func (s *Store) abortPath() string { return filepath.Join(s.cfg.Dir, "abort") }
 // releases the lock. Readers holding ReadResults keep their segments mapped
 // until they Release them.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.clog.close() {
 		return ErrClosed
 	}
-	s.closed = true
 	s.isClosed.Store(true)
-	s.mu.Unlock()
 
 	close(s.stop)
 	s.wg.Wait()
 
 	// Everything below runs with the background goroutines stopped.
-	errFlush := s.flushOnce()
-	errDisp := s.disp.run(s.visibleLimit())
+	errFlush := s.clog.flushOnce()
+	errDisp := s.disp.run(s.clog.visibleLimit())
 	errCkpt := s.checkpoint()
 	s.closeAllWaiters()
 
-	s.mu.Lock()
-	clean := s.writeErr == nil && s.indexErr == nil
-	s.mu.Unlock()
+	clean := s.clog.clean()
 	var errAbort error
 	if clean && errFlush == nil && errDisp == nil && errCkpt == nil {
 		if err := os.Remove(s.abortPath()); err != nil && !os.IsNotExist(err) {
@@ -419,7 +381,7 @@ func (s *Store) Close() error {
 			errAbort = syncDir(s.cfg.Dir)
 		}
 	}
-	s.pre.discard()
+	s.clog.discardPrepared()
 	s.ckptMu.Lock()
 	s.shut = true // a racing Flush must not write a checkpoint any more
 	s.ckptMu.Unlock()
@@ -432,13 +394,7 @@ func (s *Store) Close() error {
 
 // closeFiles drops the segment list's references and closes index files.
 func (s *Store) closeFiles() {
-	s.segsMu.Lock()
-	l := s.segs.Load()
-	s.segs.Store(&segList{})
-	s.segsMu.Unlock()
-	for _, g := range l.segs {
-		g.release()
-	}
+	s.clog.closeSegments()
 	s.files.closeAll()
 	if s.keys != nil {
 		s.keys.close()

@@ -99,7 +99,7 @@ func (s *Store) catchUp(target int64) {
 	if s.dispatched.Load() >= target {
 		return
 	}
-	_ = s.WriteOut() // async: records still staged become visible (stage.go)
+	_ = s.clog.writeOut() // async: records still staged become visible (stage.go)
 	s.wakeDispatcher()
 	timer := time.NewTimer(catchUpTimeout)
 	defer timer.Stop()
@@ -120,7 +120,7 @@ func (s *Store) catchUp(target int64) {
 		case <-timer.C:
 			// Give up when the dispatcher cannot get there: it is failing, or
 			// the target is not visible (a commit-log write error).
-			if waited += catchUpTimeout; s.dispFailing.Load() || s.visibleLimit() < target || waited >= catchUpMax {
+			if waited += catchUpTimeout; s.dispFailing.Load() || s.clog.visibleLimit() < target || waited >= catchUpMax {
 				return
 			}
 			timer.Reset(catchUpTimeout) // healthy, just not scheduled yet: keep waiting

@@ -192,3 +192,29 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+func TestTags(t *testing.T) {
+	for expr, want := range map[string]string{
+		"TAGS = 'paid'":                               "paid",
+		"'paid' = tag AND amount > 1":                 "paid",
+		"amount > 1 AND TAGS IN ('paid', 'refunded')": "paid|refunded",
+		"(TAGS IN ('a') AND x = 1) AND y = 2":         "a",
+		"tag = ''":                                    "",
+		"TAGS = 'a' OR amount > 1":                    "-",
+		"NOT TAGS = 'a'":                              "-",
+		"TAGS NOT IN ('a')":                           "-",
+		"TAGS <> 'a'":                                 "-",
+		"TAGS IN ('a', 1)":                            "-",
+		"keys = 'a'":                                  "-",
+		"\"tag\" = 'q'":                               "q",
+	} {
+		tags, ok := MustCompile(expr).Tags()
+		got := strings.Join(tags, "|")
+		if !ok {
+			got = "-"
+		}
+		if got != want {
+			t.Errorf("Tags(%q) = %q, want %q", expr, got, want)
+		}
+	}
+}
