@@ -210,3 +210,31 @@ func (c *txc) Reply() protocol.Reply {
 		}
 	}
 }
+
+// Check counts are in the log: checks before a restart count toward
+// transactionCheckMax after it.
+func TestTxCheckCountSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	opts := brokertest.Options{Dir: dir, Sync: true, ExtraINI: "transactionCheckInterval=100\ntransactionCheckMax=3\n"}
+	b := brokertest.RunBroker(t, opts)
+	p := newTxc(t, b.Addr)
+	id := p.halfPut("test", 3, "orders", "counted")
+	for i := 0; i < 2; i++ {
+		if got := p.readCheck(); got != id {
+			t.Fatalf("check for %d", got)
+		}
+	}
+	b.Stop()
+	b = brokertest.RunBroker(t, opts)
+	p = newTxc(t, b.Addr)
+	p.Send("producer orders 5\r\n")
+	if r := p.Reply(); r.Code != 200 || r.Opaque != 5 {
+		t.Fatalf("producer: %+v", r)
+	}
+	// At most one more check (the third), then the rollback.
+	waitUntil(t, "the half message was rolled back", func() bool { return b.Server.TxStats().CheckRollbacks == 1 })
+	if st := b.Server.TxStats(); st.ChecksSent > 1 {
+		t.Fatalf("%d checks after the restart, want at most 1: %+v", st.ChecksSent, st)
+	}
+	wantRecords(t, p.records("test", 3))
+}

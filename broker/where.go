@@ -10,9 +10,14 @@ import (
 // same one on every get, so each connection keeps what it compiled, bounded
 // in entries and in expression bytes so that memory does not grow with what
 // a client sends.
+//
+// A compiled expression takes at most ~150 bytes per byte of source
+// (protocol/filter's TestCompiledSizeBound), so 16 KiB of source bounds a
+// connection's cache to ~2.4 MiB; consumers send one or two short
+// expressions.
 const (
-	maxWhereEntries = 32
-	maxWhereBytes   = 64 << 10
+	maxWhereEntries = 16
+	maxWhereBytes   = 16 << 10
 )
 
 // whereCache maps a get's raw (escaped) where field to its compiled filter,

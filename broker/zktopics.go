@@ -22,7 +22,12 @@ import (
 // letters, …): each broker registers those it writes itself.
 
 // followClusterTopics runs until stop is called (zkRegistration.close).
+// A broker whose sections are all exact names has nothing to follow (those
+// are registered at start).
 func (z *zkRegistration) followClusterTopics(client *zkmeta.Client, reg *zkmeta.BrokerRegistry) (stop func()) {
+	if !z.hasWildcard() {
+		return func() {}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	lists := client.WatchChildren(ctx, client.Paths().BrokerTopics())
@@ -58,4 +63,14 @@ func (z *zkRegistration) stopFollowing() {
 	if stop != nil {
 		stop()
 	}
+}
+
+// hasWildcard reports whether a [topic=…] section is a pattern.
+func (z *zkRegistration) hasWildcard() bool {
+	for _, t := range z.cfg.Topics {
+		if t.Wildcard() {
+			return true
+		}
+	}
+	return false
 }

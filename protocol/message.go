@@ -124,8 +124,9 @@ func (d *MessageData) Checksum() int32 {
 		crc = crc32.Update(crc, crc32.IEEETable, newline)
 	}
 	if d.HasAttr {
-		n := uint32(len(d.Attr))
-		crc = crcBytes(crc, string([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}))
+		var l [4]byte
+		binary.BigEndian.PutUint32(l[:], uint32(len(d.Attr)))
+		crc = crcBytes(crc, l[:])
 		crc = crcBytes(crc, d.Attr)
 	}
 	crc = crc32.Update(crc, crc32.IEEETable, d.Payload)
@@ -133,9 +134,10 @@ func (d *MessageData) Checksum() int32 {
 }
 
 // crcBytes is crc32.Update(crc, IEEETable, []byte(s)) a byte at a time,
-// without the conversion (which allocates: Update's argument escapes). For
-// the attribute and its length, a few bytes.
-func crcBytes(crc uint32, s string) uint32 {
+// without the conversion or the escape (Update's argument escapes to the
+// heap: a string converted for it, or a stack array sliced for it, would be
+// allocated). For the attribute and its length, a few bytes.
+func crcBytes[T string | []byte](crc uint32, s T) uint32 {
 	c := ^crc
 	for i := 0; i < len(s); i++ {
 		c = crc32.IEEETable[byte(c)^s[i]] ^ (c >> 8)

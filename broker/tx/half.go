@@ -271,12 +271,28 @@ func (m *Manager) scanChecks() {
 			m.lastWarn = now
 		}
 		m.mu.Unlock()
+		m.recordCheck(h.id)
 		if p != nil && p.SendCheck(h.id) {
 			m.checksSent.Add(1)
 		} else if warn {
 			m.log.Warn("half message due for a check but no live producer of its group is connected",
 				"msgId", h.id, "producerGroup", h.group, "checks", h.checks)
 		}
+	}
+}
+
+// recordCheck appends an `hcheck` op so that the number of checks a half
+// message had survives a restart (transactionCheckMax counts them all). It
+// is not waited for: a check lost in a crash is only a check more.
+func (m *Manager) recordCheck(id int64) {
+	op := store.Message{Topic: OpTopic, Data: appendOp(nil, "hcheck", strconv.FormatInt(id, 10), 0, 0)}
+	if _, f, err := m.st.AppendAsync(&op); err == nil && f == nil {
+		err = m.st.WriteOut()
+		if err != nil {
+			m.log.Warn("recording a check failed", "msgId", id, "err", err)
+		}
+	} else if err != nil {
+		m.log.Warn("recording a check failed", "msgId", id, "err", err)
 	}
 }
 

@@ -29,6 +29,7 @@ const (
 	//	rollback <xid>                prepared XA rolled back
 	//	hcommit <msgId>               half message committed (appended right after the real message)
 	//	hrollback <msgId>             half message rolled back (txend, or after transactionCheckMax checks)
+	//	hcheck <msgId>                the broker checked the half message once more
 	OpTopic = "%TX_OP%"
 )
 
@@ -140,7 +141,7 @@ func parseOp(data []byte) (op, error) {
 			return op{}, bad
 		}
 		o.halfFrom, o.n = from, n
-	case "commit", "rollback", "hcommit", "hrollback":
+	case "commit", "rollback", "hcommit", "hrollback", "hcheck":
 		if len(f) != 2 {
 			return op{}, bad
 		}

@@ -8,7 +8,8 @@ import (
 )
 
 // recover rebuilds the table from the log: %TX_OP% says which XA
-// transactions are prepared and which half messages are finished; the
+// transactions are prepared, which half messages are finished and how often
+// the others were checked; the
 // %TX_HALF% records that are neither are pending half messages. Malformed
 // records (the system topics never accept client puts, so only a bug or a
 // damaged log makes them) are logged and skipped.
@@ -16,6 +17,7 @@ func (m *Manager) recover() error {
 	start := time.Now()
 	prepared := map[string]op{}
 	done := map[int64]struct{}{}
+	checks := map[int64]int{}
 	bad := 0
 	err := m.scanAll(OpTopic, func(r *protocol.Record) error {
 		o, err := parseOp(r.Data)
@@ -33,6 +35,13 @@ func (m *Manager) recover() error {
 		case "hcommit", "hrollback":
 			if id, err := strconv.ParseInt(o.key, 10, 64); err == nil {
 				done[id] = struct{}{}
+				delete(checks, id)
+			}
+		case "hcheck":
+			if id, err := strconv.ParseInt(o.key, 10, 64); err == nil {
+				if _, fin := done[id]; !fin {
+					checks[id]++
+				}
 			}
 		}
 		return nil
@@ -55,7 +64,7 @@ func (m *Manager) recover() error {
 			return nil // a prepared XA message: found through its prepare op
 		}
 		due := time.UnixMilli(r.StoreTime).Add(m.cfg.CheckInterval)
-		m.addHalfLocked(&half{id: r.MsgID, group: h.group, due: due})
+		m.addHalfLocked(&half{id: r.MsgID, group: h.group, due: due, checks: checks[r.MsgID]})
 		return nil
 	})
 	if err != nil {
