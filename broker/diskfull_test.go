@@ -15,6 +15,7 @@ import (
 	"github.com/metaqgo/metaq/broker"
 	"github.com/metaqgo/metaq/broker/brokertest"
 	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/internal/logx"
 )
 
 // mountTmpfs mounts a tmpfs of size on a fresh directory, or skips the test
@@ -77,6 +78,7 @@ func TestFullDiskDoesNotFloodTheLog(t *testing.T) {
 		}
 	}
 	t.Cleanup(stop)
+	start := time.Now()
 	c := brokertest.Dial(t, b.Server.Addr().String())
 	body := strings.Repeat("f", 1000)
 	failed := 0
@@ -106,7 +108,8 @@ func TestFullDiskDoesNotFloodTheLog(t *testing.T) {
 	}
 	t.Logf("%d failed puts, %d log lines: %v", failed, total, perMsg)
 	full, repeated, _ := out.count("append failed")
-	if full != 1 || full+repeated < failed {
+	maxFull := 1 + int(time.Since(start)/logx.DefaultInterval) // a quiet 10 s window writes the next one in full
+	if full < 1 || full > maxFull || full+repeated < failed {
 		t.Errorf("append failed: %d full lines, %d in summaries, for %d failed puts", full, repeated, failed)
 	}
 	for msg, n := range perMsg {

@@ -9,10 +9,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/metaqgo/metaq/broker"
 	"github.com/metaqgo/metaq/broker/brokertest"
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/internal/logx"
 )
 
 // logCapture is a broker log kept in memory.
@@ -65,6 +67,7 @@ func TestClientCannotFloodTheLog(t *testing.T) {
 		return nil
 	})
 	const n = 5000
+	start := time.Now()
 	c := b.Dial()
 	var w strings.Builder
 	for i := 0; i < n; i++ {
@@ -79,11 +82,15 @@ func TestClientCannotFloodTheLog(t *testing.T) {
 		}
 	}
 	b.Stop() // writes the pending counts
+	// One line in full, plus one more for each quiet 10 s window there may
+	// have been on a very loaded machine (then the next one is written in
+	// full again).
+	maxFull := 1 + int(time.Since(start)/logx.DefaultInterval)
 	for _, msg := range []string{"append failed", "bad request", "put refused: the topic is not accepted"} {
 		full, repeated, lines := out.count(msg)
 		t.Logf("%q: %d lines for %d requests", msg, lines, full+repeated)
-		if full != 1 || full+repeated != n {
-			t.Errorf("%q: %d full lines and %d counted in summaries; want 1 and %d", msg, full, repeated, n-1)
+		if full < 1 || full > maxFull || full+repeated != n {
+			t.Errorf("%q: %d full lines and %d counted in summaries; want 1 (at most %d) and %d in all", msg, full, repeated, maxFull, n)
 		}
 		if lines > 100 {
 			t.Errorf("%q: %d log lines for %d requests", msg, lines, n)

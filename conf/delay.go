@@ -99,6 +99,7 @@ func (c *Config) systemTopic(name string) (Topic, bool) {
 	switch {
 	case name == ScheduleTopic:
 		t.NumPartitions = SchedulePartitions
+	case name == "%TX_HALF%", name == "%TX_OP%": // the transaction log (broker/tx)
 	case strings.HasPrefix(name, RetryPrefix) && len(name) > len(RetryPrefix),
 		strings.HasPrefix(name, DLQPrefix) && len(name) > len(DLQPrefix):
 	default:

@@ -50,6 +50,8 @@ func parseSeeds() [][2][]byte {
 	mix = AppendStats(mix, "", 3)
 	mix = AppendSync(mix, "t", 1, 0, 5, -1, 4, []byte("\r\n"))
 	mix = append(mix, "bogus\r\nput a/b 0 3 0 5\r\nabc\r\n"...)
+	mix = AppendRetry(mix, "g", 281474976710656, 0, 9, "boom now")
+	mix = append(mix, "retry g 1 -1 10\r\nretry g x 1 11 \x01\r\n"...)
 	mix = AppendQuit(mix)
 	seeds = append(seeds, [2][]byte{mix, nil}, [2][]byte{mix, {1, 2, 5, 11}})
 	return seeds

@@ -68,6 +68,8 @@ brokerId=$i
 hostName=127.0.0.1
 bindHost=127.0.0.1
 serverPort=$((BASE_PORT + i))
+; /metrics, JSON API and dashboard of this broker (docs/observability.md): 8120, 8119, …
+dashboardHttpPort=$((BASE_PORT - 3 - i))
 numPartitions=$PARTITIONS
 ; relative to this file: run/cluster/broker-$i/data
 dataPath=data

@@ -110,7 +110,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	if _, ok := before.value("metaq_messages_in_total", "topic", "orders"); ok {
 		t.Fatal("orders has series before any traffic")
 	}
-	for _, name := range []string{"process_cpu_seconds_total", "go_goroutines", "metaq_connections", "metaq_store_segments", "metaq_broker_info", "metaq_store_disk_free_bytes"} {
+	for _, name := range []string{"process_cpu_seconds_total", "go_goroutines", "metaq_connections", "metaq_store_segments", "metaq_broker_info", "metaq_store_disk_free_bytes", "metaq_delayed_messages", "metaq_tx_half_messages"} {
 		if _, ok := before[name]; !ok {
 			t.Errorf("no %s in /metrics", name)
 		}

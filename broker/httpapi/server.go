@@ -138,6 +138,7 @@ func New(opts Options) (*Server, error) {
 		s.hist.register(s.reg)
 		s.reg.MustRegister(&brokerCollector{srv: b.Server, dataPath: b.Config.System.DataPath, role: "master",
 			own: map[string]bool{}, maxTopics: opts.MaxTopics})
+		s.reg.MustRegister(featureCollector{b})
 		b.Server.SetLatencyObserver(s.hist)
 		b.Store.SetFlushObserver(s.hist.flushObserver(b.Config.System.SyncFlush()))
 		if s.zk != nil {
