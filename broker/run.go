@@ -83,6 +83,9 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		err = srv.Start()
 	}
 	if err != nil {
+		if srv != nil {
+			srv.tx.Close() // opened by New (txconn.go)
+		}
 		_ = dl.Close()
 		_ = st.Close()
 		lim.Stop()

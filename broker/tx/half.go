@@ -234,7 +234,7 @@ func (m *Manager) checkLoop() {
 // a scan always makes progress and a failure never stalls later ones.
 func (m *Manager) scanChecks() {
 	start := time.Now()
-	for time.Since(start) < m.cfg.ScanBudget {
+	for n := 0; n == 0 || time.Since(start) < m.cfg.ScanBudget; n++ { // at least one per scan
 		now := m.cfg.Now()
 		m.mu.Lock()
 		if len(m.due) == 0 || m.due[0].due.After(now) || m.closed {
