@@ -84,8 +84,15 @@ func TestTransactionProducer(t *testing.T) {
 		ExtraINI: "transactionCheckInterval=100\n"})
 	outcome := map[string]TxState{"a": TxCommit, "b": TxRollback, "c": TxUnknown}
 	l := &txListener{
-		exec:  func(_ context.Context, m *Message) (TxState, error) { return outcome[string(m.Body)], nil },
-		check: func(m *Message) TxState { return TxCommit },
+		exec: func(_ context.Context, m *Message) (TxState, error) { return outcome[string(m.Body)], nil },
+		// A check can also reach "a" or "b" when its own outcome was late (a
+		// loaded machine, 100 ms check interval): answer what ExecuteLocal did.
+		check: func(m *Message) TxState {
+			if st := outcome[string(m.Body)]; st != TxUnknown {
+				return st
+			}
+			return TxCommit
+		},
 	}
 	tp, err := NewTransactionProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger()}, "order-service", l)
 	if err != nil {
@@ -103,9 +110,17 @@ func TestTransactionProducer(t *testing.T) {
 	if got := strings.Join(visible(t, ctx, b.Addr, "orders", 0), ","); got != "a,c" {
 		t.Fatalf("visible %q", got)
 	}
-	c := l.checks()
-	if len(c) != 1 || string(c[0].Body) != "c" || c[0].Topic != "orders" || c[0].Tag != "new" || c[0].Properties["pgroup"] != "order-service" {
-		t.Fatalf("checked %+v", c)
+	// "c" was checked; a late outcome (or a late answer to a check) may add
+	// checks of the same or another message, each one a proper check.
+	checkedC := false
+	for _, m := range l.checks() {
+		if m.Topic != "orders" || m.Tag != "new" || m.Properties["pgroup"] != "order-service" {
+			t.Fatalf("checked %+v", m)
+		}
+		checkedC = checkedC || string(m.Body) == "c"
+	}
+	if !checkedC {
+		t.Fatalf("checked %+v, want c among them", l.checks())
 	}
 }
 

@@ -24,6 +24,15 @@ func countFiles(t *testing.T, dir string) int {
 	return len(ents)
 }
 
+// waitAllDispatched waits until s.dispatched covers everything visible:
+// retention only deletes segments below it, and the dispatcher publishes it
+// after the batch's partitions (and the key index), so a partition being
+// readable (waitReadable) does not imply it on a loaded machine.
+func waitAllDispatched(t *testing.T, s *Store) {
+	t.Helper()
+	waitFor(t, "everything visible dispatched", func() bool { return s.dispatched.Load() >= s.clog.visibleLimit() })
+}
+
 func TestRetentionDeletesOldSegments(t *testing.T) {
 	cfg := testConfig(t, "")
 	cfg.SegmentSize = 4096
@@ -39,6 +48,7 @@ func TestRetentionDeletesOldSegments(t *testing.T) {
 	clock.add(2 * time.Hour)
 	fresh := fill(t, s, "t", 2, 20, 100)
 	waitReadable(t, s, "t", 1, 60)
+	waitAllDispatched(t, s)
 	segsBefore := len(s.clog.segs.Load().segs)
 	keyFilesBefore := countFiles(t, filepath.Join(cfg.Dir, "keyindex"))
 
@@ -157,6 +167,7 @@ func TestRetentionPerTopic(t *testing.T) {
 	fill(t, s, "short", 1, 5, 100)
 	fill(t, s, "long", 1, 5, 100)
 	waitReadable(t, s, "long", 0, 45)
+	waitAllDispatched(t, s)
 	n, err := s.DeleteExpired(clock.now())
 	if err != nil || n != 0 {
 		t.Fatalf("a topic kept forever must keep every segment: deleted %d %v", n, err)
