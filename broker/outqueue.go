@@ -37,8 +37,14 @@ type reply struct {
 // the whole queue out under the lock and renders it without the lock.
 type outQueue struct {
 	replies []reply
-	arena   []byte // result bodies
-	bytes   int    // bytes these replies will put on the wire (estimate for backpressure)
+	// arena holds the result bodies of the replies, reused batch after batch.
+	// It stays a plain slice rather than a bytebufferpool buffer: rendering
+	// 100 replies of 30 bytes took 2.2 µs with this arena, 3.5 µs with one
+	// pooled buffer per batch and 28.5 µs with one per reply (micro-benchmark
+	// of 2026-12-01, issue 12 item 7), and nothing here is handed between
+	// owners, so a pool has nothing to share.
+	arena []byte
+	bytes int // bytes these replies will put on the wire (estimate for backpressure)
 }
 
 func (q *outQueue) reset() {
