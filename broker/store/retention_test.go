@@ -24,13 +24,18 @@ func countFiles(t *testing.T, dir string) int {
 	return len(ents)
 }
 
-// waitAllDispatched waits until s.dispatched covers everything visible:
-// retention only deletes segments below it, and the dispatcher publishes it
-// after the batch's partitions (and the key index), so a partition being
-// readable (waitReadable) does not imply it on a loaded machine.
+// waitAllDispatched waits until both s.dispatched and the flushed position
+// cover everything visible: retention only deletes segments below the lower
+// of the two. The dispatcher publishes its position after the batch's
+// partitions (and the key index), and in async mode the flusher runs on its
+// own, so a partition being readable (waitReadable) implies neither on a
+// loaded machine.
 func waitAllDispatched(t *testing.T, s *Store) {
 	t.Helper()
-	waitFor(t, "everything visible dispatched", func() bool { return s.dispatched.Load() >= s.clog.visibleLimit() })
+	waitFor(t, "everything visible flushed and dispatched", func() bool {
+		v := s.clog.visibleLimit()
+		return s.dispatched.Load() >= v && s.clog.flushedPos() >= v
+	})
 }
 
 func TestRetentionDeletesOldSegments(t *testing.T) {
