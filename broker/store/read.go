@@ -188,19 +188,15 @@ scan:
 			}
 			if rm != nil {
 				ok, err := s.peekMatch(&pk, p, q, phys, int(size), rm)
-				if err != nil { // as for appendRecord below
-					switch {
-					case err != errBelowMin:
-						bad, badPhys = err.Error(), phys
-					case r.Count > 0:
+				if err != nil {
+					switch act, why := s.onRecordError(r, p, q, err); act {
+					case recordStop:
 						stopped = true
 						break scan
+					case recordTooSmall:
+						return nil
 					default:
-						if m := s.refreshMin(p); m > q {
-							r.Status, r.NextOffset, r.MinOffset = ReadOffsetTooSmall, m, m
-							return nil
-						}
-						bad, badPhys = "index unit points below the oldest segment", phys
+						bad, badPhys = why, phys
 					}
 					break
 				}
@@ -218,18 +214,14 @@ scan:
 				break scan
 			}
 			if err := s.appendRecord(r, p, q, phys, int(size)); err != nil {
-				switch {
-				case err != errBelowMin:
-					bad, badPhys = err.Error(), phys
-				case r.Count > 0:
+				switch act, why := s.onRecordError(r, p, q, err); act {
+				case recordStop:
 					stopped = true
 					break scan
+				case recordTooSmall:
+					return nil
 				default:
-					if m := s.refreshMin(p); m > q {
-						r.Status, r.NextOffset, r.MinOffset = ReadOffsetTooSmall, m, m
-						return nil
-					}
-					bad, badPhys = "index unit points below the oldest segment", phys
+					bad, badPhys = why, phys
 				}
 				break
 			}
@@ -284,6 +276,35 @@ scan:
 		r.Status = ReadNoMessage
 	}
 	return nil
+}
+
+// recordAction is what readInto does about an error from reading the record
+// an index unit points at (peekMatch or appendRecord).
+type recordAction int
+
+const (
+	recordDamaged  recordAction = iota // the unit is damaged: repair it (repair.go)
+	recordStop                         // end the block with the records it holds
+	recordTooSmall                     // retention removed it: r answers "offset too small" with min
+)
+
+// onRecordError classifies err for the unit at queue offset q, the one
+// policy for both ways a read touches a record: a record below the oldest
+// segment ends a block that holds records, moves an empty read forward to
+// the partition's min when retention explains it, and is otherwise a damaged
+// unit, as is any other error (the reason is returned for the repair log).
+func (s *Store) onRecordError(r *ReadResult, p *partition, q int64, err error) (recordAction, string) {
+	switch {
+	case err != errBelowMin:
+		return recordDamaged, err.Error()
+	case r.Count > 0:
+		return recordStop, ""
+	}
+	if m := s.refreshMin(p); m > q {
+		r.Status, r.NextOffset, r.MinOffset = ReadOffsetTooSmall, m, m
+		return recordTooSmall, ""
+	}
+	return recordDamaged, "index unit points below the oldest segment"
 }
 
 // maxReadRepairs bounds the index repairs one read may run (repair.go).
