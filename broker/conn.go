@@ -63,6 +63,7 @@ type conn struct {
 	wheres   whereCache                     // filter expression cache (where.go; reader only)
 	txs      *tx.Session                    // transactions of this connection (txconn.go; reader only)
 	delayBuf []byte                         // scratch for delayed puts and retries (reader only)
+	batch    batchBufs                      // scratch for mput (batchput.go; reader only)
 
 	own ownPuts    // this connection's puts, for the gets after them (reader only; ordering.go)
 	put partialPut // a put whose data spans reads (reader only; putbudget.go)
@@ -150,7 +151,7 @@ func (c *conn) appendQueueLocked(src *outQueue) {
 	base := len(c.out.arena)
 	c.out.arena = append(c.out.arena, src.arena...)
 	for _, r := range src.replies {
-		if r.kind == replyResult || r.kind == replyRaw {
+		if r.kind == replyResult || r.kind == replyRaw || r.kind == replyBatch {
 			r.bodyStart += base
 			r.bodyEnd += base
 		}

@@ -22,6 +22,8 @@ func (c *conn) handle(cmd *protocol.Command) error {
 	switch cmd.Op {
 	case protocol.OpPut:
 		c.handlePut(cmd)
+	case protocol.OpBatchPut:
+		c.handleBatchPut(cmd) // batchput.go
 	case protocol.OpGet:
 		c.handleGet(cmd)
 	case protocol.OpOffset:

@@ -41,6 +41,7 @@ type Producer struct {
 	moved    atomic.Uint64 // messages moved off their partition (pick, spread)
 	wg       sync.WaitGroup
 
+	lingers   lingerer    // SendAsync batches waiting for Linger (batch.go)
 	direct    *routeTable // direct mode (Config.Brokers)
 	directIDs sync.Map    // addr → broker id (learned with `stats`)
 }
@@ -67,19 +68,16 @@ type routeTable struct {
 // only the call); an async send finds its state again through the call's
 // onDone, the method value s.done bound once per pooled state.
 type sendState struct {
-	cl           *call
-	done         func(*call) // s.asyncDone, bound once (no allocation per send)
-	p            *Producer
-	msg          *Message
-	cb           func(SendResult, error)
-	route        *topicRoute
-	tbl          *routeTable
-	idx          int
-	attempt      int
-	ordered      bool
-	failedBroker int
-	props        *bytebufferpool.ByteBuffer // the properties line (appendProps)
-	data         protocol.MessageData       // msg's data block, props included
+	cl    *call
+	done  func(*call) // s.asyncDone, bound once (no allocation per send)
+	p     *Producer
+	msg   *Message
+	cb    func(SendResult, error)
+	route *topicRoute
+	tbl   *routeTable
+	attemptPos
+	props *bytebufferpool.ByteBuffer // the properties line (appendProps)
+	data  protocol.MessageData       // msg's data block, props included
 }
 
 var sendPool sync.Pool // of *sendState (New set in init: it refers to release)
@@ -191,7 +189,7 @@ func (p *Producer) Send(ctx context.Context, msg *Message) (SendResult, error) {
 			}
 			break
 		}
-		s.tbl, s.idx = t, p.pick(t, msg, s)
+		s.tbl, s.idx = t, p.pick(t, msg, &s.attemptPos)
 		cl.err, cl.code = nil, 0
 		err := t.conns[s.idx].put(ctx, cl, p.opts.SendTimeout, msg.Topic, t.putPartition(s.idx), &s.data, !p.opts.NoChecksum)
 		if err == nil {
@@ -227,6 +225,9 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, cb func(SendResu
 	route, err := p.route(ctx, msg.Topic)
 	if err != nil {
 		p.asyncFail(cb, err)
+		return
+	}
+	if p.opts.Linger > 0 && p.linger(route, msg, cb) { // batch.go
 		return
 	}
 	s, err := p.newSend(msg)
@@ -292,6 +293,7 @@ func (p *Producer) Close() error {
 	p.closed.Store(true)
 	p.closeMu.Unlock()
 	p.mu.Unlock()
+	p.flushLingering() // batch.go: lingering messages go out now
 	if p.inflight.Load() == 0 {
 		p.signalIdle()
 	}
@@ -365,7 +367,7 @@ func (p *Producer) attemptAsync(ctx context.Context, s *sendState) {
 		p.asyncDone(s)
 		return
 	}
-	s.tbl, s.idx = t, p.pick(t, s.msg, s)
+	s.tbl, s.idx = t, p.pick(t, s.msg, &s.attemptPos)
 	conn := t.conns[s.idx]
 	cl.err, cl.code = nil, 0
 	cl.onDone = s.done
@@ -411,6 +413,15 @@ func (p *Producer) asyncDone(s *sendState) {
 	p.sendDone()
 }
 
+// attemptPos is where a send (one message or one batch) is in its attempts:
+// what pick needs to choose the next partition.
+type attemptPos struct {
+	idx          int // index of the partition in the route table (-1: none yet)
+	attempt      int
+	ordered      bool
+	failedBroker int
+}
+
 // pick chooses the partition of an attempt: the selector's choice first
 // (moved off a broker that is down unless ordered), then, on retries, a
 // partition on another broker that is up.
@@ -422,7 +433,7 @@ func (p *Producer) asyncDone(s *sendState) {
 // got ~12% more than the others in a chaos run with restarts). Taking the
 // moved messages round-robin over the partitions that can take them keeps
 // every live partition within one message of its share.
-func (p *Producer) pick(t *routeTable, msg *Message, s *sendState) int {
+func (p *Producer) pick(t *routeTable, msg *Message, s *attemptPos) int {
 	n := len(t.parts)
 	if s.attempt == 0 || s.idx < 0 || s.idx >= n {
 		i := p.opts.Selector.Select(msg, t.parts)

@@ -41,6 +41,7 @@ const (
 	OpTxEnd    // txend <msgId> commit|rollback|unknown <opaque> (txparse.go)
 	OpProducer // producer <group> <opaque> (txparse.go)
 	OpRetry    // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
+	OpBatchPut // metaq: mput <topic> <partition> <count> <len> [<checksum>] <opaque> (batch.go)
 )
 
 var opNames = [...]string{
@@ -59,6 +60,7 @@ var opNames = [...]string{
 	OpTxEnd:       "txend",
 	OpProducer:    "producer",
 	OpRetry:       "retry",
+	OpBatchPut:    "mput",
 }
 
 // String returns the command name as typed on the wire.
@@ -89,7 +91,7 @@ type Command struct {
 	Group     []byte // get, offset
 	Partition int32  // put (-1 = broker picks), get, offset, sync, seek
 
-	// put / sync
+	// put / sync / mput (mput: Data is the whole block, Flag unused)
 	Flag        int32
 	Checksum    int32 // -1 when absent or unchecked; verified by the parser otherwise
 	HasChecksum bool  // the checksum field was present (7-field put with a number, 8-field put, 8-field sync)
@@ -112,6 +114,7 @@ type Command struct {
 
 	DelayLevel int32 // retry: 0 = the broker's ladder, < 0 = dead-letter queue at once
 	MaxNum     int32 // query key
+	Count      int32 // mput: messages in the block (1 … MaxBatchCount)
 
 	// Args are the raw fields after the command name (the opaque included).
 	// Set only for transaction, sync and commands with an Err (for logging);

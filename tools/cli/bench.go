@@ -36,6 +36,7 @@ type benchOpts struct {
 	fetchSize  int
 	fetchDepth int
 	cpuProfile string
+	batch      int            // publish-batch: messages per mput frame (bench_batch.go)
 	delay      delayBenchOpts // bench_delay.go
 
 	durationSet bool // --duration given
@@ -91,6 +92,13 @@ before the spread phase (creating its files) is not measured.`},
 With --server the broker spreads the puts round-robin (partition -1); through ZooKeeper the
 producer's round-robin selector does. One put to each partition before the spread phase is not
 measured.`},
+	{use: benchkit.WorkloadPublishBatch, aliases: []string{benchkit.WorkloadPublishBatchDurable, "batch"},
+		short: "Batched publish: Producer.SendBatchAsync, --batch messages per mput frame",
+		long: `Publish --msg-size messages to --topic for --duration (or --count messages) in batch puts
+(mput: one frame, one append and one reply for --batch messages) with Producer.SendBatchAsync:
+--conns producers, each with --window messages (--window/--batch frames, at least 2) in flight.
+Labelled publish-batch-durable when every broker flushes synchronously (unflushThreshold=0);
+the name publish-batch-durable fails on brokers that do not.`},
 	{use: "delay",
 		short: "Delayed messages: put rate vs plain, lateness while --delay-rate fall due, a burst due at once, memory of pending",
 		long: `Four phases (--delay-phases), each its own result:
@@ -122,6 +130,7 @@ Workloads (subcommands; the peer comparison's names are aliases):
   e2e         publish→delivery latency at a fixed --rate, long-polling readers
   topics      topics-1000: publish over --topics topics vs 1 topic
   partitions  partitions-10000: publish over --partitions partitions vs 1 partition
+  publish-batch  batched publish (mput frames of --batch messages); -durable on sync brokers
   all         all of the above (topics/partitions when their topics exist)
 
 --server host:port talks to brokers directly (no ZooKeeper); without it the topic's partitions
@@ -164,6 +173,7 @@ workload succeeded.`,
 	pf.IntVar(&o.fetchSize, "fetch-size", 1<<20, "consume/e2e: bytes per get (the broker caps it at maxTransferSize)")
 	pf.IntVar(&o.fetchDepth, "fetch-depth", 4, "consume: gets in flight per partition")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark client's CPU profile to this file")
+	pf.IntVar(&o.batch, "batch", 100, "publish-batch: messages per mput frame (1 … 10000)")
 	addDelayBenchFlags(pf, &o.delay)
 
 	for _, w := range benchWorkloads {
@@ -209,6 +219,8 @@ func (o *benchOpts) validate(name string) error {
 		return usageErr("--fetch-size must be >= 1")
 	case o.fetchDepth < 1:
 		return usageErr("--fetch-depth must be >= 1")
+	case o.batch < 1 || o.batch > 10000:
+		return usageErr("--batch must be 1 … 10000")
 	case strings.ContainsAny(o.tag, " \t\r\n"):
 		return usageErr("--tag must not contain white space")
 	}
@@ -254,6 +266,10 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		runs = append(runs, b.spreadTopics)
 	case "partitions", benchkit.WorkloadPartitions10000:
 		runs = append(runs, b.spreadPartitions)
+	case benchkit.WorkloadPublishBatch, "batch":
+		runs = append(runs, func(ctx context.Context) benchkit.Result { return b.publishBatch(ctx, "") })
+	case benchkit.WorkloadPublishBatchDurable:
+		runs = append(runs, func(ctx context.Context) benchkit.Result { return b.publishBatch(ctx, name) })
 	case "delay":
 		phases, err := b.delayPhases()
 		if err != nil {
