@@ -31,12 +31,12 @@ import (
 // partition's fragments may span chunks.
 
 const (
-	popTopic     = "%POP%"
-	partDone     = 0
-	partCk       = 1
-	recVersion   = 1
-	kindDone     = 'D'
-	kindCk       = 'C'
+	popTopic   = "%POP%"
+	partDone   = 0
+	partCk     = 1
+	recVersion = 1
+	kindDone   = 'D'
+	kindCk     = 'C'
 	runDone    = 0xFFFF
 )
 

@@ -48,11 +48,11 @@ type Config struct {
 
 // Event is what Config.OnEvent receives.
 type Event struct {
-	Kind            string // "deliver", "ack", "release", "reject", "expire", "dead"
-	Group, Topic    string
-	Partition       int32
-	Offset          int64
-	Attempt         int
+	Kind         string // "deliver", "ack", "release", "reject", "expire", "dead"
+	Group, Topic string
+	Partition    int32
+	Offset       int64
+	Attempt      int
 }
 
 // Defaults.
@@ -83,7 +83,7 @@ type Pop struct {
 // Stats are the service's counters (`stats pop`).
 type Stats struct {
 	Delivered, Redelivered, Acked, Released, Rejected, Extended, Expired, DeadLettered atomic.Int64
-	Checkpoints                                                                          atomic.Int64
+	Checkpoints                                                                        atomic.Int64
 }
 
 // queue is the state of one group on one topic. Lock rules: queue.mu
