@@ -33,7 +33,9 @@ const (
 	minReadBuf = 4 << 10
 	maxReadBuf = 256 << 10
 	highWater  = 16 << 20 // queued reply bytes before the reader stops reading
-	lowWater   = 4 << 20
+	// smallReadsToShrink consecutive small reads halve the read buffer.
+	smallReadsToShrink = 64
+	lowWater           = 4 << 20
 )
 
 var errConnClosed = errors.New("connection closed")
@@ -180,6 +182,7 @@ func (c *conn) enqueue(add func(q *outQueue)) {
 func (c *conn) readLoop() {
 	defer c.finishReading()
 	buf := make([]byte, minReadBuf)
+	small := 0 // consecutive reads below an eighth of buf
 	idle := c.srv.opts.IdleTimeout
 	for {
 		c.armReadDeadline(idle, len(buf) > minReadBuf)
@@ -207,11 +210,21 @@ func (c *conn) readLoop() {
 			if !c.waitBackpressure() {
 				return
 			}
+			// Grow at once; shrink only after smallReadsToShrink small reads
+			// in a row: a pipelined client's reads alternate between full
+			// and small ones, and reallocating (and zeroing) the buffer on
+			// each swing cost ~5% of the broker's CPU in async publish.
 			switch {
 			case n == len(buf) && len(buf) < maxReadBuf:
 				buf = make([]byte, 2*len(buf))
+				small = 0
 			case n < len(buf)/8 && len(buf) > minReadBuf:
-				buf = make([]byte, len(buf)/2)
+				if small++; small >= smallReadsToShrink {
+					buf = make([]byte, len(buf)/2)
+					small = 0
+				}
+			default:
+				small = 0
 			}
 		}
 		if err != nil {

@@ -37,6 +37,8 @@ type benchOpts struct {
 	fetchDepth int
 	cpuProfile string
 	batch      int            // publish-batch: messages per mput frame (bench_batch.go)
+	accum      accumOpts      // accumulation (bench_accum.go)
+	zk         zkBenchOpts    // zk-offsets (bench_zk.go)
 	delay      delayBenchOpts // bench_delay.go
 
 	durationSet bool // --duration given
@@ -99,6 +101,23 @@ measured.`},
 --conns producers, each with --window messages (--window/--batch frames, at least 2) in flight.
 Labelled publish-batch-durable when every broker flushes synchronously (unflushThreshold=0);
 the name publish-batch-durable fails on brokers that do not.`},
+	{use: benchkit.WorkloadAccumulation,
+		short: "Publish while a reader drains a cold backlog of --backlog messages; vs no reader, vs the disk",
+		long: `Pile up --backlog messages in --topic (batch puts, not measured), publish for --duration with no
+reader, then drop the page cache (--drop-caches: root, broker on this machine) and publish for
+--duration again while one pipelined reader per partition (--fetch-depth gets of --fetch-size)
+drains the backlog from its first message. Two results: accumulation (publish rate with the cold
+reader; its ratio to the rate without a reader) and accumulation-reader (the reader's messages/s
+and record MB/s). With --data-dir (the broker's dataPath) the disk's sequential read bandwidth is
+measured in the same run by reading the commit-log segments with O_DIRECT, and the reader is
+compared with it. bench/accumulation.sh runs this plus recovery and startup times.`},
+	{use: "zk-offsets",
+		short: "ZooKeeper write rate for offset commits: single set-data vs multi-ops (--zk)",
+		long: `Measure the ensemble given with --zk (no broker): create --partitions nodes under
+<zkRoot>/bench-zk-<time>, then for --duration each: set-data of an offset-sized value, one per
+request with --zk-inflight requests in flight on one session (zk-set), and multi-ops of
+--zk-multi set-datas (zk-multi, counted in node writes). The nodes are deleted afterwards.
+docs/scaling.md uses it.`},
 	{use: "delay",
 		short: "Delayed messages: put rate vs plain, lateness while --delay-rate fall due, a burst due at once, memory of pending",
 		long: `Four phases (--delay-phases), each its own result:
@@ -174,6 +193,12 @@ workload succeeded.`,
 	pf.IntVar(&o.fetchDepth, "fetch-depth", 4, "consume: gets in flight per partition")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark client's CPU profile to this file")
 	pf.IntVar(&o.batch, "batch", 100, "publish-batch: messages per mput frame (1 … 10000)")
+	pf.IntVar(&o.zk.inflight, "zk-inflight", 64, "zk-offsets: requests in flight on the ZooKeeper session")
+	pf.IntVar(&o.zk.multi, "zk-multi", 100, "zk-offsets: set-datas per multi-op")
+	pf.Int64Var(&o.accum.backlog, "backlog", 50_000_000, "accumulation: messages piled up before the measured phases")
+	pf.BoolVar(&o.accum.dropCaches, "drop-caches", false, "accumulation: drop the page cache before the cold phases (root; broker on this machine)")
+	pf.StringVar(&o.accum.dataDir, "data-dir", "", "accumulation: the broker's dataPath, to measure the disk's sequential read bandwidth (O_DIRECT)")
+	pf.IntVar(&o.accum.fillBatch, "fill-batch", 1000, "accumulation: messages per mput frame while piling up the backlog")
 	addDelayBenchFlags(pf, &o.delay)
 
 	for _, w := range benchWorkloads {
@@ -221,6 +246,8 @@ func (o *benchOpts) validate(name string) error {
 		return usageErr("--fetch-depth must be >= 1")
 	case o.batch < 1 || o.batch > 10000:
 		return usageErr("--batch must be 1 … 10000")
+	case o.accum.backlog < 1 || o.accum.fillBatch < 1 || o.accum.fillBatch > 10000:
+		return usageErr("--backlog must be >= 1 and --fill-batch 1 … 10000")
 	case strings.ContainsAny(o.tag, " \t\r\n"):
 		return usageErr("--tag must not contain white space")
 	}
@@ -242,6 +269,12 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		}
 		defer stop()
 	}
+	if name == "zk-offsets" {
+		if o.zk.inflight < 1 || o.zk.multi < 1 {
+			return usageErr("--zk-inflight and --zk-multi must be >= 1")
+		}
+		return a.benchZK(ctx, o)
+	}
 	b, err := a.newBencher(ctx, o)
 	if err != nil {
 		return err
@@ -251,6 +284,7 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 	// produce labels its result by the brokers' flush mode.
 	produce := func(ctx context.Context) benchkit.Result { return b.publish(ctx, "") }
 	var runs []func(context.Context) benchkit.Result
+	var multi func(context.Context) []benchkit.Result // a workload with several results
 	switch name {
 	case "produce", "publish":
 		runs = append(runs, produce)
@@ -270,6 +304,8 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		runs = append(runs, func(ctx context.Context) benchkit.Result { return b.publishBatch(ctx, "") })
 	case benchkit.WorkloadPublishBatchDurable:
 		runs = append(runs, func(ctx context.Context) benchkit.Result { return b.publishBatch(ctx, name) })
+	case benchkit.WorkloadAccumulation:
+		multi = b.accumulation
 	case "delay":
 		phases, err := b.delayPhases()
 		if err != nil {
@@ -294,11 +330,7 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 
 	var results []benchkit.Result
 	failed := 0
-	for _, run := range runs {
-		if ctx.Err() != nil {
-			break
-		}
-		r := run(ctx)
+	emit := func(r benchkit.Result) error {
 		if r.Error == "" && ctx.Err() != nil {
 			r.Error = "interrupted"
 		}
@@ -308,7 +340,21 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		}
 		results = append(results, r)
 		if a.JSON {
-			if err := benchkit.WriteJSON(a.Stdout, r); err != nil {
+			return benchkit.WriteJSON(a.Stdout, r)
+		}
+		return nil
+	}
+	for _, run := range runs {
+		if ctx.Err() != nil {
+			break
+		}
+		if err := emit(run(ctx)); err != nil {
+			return err
+		}
+	}
+	if multi != nil {
+		for _, r := range multi(ctx) {
+			if err := emit(r); err != nil {
 				return err
 			}
 		}

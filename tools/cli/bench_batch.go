@@ -100,7 +100,9 @@ func (b *bencher) batchPhase(ctx context.Context, label string, batch []*client.
 	senders.Wait()
 	ph := pubPhase{n: acked.Load(), el: time.Since(start)}
 	prog.Stop()
-	m.set(r, ph.n)
+	if r != nil {
+		m.set(r, ph.n)
+	}
 	if n := failed.Load(); n > 0 {
 		ph.err = fmt.Errorf("%d batches failed, the first with: %w", n, firstErr)
 	} else if ctx.Err() != nil {
