@@ -27,26 +27,16 @@ type batchBufs struct {
 func (c *conn) handleBatchPut(cmd *protocol.Command) {
 	s := c.srv
 	s.stats.cmdPut.Add(1)
-	if protocol.IsSystemTopic(cmd.Topic) {
-		c.failPut(nil, protocol.StatusForbidden, s.putError(cmd.Topic, cmd.Partition, "system topics do not accept puts"), cmd.Opaque)
-		return
-	}
-	ts := s.topics.get(cmd.Topic)
-	if ts == nil || !ts.settings.AcceptPublish {
-		c.log.Warn("mput refused: the topic is not accepted for publishing here", "topic", string(cmd.Topic))
-		c.failPut(nil, protocol.StatusInternalServerError,
-			s.putError(cmd.Topic, cmd.Partition, "The server do not accept topic "+string(cmd.Topic)), cmd.Opaque)
+	ts, perr := s.putTopic(cmd.Topic, cmd.Partition) // publish.go: the refusals every put path shares
+	if perr != nil {
+		c.failPut(nil, perr.Code, perr.Msg, cmd.Opaque)
 		return
 	}
 	n := int(cmd.Count)
 	sampled := s.sampleStart(ts.puts.Add(int64(n)))
-	partition := cmd.Partition
-	if partition == -1 {
-		partition = ts.choosePartition()
-	}
-	if partition < 0 || int(partition) >= ts.settings.NumPartitions {
-		c.failPut(ts, protocol.StatusInternalServerError,
-			s.putError(cmd.Topic, partition, "wrong partition "+strconv.Itoa(int(partition))), cmd.Opaque)
+	partition, perr := s.putPartition(ts, cmd.Partition)
+	if perr != nil {
+		c.failPut(ts, perr.Code, perr.Msg, cmd.Opaque)
 		return
 	}
 	msgs, bytes, bad := c.splitBatch(ts, partition, cmd.Data, n)
