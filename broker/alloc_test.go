@@ -21,6 +21,8 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 		{"put sync", BenchmarkPipelinedPutSync},
 		{"get async", BenchmarkPipelinedGetAsync},
 		{"put+get sync", BenchmarkPipelinedPutGetSync},
+		{"mput async", BenchmarkPipelinedBatchPutAsync},
+		{"mput sync", BenchmarkPipelinedBatchPutSync},
 	} {
 		r := testing.Benchmark(bm.f)
 		if r.N == 0 {

@@ -1,7 +1,9 @@
 package broker_test
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 
@@ -133,3 +135,58 @@ func TestBatchPutBadInput(t *testing.T) {
 	}
 	c.ExpectClosed(30e9)
 }
+
+// benchPipelinedBatchPut measures mput frames of batch messages over one
+// connection, frames in flight; b.N counts messages.
+func benchPipelinedBatchPut(b *testing.B, sync bool, batch, frames int) {
+	br := brokertest.RunBroker(b, brokertest.Options{Sync: sync, SegSize: 256 << 20})
+	nc, err := net.Dial("tcp", br.Addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	bodies := make([]string, batch)
+	for i := range bodies {
+		bodies[i] = strings.Repeat("x", 100)
+	}
+	frame := mputFrame("test", 0, bodies, 1)
+	n := (b.N + batch - 1) / batch
+	credits := make(chan struct{}, frames)
+	for i := 0; i < frames; i++ {
+		credits <- struct{}{}
+	}
+	done := make(chan error, 1)
+	go func() {
+		rr := protocol.NewReplyReader(bufio.NewReaderSize(nc, 256<<10), 1<<20)
+		for i := 0; i < n; i++ {
+			r, err := rr.Next()
+			if err != nil || r.Code != 200 {
+				done <- fmt.Errorf("reply %d: %v", r.Code, err)
+				return
+			}
+			credits <- struct{}{}
+		}
+		done <- nil
+	}()
+	w := bufio.NewWriterSize(nc, 256<<10)
+	b.SetBytes(100)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < n; i++ {
+		select {
+		case <-credits:
+		default:
+			w.Flush()
+			<-credits
+		}
+		w.Write(frame)
+	}
+	w.Flush()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(n*batch)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+func BenchmarkPipelinedBatchPutAsync(b *testing.B) { benchPipelinedBatchPut(b, false, 100, 10) }
+func BenchmarkPipelinedBatchPutSync(b *testing.B)  { benchPipelinedBatchPut(b, true, 100, 10) }
