@@ -87,6 +87,9 @@ type ReplicaState struct {
 	Epoch   int64  `json:"epoch"`   // the epoch whose history the node's log holds
 	Pos     int64  `json:"pos"`     // durable end of its commit log
 	InSync  bool   `json:"inSync"`  // slave: following and caught up; master: not fenced
+	// MasterSeen is the master node's address as this node last saw it ("" once it saw the node
+	// vanish): an election waits until every live replica says "" (its Pos is then final).
+	MasterSeen string `json:"masterSeen"`
 	// Version and Owner come from the node's stat (not part of the JSON): the election checks
 	// Version in its claim so that a state published after the choice fails the claim.
 	Version int32 `json:"-"`
@@ -131,6 +134,7 @@ type HAGroup struct {
 	Epoch        Epoch
 	EpochVersion int32    // the epoch node's version; -1 when it does not exist
 	Replicas     []string // names in replicas/, sorted
+	Promote      string   // data of the promote node: the replica a planned switch hands over to
 }
 
 func readHAGroup(c *Client, r reader, id int) (HAGroup, error) {
@@ -172,6 +176,11 @@ func readHAGroup(c *Client, r reader, id int) (HAGroup, error) {
 			g.Epoch, g.EpochVersion = e, st.Version
 		}
 	}
+	if d, ok, err := r.get(c.FullPath(c.paths.HAPromote(id))); err != nil {
+		return g, err
+	} else if ok && validReplicaName(strings.TrimSpace(string(d))) {
+		g.Promote = strings.TrimSpace(string(d))
+	}
 	kids, err := r.children(c.FullPath(c.paths.HAReplicas(id)))
 	if err != nil {
 		return g, err
@@ -190,7 +199,7 @@ func (c *Client) HAGroup(ctx context.Context, id int) (HAGroup, error) {
 }
 
 // WatchHAGroup sends broker id's election state now and after every change of its master node,
-// its epoch node or the membership of replicas/ (not the replicas' data: ReadReplicas reads that
+// its epoch node, its promote node or the membership of replicas/ (not the replicas' data: ReadReplicas reads that
 // when needed). The channel follows the Watch* rules: latest value only, re-armed after every
 // change, reconnection and session expiry, closed with ctx or the client.
 func (c *Client) WatchHAGroup(ctx context.Context, id int) <-chan HAGroup {
@@ -345,8 +354,21 @@ func (c *Client) ResignMaster(ctx context.Context, id int) error {
 	return c.do(ctx, func() error { return c.deleteIfOurs(full, nil) })
 }
 
-// Promotion is a planned switch asked for by `metaq broker promote`: the persistent node
-// /brokers/ids/<id>/promote holding the replica name that should become master. The current
-// master drains, waits for that replica to reach its position and resigns; the election then
-// prefers the named replica. The master deletes the node when done.
+// HAPromote is /brokers/ids/<id>/promote, a planned switch asked for by `metaq broker promote`:
+// a persistent node holding the replica name that should become master. The current master
+// stops acknowledging, waits for that replica to reach its position and resigns; the election
+// then prefers the named replica, which deletes the node once it is master.
 func (p Paths) HAPromote(id int) string { return p.BrokerIDDir(id) + "/promote" }
+
+// RequestPromotion writes broker id's promote node (name: "s<k>" or "m").
+func (c *Client) RequestPromotion(ctx context.Context, id int, name string) error {
+	if !validReplicaName(name) {
+		return fmt.Errorf("zkmeta: bad replica name %q", name)
+	}
+	return c.Put(ctx, c.paths.HAPromote(id), []byte(name))
+}
+
+// ClearPromotion deletes broker id's promote node (a missing node is fine).
+func (c *Client) ClearPromotion(ctx context.Context, id int) error {
+	return c.Delete(ctx, c.paths.HAPromote(id))
+}
