@@ -334,6 +334,7 @@ func (c *Client) ClaimMaster(ctx context.Context, cl Claim) (int64, error) {
 	})
 	switch {
 	case err == nil:
+		c.eph.kickNow() // an elected registry takes the node over now
 		return next.Value, nil
 	case errors.Is(err, zk.ErrNodeExists):
 		// Either the master node (somebody won) or the epoch node (created meanwhile).
@@ -345,6 +346,19 @@ func (c *Client) ClaimMaster(ctx context.Context, cl Claim) (int64, error) {
 		return 0, ErrEpochChanged
 	}
 	return 0, err
+}
+
+// NewElectedBrokerRegistry is NewBrokerRegistry for a node whose master node is created by the
+// election (autoFailover): for a master it never creates /brokers/ids/<id>/master itself, not
+// even after a session expiry; it takes the node over while it exists in this client's session
+// (ClaimMaster created it) and registers the topic nodes only then. A slave registers as usual.
+func NewElectedBrokerRegistry(c *Client, b Broker) (*BrokerRegistry, error) {
+	r, err := NewBrokerRegistry(c, b)
+	if err != nil {
+		return nil, err
+	}
+	r.elected = true
+	return r, nil
 }
 
 // ResignMaster deletes broker id's master node if this session holds it (a planned switch:

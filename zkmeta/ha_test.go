@@ -226,3 +226,55 @@ func FuzzParseReplicaState(f *testing.F) {
 		}
 	})
 }
+
+// TestElectedRegistry: a master's registry under autoFailover never creates the master node
+// itself (neither at start nor after a session expiry); it takes over the node a claim created
+// in its session and registers the topic nodes only while it holds it.
+func TestElectedRegistry(t *testing.T) {
+	srv := zktest.Server(t)
+	c, _ := connect(t, srv)
+	reg, err := zkmeta.NewElectedBrokerRegistry(c, zkmeta.MasterBroker(4, "127.0.0.1", 9401))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.RegisterTopic("orders", zkmeta.DefaultTopicConfig(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	p := c.Paths()
+	wantAbsent(t, c, p.BrokerMaster(4))
+	wantAbsent(t, c, p.TopicPubNode("orders", 4, -1))
+	claim := func() {
+		t.Helper()
+		g, err := c.HAGroup(ctxT(t, 20*time.Second), 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ClaimMaster(ctxT(t, 20*time.Second), zkmeta.Claim{BrokerID: 4, Addr: "127.0.0.1:9401", Name: "m",
+			Seen: g.Epoch, SeenVersion: g.EpochVersion}); err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Wait(ctxT(t, 30*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		wantEphemeral(t, c, p.BrokerMaster(4), "meta://127.0.0.1:9401")
+		wantEphemeral(t, c, p.TopicPubNode("orders", 4, -1), `{"numParts":2,"broker":"4-m"}`)
+	}
+	claim()
+	old := zktest.ExpireSession(t, c)
+	zktest.Eventually(t, 30*time.Second, func() bool { return c.SessionID() != old && c.Connected() }, "new session")
+	time.Sleep(500 * time.Millisecond) // a wrong re-creation would show by now
+	wantAbsent(t, c, p.BrokerMaster(4))
+	wantAbsent(t, c, p.TopicPubNode("orders", 4, -1))
+	if reg.Registered() {
+		t.Fatal("registered without the master node")
+	}
+	claim() // won again: everything comes back
+	if err := reg.Unregister(ctxT(t, 20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	wantAbsent(t, c, p.BrokerMaster(4)) // a graceful stop resigns at once
+}

@@ -60,7 +60,7 @@ func StartElection(cfg ElectionConfig) (stop func(), err error) {
 	e := &elector{cfg: cfg, zk: cfg.ZK, ctl: cfg.Controller, name: zkmeta.ReplicaName(cfg.SlaveID),
 		log: cfg.Logger.With("brokerId", cfg.BrokerID, "replica", zkmeta.ReplicaName(cfg.SlaveID))}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	e.started = time.Now()
+	e.started, e.histEpoch = time.Now(), -1
 	rep, err := e.zk.PublishReplica(cfg.BrokerID, e.state())
 	if err != nil {
 		e.cancel()
@@ -119,6 +119,8 @@ type elector struct {
 	rechecked    bool        // step is deciding on a fresh read (no second look)
 	masterNow    atomic.Bool // mirrors isMaster() for fenceLoop
 	cut          atomic.Bool // fenceLoop fenced us because the connection dropped
+	histEpoch    int64       // published epoch (historyEpoch); -1 until first read
+	pendingEpoch int64       // epoch demoted to, published once in sync
 	started      time.Time
 	sawMaster    bool // a master existed since this node started
 	graceLogged  bool
@@ -297,6 +299,7 @@ func (e *elector) beMaster(epoch int64) {
 	}
 	wasFenced := e.fenced
 	e.masterEpoch, e.followAddr, e.followEpoch, e.fenced = epoch, "", 0, false
+	e.histEpoch, e.pendingEpoch = max(e.histEpoch, epoch), 0
 	e.masterNow.Store(true)
 	if !e.zk.Connected() {
 		// The connection dropped while Promote ran: fence again (fenceLoop keeps it so).
@@ -333,6 +336,9 @@ func (e *elector) follow(addr string, epoch int64) {
 	e.log.Info("ha election: following the master", "master", addr, "epoch", epoch, "took", time.Since(start).Round(time.Millisecond))
 	e.masterEpoch, e.followAddr, e.followEpoch, e.fenced, e.switching = 0, addr, epoch, false, ""
 	e.masterNow.Store(false)
+	if epoch > e.histEpoch {
+		e.pendingEpoch = epoch
+	}
 	e.publish(true)
 }
 
@@ -352,7 +358,22 @@ func (e *elector) state() zkmeta.ReplicaState {
 		e.lastInSync = inSync
 	}
 	return zkmeta.ReplicaState{Name: e.name, Addr: e.cfg.Addr, SlaveID: e.cfg.SlaveID, Role: role,
-		Epoch: e.ctl.Epoch(), Pos: e.ctl.DurablePos(), InSync: inSync, MasterSeen: e.seenMaster}
+		Epoch: e.historyEpoch(), Pos: e.ctl.DurablePos(), InSync: inSync, MasterSeen: e.seenMaster}
+}
+
+// historyEpoch is the epoch whose history the local log is known to hold. After a Demote to a
+// newer epoch the log may still hold a divergent tail until the follower has truncated it; the
+// new epoch is published only once the node has been in sync with that master (its log is then
+// a prefix of the master's), the old one until then: a divergent position is never compared as
+// if it belonged to the newer history.
+func (e *elector) historyEpoch() int64 {
+	if e.histEpoch < 0 {
+		e.histEpoch = e.ctl.Epoch() // at start: what the log's epoch records say
+	}
+	if e.pendingEpoch > e.histEpoch && e.followAddr != "" && e.ctl.InSync() {
+		e.histEpoch, e.pendingEpoch = e.pendingEpoch, 0
+	}
+	return e.histEpoch
 }
 
 // publish writes the replica state when it changed: at once when now or when anything but the
