@@ -111,6 +111,7 @@ func New(opts Options) (*Server, error) {
 		zc, err := zkmeta.New(zkmeta.Config{
 			ConnectString: opts.ZK.Connect, Root: opts.ZK.Root,
 			SessionTimeout: opts.ZK.SessionTimeout, ConnectionTimeout: opts.ZK.ConnectionTimeout,
+			Auth:   opts.ZK.Auth,
 			Logger: slogPrintf{s.log},
 		})
 		if err != nil {
