@@ -22,6 +22,8 @@ import (
 	"github.com/metaqgo/metaq/broker/brokertest"
 	"github.com/metaqgo/metaq/client"
 	"github.com/metaqgo/metaq/protocol"
+	"github.com/metaqgo/metaq/zkmeta"
+	"github.com/metaqgo/metaq/zkmeta/zktest"
 )
 
 func bhash(t testing.TB, s string) string {
@@ -341,4 +343,48 @@ func TestSecurityOffByDefault(t *testing.T) {
 	c := b.Dial()
 	want(t, c, "auth x y 1\r\n", 200)
 	want(t, c, "put test 0 1 0 2\r\nx", 200)
+}
+
+// TestSecurityUsersZK: with usersZK the users come from
+// <zkRoot>/config/users and follow its changes.
+func TestSecurityUsersZK(t *testing.T) {
+	addr := zktest.Server(t)
+	zc, err := zkmeta.Connect(context.Background(), zkmeta.Config{ConnectString: addr, ConnectionTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	node := broker.UsersNode("/meta")
+	if err := zc.Put(ctx, node, []byte("[carol]\nsecret = "+bhash(t, "pw-carol")+"\npublish = test\n")); err != nil {
+		t.Fatal(err)
+	}
+	b := brokertest.RunBroker(t, brokertest.Options{ZK: addr, ExtraINI: "\n[security]\nusersZK=true\nanonymous=none\n"})
+	c := b.Dial()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c.SendBytes(protocol.AppendAuth(nil, "carol", "pw-carol", 1))
+		if r := c.Reply(); r.Code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("carol never authenticated")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	want(t, c, "put test 0 1 0 2\r\nx", 200)
+	if err := zc.Put(ctx, node, []byte("[carol]\nsecret = "+bhash(t, "pw-carol")+"\npublish = other\n")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		c.Send("put test 0 1 0 3\r\nx")
+		if r := c.Reply(); r.Code == 403 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the users node change was not picked up")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -123,8 +123,8 @@ func validateSecurity(c *Config, p *problems) {
 	if s.AuthFailBurst < 1 {
 		p.bad(secSection, "authFailBurst", "%d is below 1", s.AuthFailBurst)
 	}
-	if s.AuthMaxDelay < 0 {
-		p.bad(secSection, "authMaxDelayMs", "%v is negative", s.AuthMaxDelay)
+	if s.AuthMaxDelay < 0 || s.AuthMaxDelay > 30*time.Second {
+		p.bad(secSection, "authMaxDelayMs", "%v is out of range 0..30000 ms (a slowed attempt holds its connection's reader)", s.AuthMaxDelay)
 	}
 	if s.SignatureWindow < time.Second {
 		p.bad(secSection, "signatureWindowSec", "%v is below 1 s", s.SignatureWindow)
