@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/metaqgo/metaq/broker/auth/authtest"
 	"github.com/metaqgo/metaq/broker/brokertest"
 	"github.com/metaqgo/metaq/client"
+	"github.com/metaqgo/metaq/conf"
 	"github.com/metaqgo/metaq/protocol"
 	"github.com/metaqgo/metaq/zkmeta"
 	"github.com/metaqgo/metaq/zkmeta/zktest"
@@ -386,5 +388,45 @@ func TestSecurityUsersZK(t *testing.T) {
 			t.Fatal("the users node change was not picked up")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSecurityTLSOnly: allowPlaintext=false leaves one listener, the TLS
+// one, and that is the address the broker advertises.
+func TestSecurityTLSOnly(t *testing.T) {
+	ca := authtest.NewCA(t)
+	cert, key := ca.Issue(t, "broker")
+	dir := t.TempDir()
+	ini := brokertest.INI(brokertest.Options{Dir: dir, ExtraINI: fmt.Sprintf("\n[security]\ntlsPort=1\ntlsCert=%s\ntlsKey=%s\nallowPlaintext=false\n", cert, key)})
+	path := filepath.Join(dir, "server.ini")
+	if err := os.WriteFile(path, []byte(ini), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := conf.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bk, err := broker.StartWith(cfg, broker.StartOptions{Server: func(o *broker.Options) { o.TLSAddr = "127.0.0.1:0" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = bk.Stop(ctx)
+	}()
+	if bk.Server.Addr().String() != bk.Server.TLSAddr().String() || !strings.HasSuffix(bk.Server.BrokerString(), ":"+strconv.Itoa(bk.Server.Port())) {
+		t.Fatalf("addr %v, TLS %v, advertised %s", bk.Server.Addr(), bk.Server.TLSAddr(), bk.Server.BrokerString())
+	}
+	tcfg, _ := auth.ClientTLS(ca.CAFile, "", "", "127.0.0.1")
+	c, err := dialTLS(t, bk.Server.TLSAddr().String(), tcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(t, c, "version 1\r\n", 200)
+	p := brokertest.Dial(t, bk.Server.Addr().String()) // plain text on the TLS port
+	p.Send("version 2\r\n")
+	if r, err := p.TryReply(30 * time.Second); err == nil && r.Code == 200 {
+		t.Fatal("plain text served on the TLS port")
 	}
 }
