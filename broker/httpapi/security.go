@@ -75,6 +75,23 @@ func (s *Server) setupSecurity() {
 	}
 	s.guard = g
 	s.reg.MustRegister(authCollector{a})
+	if s.opts.DataAuth == nil {
+		s.opts.DataAuth = s.dataAuth // the gateway's publish and subscribe (gateway.go)
+	}
+}
+
+// dataAuth decides a data-plane request with the Authorizer, for the
+// request's authenticated user (or the anonymous policy).
+func (s *Server) dataAuth(r *http.Request, d DataAccess) error {
+	user, _ := auth.UserFrom(r.Context())
+	op := auth.OpPublish
+	if d.Op != "publish" {
+		op = auth.OpSubscribe
+	}
+	if reason := s.opts.Security.Auth.Check(user, op, []byte(d.Topic), []byte(d.Group)); reason != "" {
+		return StatusError(http.StatusForbidden, "forbidden: "+reason)
+	}
+	return nil
 }
 
 // handler is the server's whole handler: the mux, behind the guard when

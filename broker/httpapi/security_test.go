@@ -160,6 +160,23 @@ func TestSecurityHTTP(t *testing.T) {
 		t.Fatalf("admin reset refused: %d", code)
 	}
 
+	// The gateway's publish follows the ACL: a signed publish to orders.*
+	// is stored, one to test is 403 and stores nothing.
+	publish := func(topic string, want int) {
+		t.Helper()
+		body := []byte("via http")
+		req, _ := http.NewRequest("POST", hs.URL()+"/api/v1/topics/"+topic+"/messages", strings.NewReader(string(body)))
+		if err := auth.SignRequest(req, "alice", sk, body, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		do(req, want)
+	}
+	publish("orders.http", 200)
+	publish("test", 403)
+	if b.Store.MaxOffset("orders.http", 0) != 1 || b.Store.MaxOffset("test", 0) != 0 {
+		t.Fatal("the HTTP publish did not follow the ACL")
+	}
+
 	// A TCP denial is counted in /metrics.
 	c := b.Dial()
 	c.Send("put test 0 1 0 1\r\nx")
@@ -174,7 +191,7 @@ func TestSecurityHTTP(t *testing.T) {
 	}
 	text, _ := io.ReadAll(r2.Body)
 	r2.Body.Close()
-	if !strings.Contains(string(text), `metaq_auth_denied_total{op="publish"} 1`) || !strings.Contains(string(text), "metaq_auth_failures_total") {
+	if !strings.Contains(string(text), `metaq_auth_denied_total{op="publish"} 2`) || !strings.Contains(string(text), "metaq_auth_failures_total") {
 		t.Fatalf("auth metrics missing:\n%s", grepLines(string(text), "metaq_auth"))
 	}
 }
