@@ -23,6 +23,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 		{"put+get sync", BenchmarkPipelinedPutGetSync},
 		{"mput async", BenchmarkPipelinedBatchPutAsync},
 		{"mput sync", BenchmarkPipelinedBatchPutSync},
+		{"put async, authenticated with an ACL", BenchmarkPipelinedPutAuth}, // security_bench_test.go
 	} {
 		r := testing.Benchmark(bm.f)
 		if r.N == 0 {
