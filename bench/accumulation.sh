@@ -104,6 +104,7 @@ start_broker() {
 	t0=$(date +%s.%N)
 	setsid "$metaq" broker -c "$dir/server.ini" >>"$dir/broker.log" 2>&1 &
 	pid=$!
+	disown "$pid" 2>/dev/null || true # no "Killed" job notice for the kill -9 below
 	until [[ -n $(ask "$port" "version 1") ]]; do
 		kill -0 "$pid" 2>/dev/null || { log "broker exited: $(tail -5 "$dir/broker.log")"; exit 1; }
 		sleep 0.02
