@@ -430,3 +430,35 @@ func TestSecurityTLSOnly(t *testing.T) {
 		t.Fatal("plain text served on the TLS port")
 	}
 }
+
+// TestSecurityTLSPortWithZooKeeper: a broker that keeps its plain port
+// advertises it in ZooKeeper; a Go client with TLS and TLSPort finds the
+// broker there and dials its TLS port.
+func TestSecurityTLSPortWithZooKeeper(t *testing.T) {
+	addr := zktest.Server(t)
+	ca := authtest.NewCA(t)
+	cert, key := ca.Issue(t, "broker")
+	b := brokertest.RunBroker(t, brokertest.Options{ZK: addr,
+		ExtraINI: fmt.Sprintf("\n[security]\ntlsPort=1\ntlsCert=%s\ntlsKey=%s\n", cert, key),
+		Server:   func(o *broker.Options) { o.TLSAddr = "127.0.0.1:0" }})
+	_, port, _ := net.SplitHostPort(b.Server.TLSAddr().String())
+	tp, _ := strconv.Atoi(port)
+	cfg, _ := auth.ClientTLS(ca.CAFile, "", "", "127.0.0.1")
+	p, err := client.NewProducer(client.Config{ZKConnect: addr, TLS: cfg, TLSPort: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		_, err := p.Send(ctx, &client.Message{Topic: "test", Body: []byte("found in zk")})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("send: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
