@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -460,5 +461,35 @@ func TestSecurityTLSPortWithZooKeeper(t *testing.T) {
 			t.Fatalf("send: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSecurityPeerLink: the broker's own links (replication) dial with
+// auth.DialBroker: TLS with the broker's certificate against the cluster
+// CA (mutual TLS), then auth as the replication user (an admin).
+func TestSecurityPeerLink(t *testing.T) {
+	b := runSecure(t, true, "", nil)
+	cert, key := b.CA.Issue(t, "peer")
+	cfg, err := auth.ClientTLS(b.CA.CAFile, cert, key, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := auth.DialBroker(ctx, b.TLSAddr, cfg, "root", "pw-root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := brokertest.Wrap(t, nc)
+	c.Send("query id 1 5\r\n") // admin only: 404, not 403
+	if r := c.Reply(); r.Code == 403 {
+		t.Fatalf("the replication user is not admin: %+v", r)
+	}
+	if _, err := auth.DialBroker(ctx, b.TLSAddr, cfg, "root", "wrong"); !errors.Is(err, protocol.ErrAuth) {
+		t.Fatalf("wrong secret: %v", err)
+	}
+	if d, err := broker.ReplicationDialer(b.Config); err != nil || d == nil {
+		t.Fatalf("ReplicationDialer: %v", err)
 	}
 }
