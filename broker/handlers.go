@@ -7,6 +7,7 @@ import (
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/protocol"
+	"github.com/metaqgo/metaq/protocol/trace"
 )
 
 // handle is the parser's callback, run on the reader goroutine. Replies go
@@ -89,6 +90,10 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 	s := c.srv
 	s.stats.cmdPut.Add(1)
 	if protocol.IsSystemTopic(cmd.Topic) {
+		if string(cmd.Topic) == trace.Topic {
+			c.tracePut(cmd) // traceput.go
+			return
+		}
 		c.failPut(nil, protocol.StatusForbidden, s.putError(cmd.Topic, cmd.Partition, "system topics do not accept puts"), cmd.Opaque)
 		return
 	}
