@@ -87,12 +87,19 @@ type traceItem struct {
 }
 
 // traceWriter queues events and writes them in batches (one goroutine, up
-// to traceInFlight puts in flight).
+// to traceInFlight puts in flight). The queue is a slice under mu that the
+// writer swaps out whole: adding an event takes the lock and copies the
+// event, and wakes the writer only once per traceBatchEvents events (a
+// channel send per event would wake it every time, which cost more than
+// the rest of the trace path).
 type traceWriter struct {
 	pool    *connPool
 	opts    TraceOptions
 	cfg     *Config
-	ch      chan traceItem
+	mu      sync.Mutex
+	queue   []traceItem // guarded by mu
+	spare   []traceItem // the writer's (swapped with queue)
+	kick    chan struct{}
 	stopped atomic.Bool
 	stop    chan struct{} // Close: flush and end
 	done    chan struct{} // run returned
@@ -116,8 +123,8 @@ type tracePut struct {
 
 func newTraceWriter(pool *connPool, cfg *Config) *traceWriter {
 	w := &traceWriter{pool: pool, cfg: cfg, opts: cfg.TraceOptions.withDefaults(),
-		stop: make(chan struct{}), done: make(chan struct{}), slots: make(chan *tracePut, traceInFlight)}
-	w.ch = make(chan traceItem, w.opts.QueueSize)
+		stop: make(chan struct{}), done: make(chan struct{}), slots: make(chan *tracePut, traceInFlight),
+		kick: make(chan struct{}, 1)}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	for range traceInFlight {
 		p := &tracePut{w: w, cl: newCall()}
@@ -130,16 +137,38 @@ func newTraceWriter(pool *connPool, cfg *Config) *traceWriter {
 
 // add queues an event for the broker at addr; it never blocks.
 func (w *traceWriter) add(addr string, e *trace.Event) {
-	if w.stopped.Load() {
+	w.mu.Lock()
+	if len(w.queue) >= w.opts.QueueSize || w.stopped.Load() {
+		w.mu.Unlock()
 		w.dropped.Add(1)
 		return
 	}
-	select {
-	case w.ch <- traceItem{addr: addr, ev: *e}:
-		w.queued.Add(1)
-	default:
-		w.dropped.Add(1)
+	w.queue = append(w.queue, traceItem{addr: addr, ev: *e})
+	n := len(w.queue)
+	w.mu.Unlock()
+	w.queued.Add(1)
+	if n == traceBatchEvents {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// take swaps the queue out.
+func (w *traceWriter) take() []traceItem {
+	w.mu.Lock()
+	q := w.queue
+	w.queue = w.spare[:0]
+	w.mu.Unlock()
+	w.spare = nil
+	return q
+}
+
+// giveBack returns a processed queue for reuse.
+func (w *traceWriter) giveBack(q []traceItem) {
+	clear(q) // drop the strings
+	w.spare = q[:0]
 }
 
 func (w *traceWriter) stats() TraceStats {
@@ -196,22 +225,22 @@ func (w *traceWriter) run() {
 			w.send(p)
 		}
 	}
+	process := func() {
+		q := w.take()
+		for i := range q {
+			add(&q[i])
+		}
+		w.giveBack(q)
+	}
 	for {
 		select {
-		case it := <-w.ch:
-			add(&it)
+		case <-w.kick:
+			process()
 		case <-tick.C:
+			process()
 			flush()
 		case <-w.stop:
-		drain:
-			for {
-				select {
-				case it := <-w.ch:
-					add(&it)
-				default:
-					break drain
-				}
-			}
+			process()
 			flush()
 			for range traceInFlight { // every batch back: nothing in flight
 				<-w.slots
@@ -233,7 +262,9 @@ func (w *traceWriter) send(p *tracePut) {
 		p.finish(p.cl)
 		return
 	}
-	if err := conn.startPut(w.ctx, p.cl, conn.deadlineFor(w.ctx, w.cfg.Producer.SendTimeout), trace.Topic, 0, &p.data, true); err != nil {
+	// No put checksum: the store's record CRC covers the batch once stored,
+	// and a 32 KiB CRC-32 per batch on both sides is most of a batch's cost.
+	if err := conn.startPut(w.ctx, p.cl, conn.deadlineFor(w.ctx, w.cfg.Producer.SendTimeout), trace.Topic, 0, &p.data, false); err != nil {
 		p.cl.err = err
 		p.finish(p.cl)
 	}
@@ -262,14 +293,14 @@ func (p *tracePut) finish(cl *call) {
 	w.slots <- p
 }
 
-// appendTraceMark adds trace=1 to a traced producer's properties line: the
+// appendTraceMark adds _trace=1 to a traced producer's properties line: the
 // broker writes its own events (delay, retry, dead letter, transaction end)
 // for marked messages.
 func appendTraceMark(dst []byte) []byte {
 	if len(dst) > 0 {
 		dst = append(dst, '&')
 	}
-	return append(dst, "trace=1"...)
+	return append(dst, trace.PropTrace+"=1"...)
 }
 
 // --- the hooks ------------------------------------------------------------------

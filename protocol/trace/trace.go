@@ -17,10 +17,10 @@ import (
 // Topic is the system topic trace records are stored in.
 const Topic = "%TRACE%"
 
-// PropTrace marks a message whose producer traces it ("trace=1"): the
+// PropTrace marks a message whose producer traces it ("_trace=1"): the
 // broker then writes its own events (delay delivery, retry, dead letter,
 // transaction end) for it.
-const PropTrace = "trace"
+const PropTrace = "_trace"
 
 // Type is an event's kind.
 type Type string
@@ -106,60 +106,58 @@ func AppendEvent(dst []byte, e *Event) []byte {
 	dst = protocol.AppendEscaped(dst, string(e.Type))
 	dst = append(dst, "&id="...)
 	dst = strconv.AppendInt(dst, e.MsgID, 10)
-	num := func(k string, v int64) {
-		dst = append(dst, '&')
-		dst = append(dst, k...)
-		dst = append(dst, '=')
-		dst = strconv.AppendInt(dst, v, 10)
-	}
-	str := func(k, v string) {
-		if v == "" {
-			return
-		}
-		dst = append(dst, '&')
-		dst = append(dst, k...)
-		dst = append(dst, '=')
-		dst = protocol.AppendEscaped(dst, v)
-	}
 	if e.RecordID != 0 && e.RecordID != e.MsgID {
-		num("rid", e.RecordID)
+		dst = appendNum(dst, "&rid=", e.RecordID)
 	}
-	str("t", e.Topic)
-	str("k", e.Keys)
-	str("tag", e.Tag)
+	dst = appendStr(dst, "&t=", e.Topic)
+	dst = appendStr(dst, "&k=", e.Keys)
+	dst = appendStr(dst, "&tag=", e.Tag)
 	if e.Time != 0 {
-		num("at", e.Time)
+		dst = appendNum(dst, "&at=", e.Time)
 	}
 	if e.Cost != 0 {
-		num("us", e.Cost)
+		dst = appendNum(dst, "&us=", e.Cost)
 	}
 	if e.OK {
 		dst = append(dst, "&ok=1"...)
 	}
-	str("err", e.Err)
-	str("h", e.Host)
-	str("g", e.Group)
-	str("c", e.Client)
+	dst = appendStr(dst, "&err=", e.Err)
+	dst = appendStr(dst, "&h=", e.Host)
+	dst = appendStr(dst, "&g=", e.Group)
+	dst = appendStr(dst, "&c=", e.Client)
 	if e.Broker >= 0 {
-		num("b", int64(e.Broker))
+		dst = appendNum(dst, "&b=", int64(e.Broker))
 	}
 	if e.Partition >= 0 {
-		num("p", int64(e.Partition))
+		dst = appendNum(dst, "&p=", int64(e.Partition))
 	}
 	if e.Offset >= 0 {
-		num("o", e.Offset)
+		dst = appendNum(dst, "&o=", e.Offset)
 	}
 	if e.Attempt != 0 {
-		num("n", int64(e.Attempt))
+		dst = appendNum(dst, "&n=", int64(e.Attempt))
 	}
 	if e.Reconsume != 0 {
-		num("r", int64(e.Reconsume))
+		dst = appendNum(dst, "&r=", int64(e.Reconsume))
 	}
 	if e.Size != 0 {
-		num("s", int64(e.Size))
+		dst = appendNum(dst, "&s=", int64(e.Size))
 	}
-	str("d", e.Detail)
+	dst = appendStr(dst, "&d=", e.Detail)
 	return append(dst, '\n')
+}
+
+func appendNum(dst []byte, key string, v int64) []byte {
+	dst = append(dst, key...)
+	return strconv.AppendInt(dst, v, 10)
+}
+
+func appendStr(dst []byte, key, v string) []byte {
+	if v == "" {
+		return dst
+	}
+	dst = append(dst, key...)
+	return protocol.AppendEscaped(dst, v)
 }
 
 // ErrBadRecord is wrapped by Decode's errors.
@@ -194,8 +192,8 @@ func Decode(data []byte) ([]Event, error) {
 }
 
 func decodeLine(l []byte, e *Event) error {
-	if len(l) > MaxLine {
-		return fmt.Errorf("%d bytes, at most %d", len(l), MaxLine)
+	if msg := validateLine(l); msg != "" {
+		return errors.New(msg)
 	}
 	for _, c := range l {
 		if c < 0x20 || c == 0x7f {
@@ -278,6 +276,9 @@ func decodeLine(l []byte, e *Event) error {
 	if !haveType || !haveID {
 		return errors.New("an event needs e= and id=")
 	}
+	if e.RecordID == e.MsgID {
+		e.RecordID = 0 // the same record
+	}
 	return nil
 }
 
@@ -285,7 +286,7 @@ func decodeLine(l []byte, e *Event) error {
 // property. The zero value is ready; Reset reuses the buffers.
 type Batch struct {
 	Data  []byte
-	Props []byte // "keys=<id> <key> …"
+	Props []byte // "keys=<id> <key> …" (keys separated by raw spaces)
 	N     int
 	keys  []string // keys already in Props (a handful per batch: linear search)
 	ids   []int64
@@ -302,30 +303,37 @@ func (b *Batch) Full(maxBytes int) bool {
 	return b.N >= MaxEvents || len(b.Data) >= maxBytes || len(b.Props) >= MaxPropsLen-2*MaxLine
 }
 
-// Add appends e and indexes its id and keys.
+// Add appends e and indexes its id and keys. An id already among the
+// last few added is not repeated (a handler call's begin, end and retry
+// events sit together); a repeat further back only costs a duplicate key.
 func (b *Batch) Add(e *Event) {
 	b.Data = AppendEvent(b.Data, e)
 	b.N++
-	if e.MsgID >= 0 && !slices.Contains(b.ids, e.MsgID) {
+	if e.MsgID >= 0 && !slices.Contains(b.ids[max(0, len(b.ids)-4):], e.MsgID) {
 		b.ids = append(b.ids, e.MsgID)
-		b.addKey(strconv.AppendInt(nil, e.MsgID, 10))
+		b.Props = b.keySep()
+		b.Props = strconv.AppendInt(b.Props, e.MsgID, 10)
+	}
+	if e.Keys == "" {
+		return
 	}
 	for k := range strings.FieldsSeq(e.Keys) {
 		if len(k) > 255 || slices.Contains(b.keys, k) {
 			continue
 		}
-		b.keys = append(b.keys, k)
-		b.addKey([]byte(k))
+		if len(b.keys) < 64 {
+			b.keys = append(b.keys, k)
+		}
+		b.Props = b.keySep()
+		b.Props = protocol.AppendEscaped(b.Props, k)
 	}
 }
 
-func (b *Batch) addKey(k []byte) {
+func (b *Batch) keySep() []byte {
 	if len(b.Props) == 0 {
-		b.Props = append(b.Props, "keys="...)
-	} else {
-		b.Props = append(b.Props, "%20"...)
+		return append(b.Props, "keys="...)
 	}
-	b.Props = protocol.AppendEscaped(b.Props, string(k))
+	return append(b.Props, ' ') // a raw space: the key index splits plain values without unescaping
 }
 
 // Reset empties the batch, keeping its buffers.
@@ -369,8 +377,12 @@ func Select(evs []Event, msgID int64) []Event {
 	return out
 }
 
-// Validate checks data the way Decode does, without allocating (the
-// broker checks every client batch before storing it).
+// Validate checks the framing of a record's data without allocating and
+// without parsing every field (the broker checks every client batch before
+// storing it; readers decode with Decode and skip what does not decode):
+// lines end in '\n', are at most MaxLine bytes and MaxEvents in number,
+// contain no '\r', and start with "e=<type>&id=<digits>" (other control
+// bytes make Decode reject the record when it is read).
 func Validate(data []byte) error {
 	if len(data) == 0 || data[len(data)-1] != '\n' {
 		return fmt.Errorf("%w: empty, or the last line has no newline", ErrBadRecord)
@@ -394,35 +406,22 @@ func validateLine(l []byte) string {
 	if len(l) > MaxLine {
 		return "line too long"
 	}
-	for _, c := range l {
-		if c < 0x20 || c == 0x7f {
-			return "control byte"
-		}
+	if !bytes.HasPrefix(l, []byte("e=")) {
+		return "an event starts with e=<type>"
 	}
-	var haveType, haveID bool
-	for props := l; len(props) > 0; {
-		var k, v []byte
-		k, v, props = protocol.NextProperty(props)
-		switch string(k) {
-		case "e":
-			haveType = len(v) > 0
-		case "id", "rid", "o":
-			if !digits(v, 19) && (string(k) != "id" || string(v) != "-1") {
-				return "bad number"
-			}
-			haveID = haveID || string(k) == "id"
-		case "at", "us":
-			if !digits(v, 18) {
-				return "bad number"
-			}
-		case "b", "p", "n", "r", "s":
-			if !digits(v, 9) {
-				return "bad number"
-			}
-		}
+	amp := bytes.IndexByte(l, '&')
+	if amp < 3 || !bytes.HasPrefix(l[amp:], []byte("&id=")) {
+		return "an event starts with e=<type>&id=<msgId>"
 	}
-	if !haveType || !haveID {
-		return "an event needs e= and id="
+	id := l[amp+4:]
+	if j := bytes.IndexByte(id, '&'); j >= 0 {
+		id = id[:j]
+	}
+	if !digits(id, 19) && string(id) != "-1" {
+		return "bad id"
+	}
+	if bytes.IndexByte(l, '\r') >= 0 {
+		return "control byte"
 	}
 	return ""
 }
