@@ -154,6 +154,7 @@ func New(opts Options) (*Server, error) {
 	s.routes()
 	s.apiRoutes()
 	s.pageRoutes()
+	s.traceRoutes() // trace.go
 	return s, nil
 }
 

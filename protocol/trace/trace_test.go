@@ -38,7 +38,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, want)
 	}
 	// The keys property: every id (once; -1 = none) and every key, so the key index finds them.
-	props := append(append([]byte{}, b.Props...))
+	props := append([]byte{}, b.Props...)
 	keys := protocol.Keys(props)
 	for _, k := range []string{"281474976710912", "o-1", "o-2", "o-3", "0"} {
 		if !strings.Contains(" "+strings.Join(keys, " ")+" ", " "+k+" ") {

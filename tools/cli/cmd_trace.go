@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/metaqgo/metaq/client"
 	"github.com/metaqgo/metaq/protocol"
-	"github.com/metaqgo/metaq/protocol/trace"
 )
 
 func init() { AddCommand(newTraceCommand) }
@@ -124,80 +122,14 @@ func (a *App) printTrace(mt *client.MessageTrace) error {
 		fmt.Fprintf(a.Stdout, "(its record is not on %s any more)\n", mt.Broker)
 	}
 	tw := a.table("TIME", "EVENT", "WHERE", "WHO", "ATTEMPT", "COST", "RESULT", "DETAIL")
-	var t0 int64
-	for i, e := range mt.Events {
-		if i == 0 {
-			t0 = e.Time
-		}
-		ts := time.UnixMilli(e.Time).Format("15:04:05.000")
+	for i := range mt.Events {
+		e := &mt.Events[i]
+		var t0 int64
 		if i > 0 {
-			ts += fmt.Sprintf(" +%dms", e.Time-t0)
+			t0 = mt.Events[0].Time
 		}
-		row(tw, ts, e.Type, traceWhere(&e), traceWho(&e), traceAttempt(&e), traceCost(e.Cost), traceResult(&e), traceDash(e.Detail))
+		row(tw, e.TimeText(t0), e.Type, e.Where(), e.Who(), e.AttemptText(), e.CostText(), e.Result(), e.DetailText())
 	}
 	return tw.Flush()
 }
 
-func traceWhere(e *trace.Event) string {
-	s := e.Topic
-	if e.Broker >= 0 && e.Partition >= 0 {
-		s += fmt.Sprintf(" %d-%d", e.Broker, e.Partition)
-	}
-	if e.Offset >= 0 {
-		s += fmt.Sprintf("@%d", e.Offset)
-	}
-	if e.RecordID != 0 {
-		s += fmt.Sprintf(" (record %d)", e.RecordID)
-	}
-	return traceDash(s)
-}
-
-func traceWho(e *trace.Event) string {
-	var parts []string
-	if e.Group != "" {
-		parts = append(parts, e.Group)
-	}
-	if e.Client != "" {
-		parts = append(parts, e.Client)
-	} else if e.Host != "" {
-		parts = append(parts, e.Host)
-	}
-	return traceDash(strings.Join(parts, "/"))
-}
-
-func traceAttempt(e *trace.Event) string {
-	if e.Attempt == 0 && e.Reconsume == 0 {
-		return "-"
-	}
-	s := strconv.Itoa(max(e.Attempt, 1))
-	if e.Reconsume > 0 {
-		s += fmt.Sprintf(" (reconsume %d)", e.Reconsume)
-	}
-	return s
-}
-
-func traceCost(us int64) string {
-	if us <= 0 {
-		return "-"
-	}
-	return (time.Duration(us) * time.Microsecond).String()
-}
-
-func traceResult(e *trace.Event) string {
-	switch {
-	case e.Type == trace.ConsumeBegin:
-		return "-"
-	case e.Err != "":
-		return "failed: " + e.Err
-	case e.OK:
-		return "ok"
-	}
-	return "-"
-}
-
-func traceDash(s string) string {
-	if strings.TrimSpace(s) == "" {
-		return "-"
-	}
-	return s
-}
