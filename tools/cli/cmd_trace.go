@@ -132,4 +132,3 @@ func (a *App) printTrace(mt *client.MessageTrace) error {
 	}
 	return tw.Flush()
 }
-
