@@ -347,19 +347,32 @@ func (b *Batch) Reset() {
 var typeOrder = map[Type]int{Produce: 0, TxCommit: 1, TxRollback: 1, Store: 2, Delivered: 3, Retried: 3,
 	DeadLetter: 3, Push: 4, ConsumeBegin: 5, ConsumeEnd: 6, Retry: 7}
 
-// Sort orders a message's events in time order (ties: produce, store,
-// broker events, consume-begin, consume-end, retry), keeping the order of
-// equal ones.
+// Sort orders a message's events in time order. Ties (the same
+// millisecond) go in the order of a message's life: the events of the
+// message's own record before those of its copies (a retry's, a delayed
+// delivery's: their ids grow with the log), and for one record produce,
+// store, broker events, consume-begin, consume-end, retry. Equal events
+// keep their order.
 func Sort(evs []Event) {
 	slices.SortStableFunc(evs, func(a, b Event) int {
-		if a.Time != b.Time {
-			if a.Time < b.Time {
-				return -1
-			}
-			return 1
+		switch {
+		case a.Time != b.Time:
+			return cmpInt(a.Time, b.Time)
+		case a.RecordID != b.RecordID:
+			return cmpInt(a.RecordID, b.RecordID) // 0 (the message's own record) first
 		}
 		return typeOrder[a.Type] - typeOrder[b.Type]
 	})
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // Select returns the events of evs about message msgID (its id or,

@@ -91,6 +91,12 @@ func TestTraceEndToEnd(t *testing.T) {
 		"retry stored": func(e *trace.Event) bool {
 			return e.Type == trace.Store && e.RecordID != 0 && e.Topic == "%RETRY%audit"
 		},
+		"broker retry-stored": func(e *trace.Event) bool {
+			return e.Type == trace.Retried && e.Group == "audit" && e.RecordID != 0 && e.Reconsume == 1
+		},
+		"broker delivered": func(e *trace.Event) bool {
+			return e.Type == trace.Delivered && e.Topic == "%RETRY%audit" && e.RecordID != 0
+		},
 		"audit ok": func(e *trace.Event) bool {
 			return e.Type == trace.ConsumeEnd && e.Group == "audit" && e.OK && e.Reconsume == 1 && e.RecordID != 0 && e.Topic == "orders"
 		},
@@ -128,7 +134,7 @@ func TestTraceEndToEnd(t *testing.T) {
 	// The table form and the lookup by key show the same message.
 	table := c.mustRun("trace", strconv.FormatInt(id, 10))
 	t.Logf("metaq trace %d:\n%s", id, table)
-	for _, w := range []string{"produce", "store", "consume-begin", "consume-end", "retry", "billing", "audit"} {
+	for _, w := range []string{"produce", "store", "consume-begin", "consume-end", "retry", "retry-stored", "delivered", "billing", "audit"} {
 		if !strings.Contains(table, w) {
 			t.Errorf("table lacks %q:\n%s", w, table)
 		}
