@@ -114,6 +114,9 @@ func (p *Producer) newSend(ctx context.Context, msg *Message) (*sendState, error
 	}
 	if len(s.props.B) > protocol.MaxPropertiesLen {
 		err := fmt.Errorf("metaq client: properties line of %d bytes exceeds %d", len(s.props.B), protocol.MaxPropertiesLen)
+		if p.hooks != nil {
+			p.afterSend(s, SendResult{}, err) // every BeforeSend has its AfterSend
+		}
 		s.release()
 		return nil, err
 	}
