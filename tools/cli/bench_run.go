@@ -67,6 +67,7 @@ func (a *App) newBencher(ctx context.Context, o *benchOpts) (*bencher, error) {
 		RequestTimeout: a.ConnectTimeout,
 		Trace:          o.trace,
 	}
+	a.applySecurity(&cfg)
 	b := &bencher{app: a, o: o, brokers: map[string]*benchBroker{}}
 	var servers []string
 	for _, s := range o.servers {
