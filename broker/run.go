@@ -10,6 +10,7 @@ import (
 	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/broker/tracelog"
 	"github.com/metaqgo/metaq/conf"
 	"github.com/metaqgo/metaq/internal/logx"
 )
@@ -20,6 +21,7 @@ type Broker struct {
 	Config *conf.Config
 	Store  *store.Store
 	Delay  *delay.Service
+	Trace  *tracelog.Writer // the broker's trace events (traceemit.go)
 	Server *Server
 	pop    *pop.Pop // broker-managed delivery (popserve.go)
 	zk     *zkRegistration
@@ -74,8 +76,16 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		b.zk = newZKRegistration(c, log)
 		opts.OnTopic = b.zk.topicWritten
 	}
-	dl, err := openDelay(c, st, log, b.zk, so.Delay)
+	b.Trace = tracelog.New(st, brokerHost(c), log) // traceemit.go
+	opts.Trace = b.Trace
+	dl, err := openDelay(c, st, log, b.zk, func(dc *delay.Config) {
+		dc.OnDelivered = traceDelivered(b.Trace, c.System.BrokerID)
+		if so.Delay != nil {
+			so.Delay(dc)
+		}
+	})
 	if err != nil {
+		b.Trace.Close()
 		_ = st.Close()
 		return nil, err
 	}
@@ -105,6 +115,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		}
 		b.stopSecurity()
 		_ = dl.Close()
+		b.Trace.Close()
 		_ = st.Close()
 		lim.Stop()
 		return nil, err
@@ -160,6 +171,7 @@ func (b *Broker) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	b.Trace.Close() // its last events, before the store closes
 	if err := b.Store.Close(); err != nil {
 		errs = append(errs, err)
 	}

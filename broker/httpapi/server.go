@@ -193,6 +193,7 @@ func New(opts Options) (*Server, error) {
 	s.routes()
 	s.apiRoutes()
 	s.pageRoutes()
+	s.traceRoutes() // trace.go
 	s.gatewayRoutes()
 	return s, nil
 }

@@ -40,6 +40,8 @@ type benchOpts struct {
 	accum      accumOpts      // accumulation (bench_accum.go)
 	zk         zkBenchOpts    // zk-offsets (bench_zk.go)
 	delay      delayBenchOpts // bench_delay.go
+	trace      bool           // producers write trace records (bench_trace.go)
+	traceRuns  int            // trace workload: on/off pairs
 
 	durationSet bool // --duration given
 	countSet    bool // --count given
@@ -128,6 +130,7 @@ docs/scaling.md uses it.`},
   delay-pending   --delay-pending messages scheduled 1-2 h ahead: the broker's RSS growth (needs
                   the broker's pid: --server-pid or a loopback --server)
 The topic's readers start at its current end; pending messages stay scheduled after the run.`},
+	traceBenchWorkload, // bench_trace.go
 	{use: "all",
 		short: "produce, latency, consume, e2e, and topics/partitions when their topics exist",
 		long: `Run produce (labelled by the broker's flush mode), latency, consume and e2e on --topic, then
@@ -200,6 +203,7 @@ workload succeeded.`,
 	pf.StringVar(&o.accum.dataDir, "data-dir", "", "accumulation: the broker's dataPath, to measure the disk's sequential read bandwidth (O_DIRECT)")
 	pf.IntVar(&o.accum.fillBatch, "fill-batch", 1000, "accumulation: messages per mput frame while piling up the backlog")
 	addDelayBenchFlags(pf, &o.delay)
+	addTraceBenchFlags(pf, o) // bench_trace.go
 
 	for _, w := range benchWorkloads {
 		cmd.AddCommand(newBenchWorkloadCommand(app, o, w))
@@ -306,6 +310,8 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		runs = append(runs, func(ctx context.Context) benchkit.Result { return b.publishBatch(ctx, name) })
 	case benchkit.WorkloadAccumulation:
 		multi = b.accumulation
+	case "trace":
+		runs = append(runs, b.traceCost) // bench_trace.go
 	case "delay":
 		phases, err := b.delayPhases()
 		if err != nil {
