@@ -41,6 +41,11 @@ const (
 	OpTxEnd    // txend <msgId> commit|rollback|unknown <opaque> (txparse.go)
 	OpProducer // producer <group> <opaque> (txparse.go)
 	OpRetry    // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
+	OpPop      // metaq: pop <topic> <group> <max> <invisibleMs> <maxWaitMs> <opaque> [<tags> [<where>]] (pop.go)
+	OpAck      // metaq: ack <group> <handle>|<len> <opaque> (pop.go)
+	OpRelease  // metaq: release <group> <delayMs> <handle>|<len> <opaque>
+	OpReject   // metaq: reject <group> <handle>|<len> <opaque>
+	OpExtend   // metaq: extend <group> <invisibleMs> <handle>|<len> <opaque>
 )
 
 var opNames = [...]string{
@@ -59,6 +64,11 @@ var opNames = [...]string{
 	OpTxEnd:       "txend",
 	OpProducer:    "producer",
 	OpRetry:       "retry",
+	OpPop:         "pop",
+	OpAck:         "ack",
+	OpRelease:     "release",
+	OpReject:      "reject",
+	OpExtend:      "extend",
 }
 
 // String returns the command name as typed on the wire.
@@ -111,6 +121,12 @@ type Command struct {
 	Key   []byte // query key; retry: the reason (URL-escaped, nil when absent)
 
 	DelayLevel int32 // retry: 0 = the broker's ladder, < 0 = dead-letter queue at once
+
+	// pop: Count = max messages, Millis = invisibility, MaxWaitMs; release:
+	// Millis = delay; extend: Millis = invisibility. ack/release/reject/
+	// extend carry one handle in Key or a whitespace-separated list in Data.
+	Count  int32
+	Millis int64
 	MaxNum     int32 // query key
 
 	// Args are the raw fields after the command name (the opaque included).
