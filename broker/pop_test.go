@@ -204,12 +204,12 @@ func TestPopBadInput(t *testing.T) {
 	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"test": 1}})
 	c := b.Dial()
 	for _, line := range []string{
-		"pop test g 0 1000 0 1",         // max < 1
-		"pop test g 5000 1000 0 1",      // max > 1024
-		"pop test g 1 10 0 1",           // invisibility < 100 ms
-		"pop test g 1 1000 -1 1",        // negative wait
-		"pop test bad/group 1 1000 0 1", // bad name
-		"pop test g 1 1000 0",           // missing opaque
+		"pop test g 0 1000 0 1",           // max < 1
+		"pop test g 5000 1000 0 1",        // max > 1024
+		"pop test g 1 10 0 1",             // invisibility < 100 ms
+		"pop test g 1 1000 -1 1",          // negative wait
+		"pop test bad/group 1 1000 0 1",   // bad name
+		"pop test g 1 1000 0",             // missing opaque
 		"pop test g 1 1000 0 1 * a%20%3D", // bad where
 		"ack g nohandle 1",
 		"ack g test:0:x:1 1",

@@ -127,7 +127,7 @@ type Command struct {
 	// extend carry one handle in Key or a whitespace-separated list in Data.
 	Count  int32
 	Millis int64
-	MaxNum     int32 // query key
+	MaxNum int32 // query key
 
 	// Args are the raw fields after the command name (the opaque included).
 	// Set only for transaction, sync and commands with an Err (for logging);

@@ -185,6 +185,8 @@ func PopValue(body []byte, fn func(attempt int, rec []byte) error) error {
 	return nil
 }
 
-func be32(b []byte) uint32 { return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) }
+func be32(b []byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
 
 var errShortPop = &Error{Code: StatusBadRequest, Msg: "truncated pop reply"}
