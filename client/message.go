@@ -60,7 +60,7 @@ type Message struct {
 	// Attempt is the broker-managed delivery attempt (PushConsumer): 1 on
 	// the first delivery to the group, 2 on the next, … 0 for Consumer.
 	Attempt int
-	SysFlag        uint16    // protocol.SysFlag*
+	SysFlag uint16 // protocol.SysFlag*
 }
 
 func (m *Message) String() string {
