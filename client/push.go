@@ -284,7 +284,10 @@ func (c *PushConsumer) fetchLoop(ctx context.Context, s *pushSub, conn *brokerCo
 			}
 			break
 		}
-		got, err := c.pop(ctx, s, conn, n, &dec)
+		// The pop itself is not cancelled by Close: what the broker hands
+		// out is then released at once instead of staying locked for
+		// Invisible (Close waits up to MaxWait for it).
+		got, err := c.pop(context.Background(), s, conn, n, &dec)
 		for i := got; i < n; i++ {
 			c.slots <- struct{}{}
 		}
@@ -508,10 +511,10 @@ func (a *acker) flush(buf *[]byte) {
 // Stats returns the consumer's counters.
 func (c *PushConsumer) Stats() *PushStats { return &c.stats }
 
-// Close stops fetching, lets running handlers finish (their context is
-// cancelled), releases the messages not yet handled so that other members
-// get them at once, sends the pending acknowledgements and closes the
-// connections.
+// Close stops fetching (a pop in progress is waited for, up to MaxWait),
+// lets running handlers finish (their context is cancelled), releases the
+// messages not yet handled so that other members get them at once, sends
+// the pending acknowledgements and closes the connections.
 func (c *PushConsumer) Close() error {
 	c.mu.Lock()
 	if c.closed {
