@@ -361,26 +361,27 @@ func (c *PushConsumer) handle(it pushItem) {
 		c.finish(it.conn, protocol.OpRelease, 0, it.handle)
 		return
 	}
-	stop := make(chan struct{})
-	var ext sync.WaitGroup
-	ext.Add(1)
-	go func() {
-		defer ext.Done()
-		t := time.NewTicker(c.opts.Invisible / 2)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				c.stats.Extended.Add(1)
-				c.finish(it.conn, protocol.OpExtend, c.opts.Invisible.Milliseconds(), it.handle)
-			}
+	// The lock is extended every Invisible/2 while the handler runs: a timer,
+	// no goroutine, until it fires.
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock()
+	t = time.AfterFunc(c.opts.Invisible/2, func() {
+		c.stats.Extended.Add(1)
+		c.finish(it.conn, protocol.OpExtend, c.opts.Invisible.Milliseconds(), it.handle)
+		mu.Lock()
+		if !stopped {
+			t.Reset(c.opts.Invisible / 2)
 		}
-	}()
+		mu.Unlock()
+	})
+	mu.Unlock()
 	err := c.call(it)
-	close(stop)
-	ext.Wait()
+	mu.Lock()
+	stopped = true
+	t.Stop()
+	mu.Unlock()
 	if err == nil {
 		c.stats.Acked.Add(1)
 		c.acker(it.conn).add(it.handle)

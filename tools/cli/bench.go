@@ -36,7 +36,8 @@ type benchOpts struct {
 	fetchSize  int
 	fetchDepth int
 	cpuProfile string
-	delay      delayBenchOpts // bench_delay.go
+	delay      delayBenchOpts  // bench_delay.go
+	shared     sharedBenchOpts // bench_shared.go
 
 	durationSet bool // --duration given
 	countSet    bool // --count given
@@ -101,6 +102,16 @@ measured.`},
   delay-pending   --delay-pending messages scheduled 1-2 h ahead: the broker's RSS growth (needs
                   the broker's pid: --server-pid or a loopback --server)
 The topic's readers start at its current end; pending messages stay scheduled after the run.`},
+	{use: "shared",
+		short: "Broker-managed delivery: receive+ack throughput, redelivery lateness, memory of messages in flight",
+		long: `Three phases (--shared-phases), each its own result (docs/push.md, "Benchmarks"):
+  shared-receive-ack          --count messages, then --shared-consumers consumers of one group
+                              pop --shared-batch and acknowledge each batch until drained
+  shared-redelivery-lateness  --shared-lateness-count messages received with --shared-invisible
+                              and not acknowledged: redelivery lateness percentiles
+  shared-inflight             --shared-inflight messages received and held by one group: the
+                              broker's RSS growth (needs its pid: --server-pid or a loopback --server)
+Use a topic with one partition for the figures of docs/push.md. Each phase uses a new group.`},
 	{use: "all",
 		short: "produce, latency, consume, e2e, and topics/partitions when their topics exist",
 		long: `Run produce (labelled by the broker's flush mode), latency, consume and e2e on --topic, then
@@ -165,6 +176,7 @@ workload succeeded.`,
 	pf.IntVar(&o.fetchDepth, "fetch-depth", 4, "consume: gets in flight per partition")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark client's CPU profile to this file")
 	addDelayBenchFlags(pf, &o.delay)
+	addSharedBenchFlags(pf, &o.shared)
 
 	for _, w := range benchWorkloads {
 		cmd.AddCommand(newBenchWorkloadCommand(app, o, w))
@@ -254,6 +266,12 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		runs = append(runs, b.spreadTopics)
 	case "partitions", benchkit.WorkloadPartitions10000:
 		runs = append(runs, b.spreadPartitions)
+	case "shared":
+		phases, err := b.sharedPhases()
+		if err != nil {
+			return err
+		}
+		runs = append(runs, phases...)
 	case "delay":
 		phases, err := b.delayPhases()
 		if err != nil {
