@@ -103,6 +103,7 @@ type PushConsumer struct {
 	wwg    sync.WaitGroup // handler goroutines
 	ackers sync.Map       // broker address → *acker
 	awg    sync.WaitGroup
+	ewg    sync.WaitGroup // lock extensions being sent
 
 	stats PushStats
 }
@@ -368,6 +369,14 @@ func (c *PushConsumer) handle(it pushItem) {
 	var t *time.Timer
 	mu.Lock()
 	t = time.AfterFunc(c.opts.Invisible/2, func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
+		}
+		c.ewg.Add(1) // Close waits for an extension in progress
+		mu.Unlock()
+		defer c.ewg.Done()
 		c.stats.Extended.Add(1)
 		c.finish(it.conn, protocol.OpExtend, c.opts.Invisible.Milliseconds(), it.handle)
 		mu.Lock()
@@ -530,6 +539,7 @@ func (c *PushConsumer) Close() error {
 	if started {
 		close(c.work)
 		c.wwg.Wait()
+		c.ewg.Wait()
 	}
 	c.ackers.Range(func(_, v any) bool { close(v.(*acker).done); return true })
 	c.awg.Wait()
