@@ -5,6 +5,7 @@ import (
 	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/protocol"
 )
 
 // openPop starts broker-managed delivery (docs/push.md) for srv: topics
@@ -55,3 +56,32 @@ func (b *Broker) Pop() pop.Service { return b.pop }
 
 // PopService is the concrete service (statistics, tests).
 func (b *Broker) PopService() *pop.Pop { return b.pop }
+
+// appendPopStats adds the delivery service's counters to `stats` (and, with
+// detail, one group of lines per group and topic for `stats pop`).
+func (s *Server) appendPopStats(b []byte, detail bool) []byte {
+	p := s.pop
+	if p == nil {
+		return b
+	}
+	c := p.Counters()
+	b = protocol.AppendStatInt(b, "pop_delivered", c.Delivered.Load())
+	b = protocol.AppendStatInt(b, "pop_redelivered", c.Redelivered.Load())
+	b = protocol.AppendStatInt(b, "pop_acked", c.Acked.Load())
+	b = protocol.AppendStatInt(b, "pop_released", c.Released.Load())
+	b = protocol.AppendStatInt(b, "pop_rejected", c.Rejected.Load())
+	b = protocol.AppendStatInt(b, "pop_extended", c.Extended.Load())
+	b = protocol.AppendStatInt(b, "pop_expired", c.Expired.Load())
+	b = protocol.AppendStatInt(b, "pop_dead_letters", c.DeadLettered.Load())
+	b = protocol.AppendStatInt(b, "pop_checkpoints", c.Checkpoints.Load())
+	b = protocol.AppendStatInt(b, "pop_timer_entries", int64(p.TimerLen()))
+	if detail {
+		for _, sn := range p.Snapshots() {
+			k := "pop_" + sn.Group + "_" + sn.Topic
+			b = protocol.AppendStatInt(b, k+"_inflight", int64(sn.Inflight))
+			b = protocol.AppendStatInt(b, k+"_ready", int64(sn.Ready))
+			b = protocol.AppendStatInt(b, k+"_window", int64(sn.Window))
+		}
+	}
+	return b
+}
