@@ -641,7 +641,10 @@ func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratc
 			done = append(done, doneRef{topic: q.topic, part: p.id, off: h.Offset})
 			s.stats.Acked.Add(1)
 		case OpRelease:
-			if arg <= 0 {
+			if int(e.attempt) >= s.cfg.MaxDeliveries {
+				e.state = stDead // no delivery left: the dead-letter queue
+				dead = append(dead, deadItem{q: q, p: p, off: h.Offset, reason: "maxDeliveries"})
+			} else if arg <= 0 {
 				e.state = stReady
 				p.addReady(h.Offset)
 				q.signalLocked()
