@@ -170,3 +170,4 @@ func TestRestart(t *testing.T) {
 		t.Fatalf("%d redelivered", len(again))
 	}
 }
+

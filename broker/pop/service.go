@@ -584,6 +584,8 @@ func checkName(g string) error {
 	return nil
 }
 
+var donePool = sync.Pool{New: func() any { s := make([]doneRef, 0, 64); return &s }}
+
 // Op is what Finish does with a delivery.
 type Op uint8
 
@@ -604,7 +606,9 @@ func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratc
 	if s.closed() {
 		return 0, nil, nil, scratch, ErrClosed
 	}
-	var done []doneRef
+	dp := donePool.Get().(*[]doneRef)
+	done := (*dp)[:0]
+	defer func() { clear(done); *dp = done[:0]; donePool.Put(dp) }()
 	var dead []deadItem
 	now := nowMs()
 	for i := range hs {
