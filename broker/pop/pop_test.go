@@ -170,4 +170,3 @@ func TestRestart(t *testing.T) {
 		t.Fatalf("%d redelivered", len(again))
 	}
 }
-
