@@ -12,6 +12,11 @@ import (
 // are the ones srv serves for subscription, dead letters go through the
 // delay service's dead-letter queue.
 func openPop(c *conf.Config, st *store.Store, d *delay.Service, srv *Server, adjust func(*pop.Config)) (*pop.Pop, error) {
+	if c.Slave.ID >= 0 {
+		// A slave's log is the master's, byte for byte: the service, which
+		// writes %POP% records, runs on the master only (docs/push.md).
+		return nil, nil
+	}
 	pc := pop.Config{
 		Store:         st,
 		Topics:        srv.popTopic,
@@ -51,8 +56,13 @@ func (s *Server) popTopic(topic string) (int, bool) {
 }
 
 // Pop is the broker's delivery service (docs/push.md), for the HTTP and
-// WebSocket gateway and embedding.
-func (b *Broker) Pop() pop.Service { return b.pop }
+// WebSocket gateway and embedding. On a slave it is pop.Disabled.
+func (b *Broker) Pop() pop.Service {
+	if b.pop == nil {
+		return pop.Disabled{}
+	}
+	return b.pop
+}
 
 // PopService is the concrete service (statistics, tests).
 func (b *Broker) PopService() *pop.Pop { return b.pop }
