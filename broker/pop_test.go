@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -236,5 +237,18 @@ func TestPopBadInput(t *testing.T) {
 	c.Send("version 3\r\n")
 	if r := c.Reply(); r.Code != 200 {
 		t.Fatalf("connection broken after bad input: %d", r.Code)
+	}
+}
+
+// A slave does not run the delivery service (it must not write to its log).
+func TestPopRefusedOnSlave(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"test": 1}, ExtraINI: "[slave]\nslaveId=0\n"})
+	c := b.Dial()
+	c.Send("pop test g 1 1000 0 1\r\n")
+	if r := c.Reply(); r.Code != 503 {
+		t.Fatalf("pop on a slave: %d %s", r.Code, r.Body)
+	}
+	if _, err := b.Pop().Receive(context.Background(), "g", "test", nil, 1, time.Second); err == nil {
+		t.Fatal("Receive on a slave succeeded")
 	}
 }

@@ -387,6 +387,14 @@ func firstRecord(buf []byte) []byte {
 func (s *Pop) freshLocked(q *queue, p *part, f Filter, b *Batch, limit int, deadline int64) {
 	first := int64(-1)
 	for rounds := 0; rounds < 16 && !b.full(limit) && p.inflight() < s.cfg.MaxInflight; rounds++ {
+		// Nothing indexed at the cursor yet: do not Read (it would wait for
+		// the dispatcher while q.mu is held); the caller waits on Wait.
+		select {
+		case <-s.st.Wait(q.topic, p.id, p.cursor):
+		default:
+			rounds = 1 << 20
+			continue
+		}
 		want := limit - len(b.Items)
 		res, err := s.st.Read(q.topic, p.id, p.cursor, min(max(want*512, 16<<10), 1<<20), f)
 		if err != nil {
