@@ -46,6 +46,7 @@ const (
 	OpRelease  // metaq: release <group> <delayMs> <handle>|<len> <opaque>
 	OpReject   // metaq: reject <group> <handle>|<len> <opaque>
 	OpExtend   // metaq: extend <group> <invisibleMs> <handle>|<len> <opaque>
+	OpAuth     // metaq: auth <user> <secret> <opaque> (auth.go)
 )
 
 var opNames = [...]string{
@@ -69,6 +70,7 @@ var opNames = [...]string{
 	OpRelease:     "release",
 	OpReject:      "reject",
 	OpExtend:      "extend",
+	OpAuth:        "auth",
 }
 
 // String returns the command name as typed on the wire.
@@ -118,7 +120,8 @@ type Command struct {
 	Timestamp int64 // seek, unix ms
 
 	MsgID int64  // sync, query id, retry
-	Key   []byte // query key; retry: the reason (URL-escaped, nil when absent)
+	Key   []byte // query key; retry: the reason (URL-escaped, nil when absent); auth: the secret (URL-escaped)
+	User  []byte // auth
 
 	DelayLevel int32 // retry: 0 = the broker's ladder, < 0 = dead-letter queue at once
 
