@@ -58,16 +58,18 @@ type conn struct {
 	readerDone bool     // the reader stopped; the writer closes once the queue is empty
 	closeErr   error
 
-	rq       outQueue // reader-local replies, published after each parsed buffer
-	parked   atomic.Int32
-	quit     bool
-	filters  map[string]*protocol.TagFilter // tag expression cache (reader only)
-	wheres   whereCache                     // filter expression cache (where.go; reader only)
-	txs      *tx.Session                    // transactions of this connection (txconn.go; reader only)
-	delayBuf []byte                         // scratch for delayed puts and retries (reader only)
-	batch    batchBufs                      // scratch for mput (batchput.go; reader only)
-	user     string                         // authenticated user, "" = anonymous (security.go; reader only)
-	authBuf  []byte                         // scratch for the unescaped secret (reader only)
+	rq        outQueue // reader-local replies, published after each parsed buffer
+	parked    atomic.Int32
+	quit      bool
+	filters   map[string]*protocol.TagFilter // tag expression cache (reader only)
+	wheres    whereCache                     // filter expression cache (where.go; reader only)
+	txs       *tx.Session                    // transactions of this connection (txconn.go; reader only)
+	delayBuf  []byte                         // scratch for delayed puts and retries (reader only)
+	batch     batchBufs                      // scratch for mput (batchput.go; reader only)
+	pop       popConn                        // broker-managed delivery scratch (popconn.go; reader only)
+	lastGroup string                         // the group of the last pop (popconn.go; reader only)
+	user      string                         // authenticated user, "" = anonymous (security.go; reader only)
+	authBuf   []byte                         // scratch for the unescaped secret (reader only)
 
 	own ownPuts    // this connection's puts, for the gets after them (reader only; ordering.go)
 	put partialPut // a put whose data spans reads (reader only; putbudget.go)
@@ -155,7 +157,7 @@ func (c *conn) appendQueueLocked(src *outQueue) {
 	base := len(c.out.arena)
 	c.out.arena = append(c.out.arena, src.arena...)
 	for _, r := range src.replies {
-		if r.kind == replyResult || r.kind == replyRaw || r.kind == replyBatch {
+		if r.kind == replyResult || r.kind == replyRaw || r.kind == replyBatch || r.kind == replyArenaValue {
 			r.bodyStart += base
 			r.bodyEnd += base
 		}

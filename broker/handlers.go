@@ -46,6 +46,10 @@ func (c *conn) handle(cmd *protocol.Command) error {
 		c.handleQueryKey(cmd)
 	case protocol.OpRetry:
 		c.handleRetry(cmd)
+	case protocol.OpPop:
+		c.handlePop(cmd) // popconn.go
+	case protocol.OpAck, protocol.OpRelease, protocol.OpReject, protocol.OpExtend:
+		c.handleFinish(cmd) // popconn.go
 	case protocol.OpTransaction:
 		c.handleTransaction(cmd)
 	case protocol.OpTxEnd:

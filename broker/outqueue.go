@@ -8,11 +8,12 @@ import (
 type replyKind uint8
 
 const (
-	replyResult replyKind = iota // result <code> <len> <opaque>\r\n<body>
-	replyValue                   // value <len> <opaque>\r\n<records from res>
-	replyPut                     // result 200 (or 500 when the flush failed) with "<msgId> <partition> <offset>"
-	replyRaw                     // arena bytes as they are: a request of the broker (`check`, txconn.go)
-	replyBatch                   // an mput's result 200, rendered like replyResult (batchput.go)
+	replyResult     replyKind = iota // result <code> <len> <opaque>\r\n<body>
+	replyValue                       // value <len> <opaque>\r\n<records from res>
+	replyPut                         // result 200 (or 500 when the flush failed) with "<msgId> <partition> <offset>"
+	replyRaw                         // arena bytes as they are: a request of the broker (`check`, txconn.go)
+	replyArenaValue                  // value <len> <opaque>\r\n<arena bytes>: a pop reply (popconn.go)
+	replyBatch                       // an mput's result 200, rendered like replyResult (batchput.go)
 )
 
 // reply is one queued reply. Replies are plain values in a reused slice, so

@@ -5,12 +5,18 @@ import (
 	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/protocol"
 )
 
 // openPop starts broker-managed delivery (docs/push.md) for srv: topics
 // are the ones srv serves for subscription, dead letters go through the
 // delay service's dead-letter queue.
 func openPop(c *conf.Config, st *store.Store, d *delay.Service, srv *Server, adjust func(*pop.Config)) (*pop.Pop, error) {
+	if c.Slave.ID >= 0 {
+		// A slave's log is the master's, byte for byte: the service, which
+		// writes %POP% records, runs on the master only (docs/push.md).
+		return nil, nil
+	}
 	pc := pop.Config{
 		Store:         st,
 		Topics:        srv.popTopic,
@@ -50,8 +56,42 @@ func (s *Server) popTopic(topic string) (int, bool) {
 }
 
 // Pop is the broker's delivery service (docs/push.md), for the HTTP and
-// WebSocket gateway and embedding.
-func (b *Broker) Pop() pop.Service { return b.pop }
+// WebSocket gateway and embedding. On a slave it is pop.Disabled.
+func (b *Broker) Pop() pop.Service {
+	if b.pop == nil {
+		return pop.Disabled{}
+	}
+	return b.pop
+}
 
 // PopService is the concrete service (statistics, tests).
 func (b *Broker) PopService() *pop.Pop { return b.pop }
+
+// appendPopStats adds the delivery service's counters to `stats` (and, with
+// detail, one group of lines per group and topic for `stats pop`).
+func (s *Server) appendPopStats(b []byte, detail bool) []byte {
+	p := s.pop
+	if p == nil {
+		return b
+	}
+	c := p.Counters()
+	b = protocol.AppendStatInt(b, "pop_delivered", c.Delivered.Load())
+	b = protocol.AppendStatInt(b, "pop_redelivered", c.Redelivered.Load())
+	b = protocol.AppendStatInt(b, "pop_acked", c.Acked.Load())
+	b = protocol.AppendStatInt(b, "pop_released", c.Released.Load())
+	b = protocol.AppendStatInt(b, "pop_rejected", c.Rejected.Load())
+	b = protocol.AppendStatInt(b, "pop_extended", c.Extended.Load())
+	b = protocol.AppendStatInt(b, "pop_expired", c.Expired.Load())
+	b = protocol.AppendStatInt(b, "pop_dead_letters", c.DeadLettered.Load())
+	b = protocol.AppendStatInt(b, "pop_checkpoints", c.Checkpoints.Load())
+	b = protocol.AppendStatInt(b, "pop_timer_entries", int64(p.TimerLen()))
+	if detail {
+		for _, sn := range p.Snapshots() {
+			k := "pop_" + sn.Group + "_" + sn.Topic
+			b = protocol.AppendStatInt(b, k+"_inflight", int64(sn.Inflight))
+			b = protocol.AppendStatInt(b, k+"_ready", int64(sn.Ready))
+			b = protocol.AppendStatInt(b, k+"_window", int64(sn.Window))
+		}
+	}
+	return b
+}

@@ -185,6 +185,10 @@ func (c *conn) authorize(cmd *protocol.Command) bool {
 		op = auth.OpConnect
 	case protocol.OpRetry, protocol.OpProducer:
 		op = auth.OpGroup
+	case protocol.OpPop: // broker-managed delivery (popconn.go): a subscription of the group
+		op = auth.OpSubscribe
+	case protocol.OpAck, protocol.OpRelease, protocol.OpReject, protocol.OpExtend:
+		op = auth.OpGroup // the group's deliveries; pop checked the topic
 	case protocol.OpTransaction:
 		op = auth.OpConnect // its puts are checked one by one
 		if len(cmd.Args) > 2 && (eqFoldStr(cmd.Args[2], "RECOVER") || eqFoldStr(cmd.Args[2], "FORGET")) {

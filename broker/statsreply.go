@@ -39,6 +39,8 @@ func (c *conn) handleStats(cmd *protocol.Command) {
 		b = s.appendRealtimeStats(b)
 	case "delay":
 		b = s.appendDelayStats(b, true)
+	case "pop":
+		b = s.appendPopStats(b, true) // popserve.go
 	case "help":
 		for _, l := range []string{
 			"stats: system counters",
@@ -46,6 +48,7 @@ func (c *conn) handleStats(cmd *protocol.Command) {
 			"stats offsets: min/max offset per partition",
 			"stats realtime: counters since the previous `stats realtime`",
 			"stats delay: delayed messages, retries and dead letters (per level)",
+			"stats pop: broker-managed delivery (per group and topic)",
 			"stats config: the server.ini this broker runs with",
 			"stats <topic>: one topic",
 		} {
@@ -123,6 +126,7 @@ func (s *Server) appendSystemStats(b []byte) []byte {
 	b = appendStoreStats(b, st)
 	b = appendDiskStats(b, s.opts.DataPath)
 	b = s.appendDelayStats(b, false)
+	b = s.appendPopStats(b, false)
 	return b
 }
 

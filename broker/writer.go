@@ -109,6 +109,11 @@ func (w *writer) writeQueue(q *outQueue) error {
 		case replyBatch:
 			w.appendResultBytes(r.code, q.arena[r.bodyStart:r.bodyEnd], r.opaque)
 			w.c.srv.observePut(r.t0)
+		case replyArenaValue:
+			start := len(w.buf)
+			w.buf = protocol.AppendValueHeader(w.buf, r.bodyEnd-r.bodyStart, r.opaque)
+			w.buf = append(w.buf, q.arena[r.bodyStart:r.bodyEnd]...)
+			w.addBuf(start)
 		case replyRaw:
 			start := len(w.buf)
 			w.buf = append(w.buf, q.arena[r.bodyStart:r.bodyEnd]...)

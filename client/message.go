@@ -57,7 +57,10 @@ type Message struct {
 	StoreTime      time.Time // when the broker stored it
 	BornTime       time.Time // when the producer sent it (the store time when unknown)
 	ReconsumeTimes int       // how often it came back through the retry topic
-	SysFlag        uint16    // protocol.SysFlag*
+	// Attempt is the broker-managed delivery attempt (PushConsumer): 1 on
+	// the first delivery to the group, 2 on the next, … 0 for Consumer.
+	Attempt int
+	SysFlag uint16 // protocol.SysFlag*
 
 	givenBack uint8 // set by the retry policy's give-back (retry_broker.go) for hooks
 }

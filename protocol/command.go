@@ -42,6 +42,11 @@ const (
 	OpProducer // producer <group> <opaque> (txparse.go)
 	OpRetry    // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
 	OpBatchPut // metaq: mput <topic> <partition> <count> <len> [<checksum>] <opaque> (batch.go)
+	OpPop      // metaq: pop <topic> <group> <max> <invisibleMs> <maxWaitMs> <opaque> [<tags> [<where>]] (pop.go)
+	OpAck      // metaq: ack <group> <handle>|<len> <opaque> (pop.go)
+	OpRelease  // metaq: release <group> <delayMs> <handle>|<len> <opaque>
+	OpReject   // metaq: reject <group> <handle>|<len> <opaque>
+	OpExtend   // metaq: extend <group> <invisibleMs> <handle>|<len> <opaque>
 	OpAuth     // metaq: auth <user> <secret> <opaque> (auth.go)
 )
 
@@ -62,6 +67,11 @@ var opNames = [...]string{
 	OpProducer:    "producer",
 	OpRetry:       "retry",
 	OpBatchPut:    "mput",
+	OpPop:         "pop",
+	OpAck:         "ack",
+	OpRelease:     "release",
+	OpReject:      "reject",
+	OpExtend:      "extend",
 	OpAuth:        "auth",
 }
 
@@ -116,8 +126,14 @@ type Command struct {
 	User  []byte // auth
 
 	DelayLevel int32 // retry: 0 = the broker's ladder, < 0 = dead-letter queue at once
-	MaxNum     int32 // query key
-	Count      int32 // mput: messages in the block (1 … MaxBatchCount)
+
+	// pop: Count = max messages, Millis = invisibility, MaxWaitMs; release:
+	// Millis = delay; extend: Millis = invisibility. ack/release/reject/
+	// extend carry one handle in Key or a whitespace-separated list in Data.
+	// mput: Count = messages in the block (1 … MaxBatchCount).
+	Count  int32
+	Millis int64
+	MaxNum int32 // query key
 
 	// Args are the raw fields after the command name (the opaque included).
 	// Set only for transaction, sync and commands with an Err (for logging);

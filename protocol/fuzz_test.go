@@ -62,6 +62,14 @@ func parseSeeds() [][2][]byte {
 	mix = append(mix, "mput test 0 0 3 14\r\nabcmput x 1 2 -1 15\r\n"...)
 	mix = AppendQuit(mix)
 	seeds = append(seeds, [2][]byte{mix, nil}, [2][]byte{mix, {1, 2, 5, 11}})
+	// Broker-managed delivery (pop.go).
+	var pm []byte
+	pm = AppendPop(pm, "test", "g", 16, 30000, 1000, 1, "a||b", "a%20%3D%201")
+	pm = AppendFinish(pm, OpAck, "g", 0, []byte("test:0:1:1 test:0:2:1\ntest:1:0:3"), 2)
+	pm = AppendFinish(pm, OpRelease, "g", 500, []byte("test:0:3:1"), 3)
+	pm = AppendFinish(pm, OpExtend, "g", 60000, []byte(""), 4)
+	pm = append(pm, "ack g test:0:0:1 5\r\nreject g 4 6\r\nx:y:release g 10 3 7 8\r\nabcextend g 99 a:1:1:1 9\r\npop t g 0 1 2\r\n"...)
+	seeds = append(seeds, [2][]byte{pm, nil}, [2][]byte{pm, {4, 9, 1, 30}})
 	return seeds
 }
 

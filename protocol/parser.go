@@ -479,6 +479,14 @@ func (p *Parser) processLine(line []byte) (lineAction, error) {
 		p.parseQuery(line, nf)
 	case eqFold(name, "retry"):
 		p.parseRetry(line, nf)
+	case eqFold(name, "pop"):
+		p.parsePop(line, nf)
+	case eqFold(name, "ack"), eqFold(name, "release"), eqFold(name, "reject"), eqFold(name, "extend"):
+		a, err := p.parseFinish(line, nf, name)
+		if err != nil {
+			return 0, err
+		}
+		act = a
 	case eqFold(name, "txend"):
 		p.parseTxEnd(line, nf)
 	case eqFold(name, "producer"):

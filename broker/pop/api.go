@@ -109,3 +109,18 @@ var (
 	ErrUnknownTopic = errors.New("pop: topic not served for subscription by this broker")
 	ErrClosed       = errors.New("pop: service closed")
 )
+
+// ErrUnavailable: this broker does not run the delivery service (a slave).
+var ErrUnavailable = errors.New("pop: broker-managed delivery is not available on this broker (a slave); use the master")
+
+// Disabled is a Service that refuses everything with ErrUnavailable (what a
+// slave's Broker.Pop returns).
+type Disabled struct{}
+
+func (Disabled) Receive(context.Context, string, string, Filter, int, time.Duration) ([]Delivery, error) {
+	return nil, ErrUnavailable
+}
+func (Disabled) Ack(string, string) error                    { return ErrUnavailable }
+func (Disabled) Release(string, string, time.Duration) error { return ErrUnavailable }
+func (Disabled) Reject(string, string) error                 { return ErrUnavailable }
+func (Disabled) Extend(string, string, time.Duration) error  { return ErrUnavailable }

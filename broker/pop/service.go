@@ -236,11 +236,17 @@ type Item struct {
 // come from, and (when there is nothing) the channels to wait on. A Batch is
 // reused: Release it after each Poll.
 type Batch struct {
-	Topic string
-	Items []Item
-	Waits []<-chan struct{}
-	Bytes int
-	reads []*store.ReadResult
+	Topic    string
+	Items    []Item
+	Waits    []<-chan struct{}
+	Bytes    int // record bytes in Items
+	MaxBytes int // Poll stops adding records once Bytes reaches it (0: no bound)
+	reads    []*store.ReadResult
+}
+
+// full: no more deliveries fit.
+func (b *Batch) full(limit int) bool {
+	return len(b.Items) >= limit || (b.MaxBytes > 0 && b.Bytes >= b.MaxBytes)
 }
 
 // Release drops the batch's records (they point into the commit log).
@@ -295,7 +301,7 @@ func (s *Pop) Poll(group, topic string, f Filter, limit int, invisible time.Dura
 	q.mu.Lock()
 	start := q.rr
 	q.rr++
-	for i := 0; i < n && len(b.Items) < limit; i++ {
+	for i := 0; i < n && !b.full(limit); i++ {
 		p := q.partLocked(int32((start + i) % n))
 		if !p.inited {
 			p.base = s.st.MinOffset(topic, p.id)
@@ -329,7 +335,7 @@ func (s *Pop) Poll(group, topic string, f Filter, limit int, invisible time.Dura
 
 // redeliverLocked delivers p's ready messages again.
 func (s *Pop) redeliverLocked(q *queue, p *part, b *Batch, limit int, deadline int64) {
-	for len(b.Items) < limit {
+	for !b.full(limit) {
 		o, ok := p.takeReady()
 		if !ok {
 			return
@@ -380,7 +386,15 @@ func firstRecord(buf []byte) []byte {
 // freshLocked delivers messages of p never delivered before.
 func (s *Pop) freshLocked(q *queue, p *part, f Filter, b *Batch, limit int, deadline int64) {
 	first := int64(-1)
-	for rounds := 0; rounds < 16 && len(b.Items) < limit && p.inflight() < s.cfg.MaxInflight; rounds++ {
+	for rounds := 0; rounds < 16 && !b.full(limit) && p.inflight() < s.cfg.MaxInflight; rounds++ {
+		// Nothing indexed at the cursor yet: do not Read (it would wait for
+		// the dispatcher while q.mu is held); the caller waits on Wait.
+		select {
+		case <-s.st.Wait(q.topic, p.id, p.cursor):
+		default:
+			rounds = 1 << 20
+			continue
+		}
 		want := limit - len(b.Items)
 		res, err := s.st.Read(q.topic, p.id, p.cursor, min(max(want*512, 16<<10), 1<<20), f)
 		if err != nil {
@@ -418,7 +432,7 @@ func (s *Pop) freshLocked(q *queue, p *part, f Filter, b *Batch, limit int, dead
 				if o < p.cursor {
 					continue
 				}
-				if len(b.Items) >= limit || p.inflight() >= s.cfg.MaxInflight {
+				if b.full(limit) || p.inflight() >= s.cfg.MaxInflight {
 					all = false
 					break scan
 				}
@@ -578,6 +592,8 @@ func checkName(g string) error {
 	return nil
 }
 
+var donePool = sync.Pool{New: func() any { s := make([]doneRef, 0, 64); return &s }}
+
 // Op is what Finish does with a delivery.
 type Op uint8
 
@@ -598,7 +614,9 @@ func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratc
 	if s.closed() {
 		return 0, nil, nil, scratch, ErrClosed
 	}
-	var done []doneRef
+	dp := donePool.Get().(*[]doneRef)
+	done := (*dp)[:0]
+	defer func() { clear(done); *dp = done[:0]; donePool.Put(dp) }()
 	var dead []deadItem
 	now := nowMs()
 	for i := range hs {
@@ -635,7 +653,10 @@ func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratc
 			done = append(done, doneRef{topic: q.topic, part: p.id, off: h.Offset})
 			s.stats.Acked.Add(1)
 		case OpRelease:
-			if arg <= 0 {
+			if int(e.attempt) >= s.cfg.MaxDeliveries {
+				e.state = stDead // no delivery left: the dead-letter queue
+				dead = append(dead, deadItem{q: q, p: p, off: h.Offset, reason: "maxDeliveries"})
+			} else if arg <= 0 {
 				e.state = stReady
 				p.addReady(h.Offset)
 				q.signalLocked()

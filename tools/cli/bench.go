@@ -36,12 +36,13 @@ type benchOpts struct {
 	fetchSize  int
 	fetchDepth int
 	cpuProfile string
-	batch      int            // publish-batch: messages per mput frame (bench_batch.go)
-	accum      accumOpts      // accumulation (bench_accum.go)
-	zk         zkBenchOpts    // zk-offsets (bench_zk.go)
-	delay      delayBenchOpts // bench_delay.go
-	trace      bool           // producers write trace records (bench_trace.go)
-	traceRuns  int            // trace workload: on/off pairs
+	batch      int             // publish-batch: messages per mput frame (bench_batch.go)
+	accum      accumOpts       // accumulation (bench_accum.go)
+	zk         zkBenchOpts     // zk-offsets (bench_zk.go)
+	delay      delayBenchOpts  // bench_delay.go
+	shared     sharedBenchOpts // bench_shared.go
+	trace      bool            // producers write trace records (bench_trace.go)
+	traceRuns  int             // trace workload: on/off pairs
 
 	durationSet bool // --duration given
 	countSet    bool // --count given
@@ -131,6 +132,16 @@ docs/scaling.md uses it.`},
                   the broker's pid: --server-pid or a loopback --server)
 The topic's readers start at its current end; pending messages stay scheduled after the run.`},
 	traceBenchWorkload, // bench_trace.go
+	{use: "shared",
+		short: "Broker-managed delivery: receive+ack throughput, redelivery lateness, memory of messages in flight",
+		long: `Three phases (--shared-phases), each its own result (docs/push.md, "Benchmarks"):
+  shared-receive-ack          --count messages, then --shared-consumers consumers of one group
+                              pop --shared-batch and acknowledge each batch until drained
+  shared-redelivery-lateness  --shared-lateness-count messages received with --shared-invisible
+                              and not acknowledged: redelivery lateness percentiles
+  shared-inflight             --shared-inflight messages received and held by one group: the
+                              broker's RSS growth (needs its pid: --server-pid or a loopback --server)
+Use a topic with one partition for the figures of docs/push.md. Each phase uses a new group.`},
 	{use: "all",
 		short: "produce, latency, consume, e2e, and topics/partitions when their topics exist",
 		long: `Run produce (labelled by the broker's flush mode), latency, consume and e2e on --topic, then
@@ -204,6 +215,7 @@ workload succeeded.`,
 	pf.IntVar(&o.accum.fillBatch, "fill-batch", 1000, "accumulation: messages per mput frame while piling up the backlog")
 	addDelayBenchFlags(pf, &o.delay)
 	addTraceBenchFlags(pf, o) // bench_trace.go
+	addSharedBenchFlags(pf, &o.shared)
 
 	for _, w := range benchWorkloads {
 		cmd.AddCommand(newBenchWorkloadCommand(app, o, w))
@@ -312,6 +324,12 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		multi = b.accumulation
 	case "trace":
 		runs = append(runs, b.traceCost) // bench_trace.go
+	case "shared":
+		phases, err := b.sharedPhases()
+		if err != nil {
+			return err
+		}
+		runs = append(runs, phases...)
 	case "delay":
 		phases, err := b.delayPhases()
 		if err != nil {

