@@ -82,7 +82,7 @@ type commitLog struct {
 	stage       stage // records staged for writing out (stage.go)
 	fillFence   int64 // appends stop below this while a zero-fill chunk is written, MaxInt64 none (prefill.go)
 	closed      bool
-	replica     bool // a slave's copy: local appends refused (raw.go)
+	replica     bool      // a slave's copy: local appends refused (raw.go)
 	appendParts partCache // the appender's partition cache (partcache.go)
 	puts        int64
 	putBytes    int64
@@ -95,9 +95,9 @@ type commitLog struct {
 	flushedRec atomic.Int64 // last record below flushed (checkpoint's clean-stop check)
 	logMin     atomic.Int64 // base of the oldest segment
 
-	flushMu   sync.Mutex                    // serialises flush rounds; held across fdatasync
-	lastFsync atomic.Int64                  // duration of the last commit-log fsync (ns)
-	flushObs  atomic.Pointer[FlushObserver] // metrics (observe.go)
+	flushMu   sync.Mutex                      // serialises flush rounds; held across fdatasync
+	lastFsync atomic.Int64                    // duration of the last commit-log fsync (ns)
+	flushObs  atomic.Pointer[FlushObserver]   // metrics (observe.go)
 	gate      atomic.Pointer[ReplicationGate] // holds rounds until replicated (raw.go)
 
 	segsMu sync.Mutex

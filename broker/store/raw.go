@@ -302,4 +302,3 @@ func (w *visibleWaiters) wake() {
 	}
 	w.mu.Unlock()
 }
-
