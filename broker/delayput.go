@@ -14,7 +14,7 @@ import (
 // into its %SCHEDULE% record (docs/delay.md). ok is false when the put was
 // refused (the reply is queued).
 func (c *conn) delayPut(ts *topicState, m *store.Message, opaque int32) (delayed, ok bool) {
-	d := c.srv.opts.Delay
+	d := c.srv.delayService() // nil on a slave (replication_run.go)
 	if d == nil || len(m.Properties) == 0 {
 		return false, true
 	}
@@ -36,7 +36,7 @@ func (c *conn) delayPut(ts *topicState, m *store.Message, opaque int32) (delayed
 // partition 0 of the retry (or dead-letter) topic and -1.
 func (c *conn) handleRetry(cmd *protocol.Command) {
 	s := c.srv
-	d := s.opts.Delay
+	d := s.delayService()
 	if d == nil {
 		c.rq.addResultString(protocol.StatusServiceUnavailable, "retry is not enabled on this broker", cmd.Opaque)
 		return
@@ -62,7 +62,7 @@ func (c *conn) handleRetry(cmd *protocol.Command) {
 // appendDelayStats adds the delay service's figures to `stats` (and, with
 // detail, one line per level for `stats delay`).
 func (s *Server) appendDelayStats(b []byte, detail bool) []byte {
-	d := s.opts.Delay
+	d := s.delayService()
 	if d == nil {
 		return b
 	}

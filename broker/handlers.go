@@ -20,8 +20,20 @@ func (c *conn) handle(cmd *protocol.Command) error {
 		return nil
 	}
 	switch cmd.Op {
-	case protocol.OpPut:
-		c.handlePut(cmd)
+	case protocol.OpPut, protocol.OpTransaction, protocol.OpTxEnd, protocol.OpRetry:
+		if c.refuseWrite(cmd) { // a slave, or a fenced master (replication.go)
+			break
+		}
+		switch cmd.Op {
+		case protocol.OpPut:
+			c.handlePut(cmd)
+		case protocol.OpTransaction:
+			c.handleTransaction(cmd)
+		case protocol.OpTxEnd:
+			c.handleTxEnd(cmd)
+		default:
+			c.handleRetry(cmd)
+		}
 	case protocol.OpGet:
 		c.handleGet(cmd)
 	case protocol.OpOffset:
@@ -38,14 +50,10 @@ func (c *conn) handle(cmd *protocol.Command) error {
 		c.handleQueryID(cmd)
 	case protocol.OpQueryKey:
 		c.handleQueryKey(cmd)
-	case protocol.OpRetry:
-		c.handleRetry(cmd)
-	case protocol.OpTransaction:
-		c.handleTransaction(cmd)
-	case protocol.OpTxEnd:
-		c.handleTxEnd(cmd)
 	case protocol.OpProducer:
 		c.handleProducer(cmd)
+	case protocol.OpReplicate:
+		c.handleReplicate(cmd) // replication.go
 	case protocol.OpSync:
 		c.rq.addResultString(protocol.StatusServiceUnavailable, "sync (replication) is not supported yet", cmd.Opaque)
 	default:

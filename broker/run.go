@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/metaqgo/metaq/broker/delay"
+	"github.com/metaqgo/metaq/broker/ha"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/conf"
 	"github.com/metaqgo/metaq/internal/logx"
@@ -21,7 +23,13 @@ type Broker struct {
 	Delay  *delay.Service
 	Server *Server
 	zk     *zkRegistration
+	HA     *ha.Node // replication (replication_run.go)
 	log    *slog.Logger
+
+	restart     restartSignal
+	delayAdjust func(*delay.Config)
+	lateMu      sync.Mutex
+	lateDelay   *delay.Service // opened on promotion (replication_run.go)
 
 	logLimiter *logx.Limiter
 }
@@ -54,6 +62,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		log.Warn("config: " + w)
 	}
 	sc := StoreConfig(c, log)
+	replicationStoreConfig(c, &sc, log) // replication_run.go
 	if so.Store != nil {
 		so.Store(&sc)
 	}
@@ -69,12 +78,22 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		b.zk = newZKRegistration(c, log)
 		opts.OnTopic = b.zk.topicWritten
 	}
-	dl, err := openDelay(c, st, log, b.zk, so.Delay)
-	if err != nil {
+	var dl *delay.Service
+	if startsAsMaster(c) { // a slave runs no service that writes (replication_run.go)
+		if dl, err = openDelay(c, st, log, b.zk, so.Delay); err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+	}
+	b.delayAdjust = so.Delay
+	b.Delay, opts.Delay = dl, dl
+	if b.HA, err = b.newHA(c, st, log); err != nil { // replication_run.go
+		_ = dl.Close()
 		_ = st.Close()
+		lim.Stop()
 		return nil, err
 	}
-	b.Delay, opts.Delay = dl, dl
+	opts.HA = b.HA
 	if so.Server != nil {
 		so.Server(&opts)
 	}
@@ -86,12 +105,16 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		if srv != nil {
 			srv.tx.Close() // opened by New (txconn.go)
 		}
-		_ = dl.Close()
+		b.HA.Close()
+		if dl != nil {
+			_ = dl.Close()
+		}
 		_ = st.Close()
 		lim.Stop()
 		return nil, err
 	}
 	b.Server = srv
+	b.HA.Start()
 	if b.zk != nil {
 		b.zk.start(srv, st)
 		b.watchTopicConfig() // topicwatch.go
@@ -127,6 +150,7 @@ func (b *Broker) Stop(ctx context.Context) error {
 	if err := b.Server.Shutdown(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	b.HA.Close() // after the server: in-flight puts still reach the slaves
 	if b.zk != nil {
 		b.zk.close()
 	}
@@ -134,6 +158,9 @@ func (b *Broker) Stop(ctx context.Context) error {
 		if err := b.Delay.Close(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := b.closeLateServices(); err != nil { // replication_run.go
+		errs = append(errs, err)
 	}
 	if err := b.Store.Close(); err != nil {
 		errs = append(errs, err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/delay"
+	"github.com/metaqgo/metaq/broker/ha"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/internal/logx"
@@ -53,6 +54,8 @@ type Options struct {
 	// Tx configures transactions (txserver.go); Store, BrokerID and Logger
 	// are filled in.
 	Tx tx.Config
+	// HA is the node's replication (replication.go; nil: none).
+	HA *ha.Node
 }
 
 // Server is a running broker listener.
@@ -67,6 +70,7 @@ type Server struct {
 	stats  counters
 	lat    atomic.Pointer[latencyObserver] // metrics.go
 	tx     *tx.Manager
+	dly    atomic.Pointer[delay.Service] // opts.Delay, or opened on promotion (replication_run.go)
 
 	rtMu   sync.Mutex
 	rtPrev realtimeSnap
@@ -125,6 +129,9 @@ func New(opts Options) (*Server, error) {
 
 		putBudget:  newPutBudget(opts.MaxPendingPutBytes),
 		logLimiter: lim,
+	}
+	if opts.Delay != nil {
+		s.dly.Store(opts.Delay)
 	}
 	s.topics.init(opts.Topics)
 	if err := s.openTx(); err != nil {

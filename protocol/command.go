@@ -38,9 +38,10 @@ const (
 	OpSeek
 	OpQueryID
 	OpQueryKey
-	OpTxEnd    // txend <msgId> commit|rollback|unknown <opaque> (txparse.go)
-	OpProducer // producer <group> <opaque> (txparse.go)
-	OpRetry    // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
+	OpTxEnd     // txend <msgId> commit|rollback|unknown <opaque> (txparse.go)
+	OpProducer  // producer <group> <opaque> (txparse.go)
+	OpRetry     // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
+	OpReplicate // metaq: replicate <brokerId> <slaveId> <position> <epoch> <opaque> (haparse.go)
 )
 
 var opNames = [...]string{
@@ -59,6 +60,7 @@ var opNames = [...]string{
 	OpTxEnd:       "txend",
 	OpProducer:    "producer",
 	OpRetry:       "retry",
+	OpReplicate:   "replicate",
 }
 
 // String returns the command name as typed on the wire.

@@ -476,6 +476,8 @@ func (p *Parser) processLine(line []byte) (lineAction, error) {
 		p.parseTxEnd(line, nf)
 	case eqFold(name, "producer"):
 		p.parseProducer(line, nf)
+	case eqFold(name, "replicate"):
+		p.parseReplicate(line, nf)
 	default:
 		p.cmd.Op = OpUnknown
 		p.lastOpaque(line, nf)

@@ -302,3 +302,6 @@ func (w *visibleWaiters) wake() {
 	}
 	w.mu.Unlock()
 }
+
+// Dir is the store's data directory.
+func (s *Store) Dir() string { return s.cfg.Dir }
