@@ -14,6 +14,7 @@ import (
 
 	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/ha"
+	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/internal/logx"
@@ -71,6 +72,7 @@ type Server struct {
 	lat    atomic.Pointer[latencyObserver] // metrics.go
 	tx     *tx.Manager
 	dly    atomic.Pointer[delay.Service] // opts.Delay, or opened on promotion (replication_run.go)
+	pop    *pop.Pop                      // broker-managed delivery (popserve.go), nil until set
 
 	rtMu   sync.Mutex
 	rtPrev realtimeSnap
