@@ -179,3 +179,18 @@ func (b *Broker) closeLateServices() error {
 	}
 	return nil
 }
+
+// dropReplicaRefusals: a service that records its state at Close (a
+// checkpoint record) cannot on a slave, whose log only the master writes;
+// that is expected, not a failed stop.
+func dropReplicaRefusals(errs []error, log *slog.Logger) []error {
+	out := errs[:0]
+	for _, err := range errs {
+		if errors.Is(err, store.ErrReplica) {
+			log.Info("a service could not record its state at stop: this broker is a slave", "err", err)
+			continue
+		}
+		out = append(out, err)
+	}
+	return out
+}

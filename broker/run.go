@@ -179,6 +179,7 @@ func (b *Broker) Stop(ctx context.Context) error {
 	if err := b.Store.Close(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = dropReplicaRefusals(errs, b.log) // replication_run.go
 	b.log.Info("broker stopped")
 	b.logLimiter.Stop()
 	return errors.Join(errs...)

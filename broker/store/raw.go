@@ -203,6 +203,13 @@ func (s *Store) AppendRaw(pos int64, b []byte) error {
 			}
 		}
 		copy(l.stagedLocked(int64(size)), b[:size])
+		if p.next.Load() == 0 && rec.QueueOffset > 0 && p.min.Load() == 0 {
+			// A partition whose first records were deleted by the master's
+			// retention before this copy began (a reset replica): it
+			// starts where the master's oldest segment does.
+			p.min.Store(rec.QueueOffset)
+			p.indexed.Store(rec.QueueOffset)
+		}
 		p.next.Store(rec.QueueOffset + 1)
 		phys := l.wpos
 		l.wpos = phys + int64(size)
