@@ -292,6 +292,7 @@ type Stats struct {
 	Retried      int64
 	DeadLetters  int64
 	IndexBytes   int64 // timer index files on disk
+	TimerIndexed int64 // %SCHEDULE% partition-0 queue offset the timer has indexed up to (exclusive)
 }
 
 // Pending is every delayed message not yet delivered.
@@ -320,7 +321,7 @@ func (s *Service) Stats() Stats {
 		}
 	}
 	ts := s.timer.snapshot()
-	st.TimerPending, st.IndexBytes = ts.pending, ts.indexBytes
+	st.TimerPending, st.IndexBytes, st.TimerIndexed = ts.pending, ts.indexBytes, ts.indexed
 	if ts.nextDue > 0 && (st.NextDueMs == 0 || ts.nextDue < st.NextDueMs) {
 		st.NextDueMs = ts.nextDue
 	}

@@ -65,7 +65,7 @@ type timer struct {
 }
 
 type timerSnap struct {
-	pending, nextDue, indexBytes int64
+	pending, nextDue, indexBytes, indexed int64
 }
 
 func newTimer(s *Service, dir string, pr progress) (*timer, error) {
@@ -602,7 +602,7 @@ func (t *timer) publish() {
 	}
 	t.mu.Lock()
 	t.snap = timerSnap{pending: int64(len(t.heap)) + t.fine.total + t.coarse.total, nextDue: next,
-		indexBytes: max(t.onDisk, 0) * entrySize}
+		indexBytes: max(t.onDisk, 0) * entrySize, indexed: t.pos}
 	t.mu.Unlock()
 }
 
