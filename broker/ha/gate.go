@@ -111,7 +111,12 @@ func (g *gate) run() {
 func (g *gate) check(now time.Time) {
 	n := g.n
 	need := n.cfg.SyncReplicas
-	if need <= 0 || n.Role() != RoleMaster {
+	if n.Role() != RoleMaster {
+		g.oos.Store(nil)
+		g.failAll(fmt.Errorf("%w: this broker is no longer the master", ErrNotMaster))
+		return
+	}
+	if need <= 0 {
 		g.oos.Store(nil)
 		return
 	}
