@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -193,4 +195,41 @@ func dropReplicaRefusals(errs []error, log *slog.Logger) []error {
 		out = append(out, err)
 	}
 	return out
+}
+
+// startElection starts the election when [replication] autoFailover=true
+// (broker/ha/election*.go): the node started as a slave following nobody
+// and the election calls Promote or Demote on it.
+func (b *Broker) startElection() {
+	c := b.Config
+	if !c.Replication.AutoFailover || b.zk == nil {
+		return
+	}
+	b.zk.mu.Lock()
+	client := b.zk.client
+	b.zk.mu.Unlock()
+	if client == nil {
+		b.log.Error("autoFailover: no ZooKeeper client; this node stays a slave following nobody")
+		return
+	}
+	stop, err := ha.StartElection(ha.ElectionConfig{
+		ZK:         client,
+		BrokerID:   c.System.BrokerID,
+		SlaveID:    c.Slave.ID,
+		Addr:       net.JoinHostPort(c.System.HostName, strconv.Itoa(b.Server.Port())),
+		Controller: b.HA,
+		Logger:     b.log,
+	})
+	if err != nil {
+		b.log.Error("autoFailover: the election did not start; this node stays a slave following nobody", "err", err)
+		return
+	}
+	b.stopElect = stop
+}
+
+func (b *Broker) stopElection() {
+	if b.stopElect != nil {
+		b.stopElect()
+		b.stopElect = nil
+	}
 }

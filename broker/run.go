@@ -29,6 +29,7 @@ type Broker struct {
 	log    *slog.Logger
 
 	restart     restartSignal
+	stopElect   func() // the election's stop (autoFailover), nil when none
 	delayAdjust func(*delay.Config)
 	lateMu      sync.Mutex
 	lateDelay   *delay.Service // opened on promotion (replication_run.go)
@@ -126,6 +127,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	b.HA.Start()
 	if b.zk != nil {
 		b.zk.start(srv, st)
+		b.startElection() // replication_run.go (autoFailover)
 		b.watchTopicConfig() // topicwatch.go
 	}
 	log.Info("broker started", "brokerId", c.System.BrokerID, "addr", srv.Addr().String(),
@@ -147,6 +149,7 @@ func flushMode(c *conf.Config) string {
 func (b *Broker) Stop(ctx context.Context) error {
 	var errs []error
 	b.stopTopicWatch() // topicwatch.go
+	b.stopElection()   // replication_run.go: before the ZooKeeper client closes
 	if b.zk != nil {
 		b.zk.unregister()
 		wait := b.Config.ZK.SyncTime

@@ -264,14 +264,22 @@ func (n *Node) Demote(ctx context.Context, masterAddr string, epoch int64) error
 	n.roleMu.Lock()
 	defer n.roleMu.Unlock()
 	wasMaster := n.Role() == RoleMaster
+	if !wasMaster && n.MasterAddr() == masterAddr && masterAddr != "" {
+		n.mu.Lock()
+		f := n.follower
+		n.mu.Unlock()
+		if f != nil && f.addr == masterAddr {
+			return nil // already following it (the election may repeat a Demote)
+		}
+	}
 	n.role.Store(int32(RoleSlave))
 	n.st.SetReplica(true)
 	n.st.SetReplicationGate(nil)
 	n.fenced.Store(nil)
 	n.gate.failAll(fmt.Errorf("%w: this broker is no longer the master", ErrNotMaster))
-	if epoch > n.epoch.Load() {
-		n.epoch.Store(epoch)
-	}
+	// Epoch() becomes the new master's epoch once the follower's handshake
+	// succeeded, i.e. once this log is a prefix of that master's history
+	// (after a truncation if it had to; follow.go).
 	n.mu.Lock()
 	links := make([]*link, 0, len(n.links))
 	for l := range n.links {

@@ -75,6 +75,13 @@ func (n *Node) ServeLink(nc net.Conn, req LinkRequest) {
 		code, msg := n.PutRefusal()
 		fail(code, msg)
 		return
+	case req.Epoch > n.Epoch():
+		// The slave follows a newer history: this master has been deposed.
+		why := "a slave follows epoch " + strconv.FormatInt(req.Epoch, 10) + ", newer than this master's " +
+			strconv.FormatInt(n.Epoch(), 10) + ": this master has been deposed"
+		n.Fence(why)
+		fail(503, why)
+		return
 	}
 	es, err := readEpochs(st)
 	if err != nil {
