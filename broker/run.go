@@ -127,7 +127,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	b.HA.Start()
 	if b.zk != nil {
 		b.zk.start(srv, st)
-		b.startElection() // replication_run.go (autoFailover)
+		b.startElection()    // replication_run.go (autoFailover)
 		b.watchTopicConfig() // topicwatch.go
 	}
 	log.Info("broker started", "brokerId", c.System.BrokerID, "addr", srv.Addr().String(),
