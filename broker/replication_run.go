@@ -114,7 +114,7 @@ func (z *zkRegistration) setRole(slaveID int) {
 	cancel()
 	b := old.Broker()
 	b.SlaveID = slaveID
-	reg, err := zkmeta.NewBrokerRegistry(client, b)
+	reg, err := z.newRegistry(client, b)
 	if err != nil {
 		z.log.Error("ZooKeeper registration", "err", err)
 		return
@@ -232,4 +232,14 @@ func (b *Broker) stopElection() {
 		b.stopElect()
 		b.stopElect = nil
 	}
+}
+
+// newRegistry: with autoFailover the master node is the election's
+// (zkmeta.NewElectedBrokerRegistry never creates it, not even after a
+// session expiry); otherwise the broker registers it itself.
+func (z *zkRegistration) newRegistry(c *zkmeta.Client, b zkmeta.Broker) (*zkmeta.BrokerRegistry, error) {
+	if z.cfg.Replication.AutoFailover {
+		return zkmeta.NewElectedBrokerRegistry(c, b)
+	}
+	return zkmeta.NewBrokerRegistry(c, b)
 }

@@ -58,7 +58,7 @@ func (z *zkRegistration) start(srv *Server, st *store.Store) {
 	z.mu.Lock()
 	role := zkmeta.SlaveBroker(c.System.BrokerID, z.slaveID, host, srv.Port()) // -1: the master
 	z.mu.Unlock()
-	reg, err := zkmeta.NewBrokerRegistry(client, role)
+	reg, err := z.newRegistry(client, role) // replication_run.go
 	if err != nil {
 		z.log.Error("ZooKeeper registration", "err", err)
 		client.Close()
