@@ -33,6 +33,7 @@ type Broker struct {
 	delayAdjust func(*delay.Config)
 	lateMu      sync.Mutex
 	lateDelay   *delay.Service // opened on promotion (replication_run.go)
+	security    *securityState // [security] (security.go)
 
 	logLimiter *logx.Limiter
 }
@@ -92,12 +93,22 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	b.delayAdjust = so.Delay
 	b.Delay, opts.Delay = dl, dl
 	if b.HA, err = b.newHA(c, st, log); err != nil { // replication_run.go
-		_ = dl.Close()
+		if dl != nil {
+			_ = dl.Close()
+		}
 		_ = st.Close()
 		lim.Stop()
 		return nil, err
 	}
 	opts.HA = b.HA
+	if err := b.setupSecurity(c, &opts); err != nil {
+		if dl != nil {
+			_ = dl.Close()
+		}
+		_ = st.Close()
+		lim.Stop()
+		return nil, err
+	}
 	if so.Server != nil {
 		so.Server(&opts)
 	}
@@ -115,6 +126,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		if srv != nil {
 			srv.tx.Close() // opened by New (txconn.go)
 		}
+		b.stopSecurity()
 		b.HA.Close()
 		if dl != nil {
 			_ = dl.Close()
@@ -129,6 +141,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		b.zk.start(srv, st)
 		b.startElection()    // replication_run.go (autoFailover)
 		b.watchTopicConfig() // topicwatch.go
+		b.watchUsersZK()     // security.go
 	}
 	log.Info("broker started", "brokerId", c.System.BrokerID, "addr", srv.Addr().String(),
 		"dataPath", c.System.DataPath, "flush", flushMode(c), "zookeeper", c.ZK.Enable)
@@ -166,6 +179,7 @@ func (b *Broker) Stop(ctx context.Context) error {
 	if b.zk != nil {
 		b.zk.close()
 	}
+	b.stopSecurity()
 	if b.pop != nil {
 		if err := b.pop.Close(); err != nil {
 			errs = append(errs, err)

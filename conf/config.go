@@ -37,6 +37,8 @@ type Config struct {
 	Slave  Slave
 	// Replication is the [replication] section (metaq; docs/replication.md).
 	Replication Replication
+	// Security is the [security] section (conf/security.go); off by default.
+	Security Security
 	// Topics are the [topic=…] sections in file order, each fully resolved
 	// (unset keys inherit [system]); Name and Pattern are the section's
 	// topic name or wildcard pattern.
@@ -115,6 +117,7 @@ type ZK struct {
 	SessionTimeout    time.Duration // zk.zkSessionTimeoutMs, default 30s
 	ConnectionTimeout time.Duration // zk.zkConnectionTimeoutMs, default 30s
 	SyncTime          time.Duration // zk.zkSyncTimeMs, default 5s
+	Auth              string        // zk.zkAuth (metaq): "user:password" digest; set = metaq's nodes get a digest ACL (docs/security.md)
 }
 
 // Replication is metaq's [replication] section (docs/replication.md).
@@ -277,6 +280,7 @@ func defaults(brokerID int) *Config {
 			MaxDelay: 500 * time.Millisecond,
 		},
 		Replication: Replication{ReplicaTimeout: 3 * time.Second},
+		Security:    defaultSecurity(),
 	}
 }
 

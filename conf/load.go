@@ -162,6 +162,7 @@ var zkKeys = []keyDef{
 		return setDuration(&c.ZK.ConnectionTimeout, v, time.Millisecond)
 	}},
 	{"zk.zkSyncTimeMs", used, "", func(p *parser, c *Config, v string) error { return setDuration(&c.ZK.SyncTime, v, time.Millisecond) }},
+	{"zk.zkAuth", used, "", func(p *parser, c *Config, v string) error { c.ZK.Auth = v; return nil }},
 	{"diamondZKDataId", ignored, noteDiamond, func(p *parser, c *Config, v string) error { return nil }},
 	{"diamondZKGroup", ignored, noteDiamond, func(p *parser, c *Config, v string) error { return nil }},
 }
@@ -331,7 +332,7 @@ func (p *parser) parse(data []byte) (*Config, []error) {
 
 	// Classify sections; apply [system], [zookeeper], [slave] before the
 	// topics, which inherit [system].
-	var sys, zk, slave, repl *ini.Section
+	var sys, zk, slave, repl, security *ini.Section
 	var topics []*ini.Section
 	for _, sec := range f.Sections() {
 		name := sec.Name()
@@ -348,6 +349,8 @@ func (p *parser) parse(data []byte) (*Config, []error) {
 			slave = sec
 		case strings.TrimSpace(name) == "replication":
 			repl = sec
+		case strings.TrimSpace(name) == secSection:
+			security = sec
 		default:
 			if _, ok := topicSectionName(name); ok {
 				topics = append(topics, sec)
@@ -374,6 +377,9 @@ func (p *parser) parse(data []byte) (*Config, []error) {
 	}
 	if repl != nil {
 		p.applyKeys(c, repl, "replication", replicationKeys)
+	}
+	if security != nil {
+		p.applyKeys(c, security, secSection, securityKeys)
 	}
 
 	if c.System.HostName == "" {
@@ -555,6 +561,9 @@ func homeOf(key string) string {
 	if findKey(replicationKeys, key) != nil {
 		homes = append(homes, "[replication]")
 	}
+	if findKey(securityKeys, key) != nil {
+		homes = append(homes, "[security]")
+	}
 	for _, d := range topicKeys {
 		if d.name == key {
 			homes = append(homes, "[topic=…]")
@@ -578,7 +587,7 @@ func (p *parser) unknownKey(raw, canon, key string, known []string) {
 
 func (p *parser) unknownSection(raw string) {
 	name := strings.TrimSpace(raw)
-	cands := []string{"system", "zookeeper", "slave"}
+	cands := []string{"system", "zookeeper", "slave", secSection}
 	lower := strings.ToLower(name)
 	// "[topics=x]", "[Topic=x]", "[topic x]", "[topic:x]" → "[topic=x]"
 	if i := strings.IndexAny(lower, "=: "); i > 0 && levenshtein(strings.TrimSpace(lower[:i]), "topic") <= 2 {

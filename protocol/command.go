@@ -42,6 +42,7 @@ const (
 	OpProducer  // producer <group> <opaque> (txparse.go)
 	OpRetry     // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
 	OpReplicate // metaq: replicate <brokerId> <slaveId> <position> <epoch> <opaque> (haparse.go)
+	OpAuth      // metaq: auth <user> <secret> <opaque> (auth.go)
 )
 
 var opNames = [...]string{
@@ -61,6 +62,7 @@ var opNames = [...]string{
 	OpProducer:    "producer",
 	OpRetry:       "retry",
 	OpReplicate:   "replicate",
+	OpAuth:        "auth",
 }
 
 // String returns the command name as typed on the wire.
@@ -110,7 +112,8 @@ type Command struct {
 	Timestamp int64 // seek, unix ms
 
 	MsgID int64  // sync, query id, retry
-	Key   []byte // query key; retry: the reason (URL-escaped, nil when absent)
+	Key   []byte // query key; retry: the reason (URL-escaped, nil when absent); auth: the secret (URL-escaped)
+	User  []byte // auth
 
 	DelayLevel int32 // retry: 0 = the broker's ladder, < 0 = dead-letter queue at once
 	MaxNum     int32 // query key
