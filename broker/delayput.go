@@ -49,6 +49,9 @@ func (c *conn) handleRetry(cmd *protocol.Command) {
 		return
 	}
 	c.rq.addPut(flush, res.MsgID, 0, -1, cmd.Opaque)
+	if res.Traced && s.opts.Trace != nil {
+		s.traceRetry(string(cmd.Group), cmd.MsgID, &res) // traceemit.go
+	}
 }
 
 // appendDelayStats adds the delay service's figures to `stats` (and, with

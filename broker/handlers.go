@@ -7,6 +7,7 @@ import (
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/protocol"
+	"github.com/metaqgo/metaq/protocol/trace"
 )
 
 // handle is the parser's callback, run on the reader goroutine. Replies go
@@ -101,6 +102,10 @@ func (c *conn) failPut(ts *topicState, code int, body string, opaque int32) {
 func (c *conn) handlePut(cmd *protocol.Command) {
 	s := c.srv
 	s.stats.cmdPut.Add(1)
+	if string(cmd.Topic) == trace.Topic {
+		c.tracePut(cmd) // traceput.go: the one system topic that takes puts
+		return
+	}
 	// The put path is shared with Server.Publish (publish.go): refusals,
 	// partition choice, delays and the append live there.
 	ts, perr := s.putTopic(cmd.Topic, cmd.Partition)

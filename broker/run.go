@@ -12,6 +12,7 @@ import (
 	"github.com/metaqgo/metaq/broker/ha"
 	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/broker/tracelog"
 	"github.com/metaqgo/metaq/conf"
 	"github.com/metaqgo/metaq/internal/logx"
 )
@@ -22,6 +23,7 @@ type Broker struct {
 	Config *conf.Config
 	Store  *store.Store
 	Delay  *delay.Service
+	Trace  *tracelog.Writer // the broker's trace events (traceemit.go)
 	Server *Server
 	pop    *pop.Pop // broker-managed delivery (popserve.go)
 	zk     *zkRegistration
@@ -83,10 +85,19 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		b.zk = newZKRegistration(c, log)
 		opts.OnTopic = b.zk.topicWritten
 	}
+	b.Trace = tracelog.New(st, brokerHost(c), log) // traceemit.go
+	opts.Trace = b.Trace
 	var dl *delay.Service
 	if startsAsMaster(c) { // a slave runs no service that writes (replication_run.go)
-		if dl, err = openDelay(c, st, log, b.zk, so.Delay); err != nil {
+		if dl, err = openDelay(c, st, log, b.zk, func(dc *delay.Config) {
+			dc.OnDelivered = traceDelivered(b.Trace, c.System.BrokerID)
+			if so.Delay != nil {
+				so.Delay(dc)
+			}
+		}); err != nil {
+			b.Trace.Close()
 			_ = st.Close()
+			lim.Stop()
 			return nil, err
 		}
 	}
@@ -96,6 +107,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		if dl != nil {
 			_ = dl.Close()
 		}
+		b.Trace.Close()
 		_ = st.Close()
 		lim.Stop()
 		return nil, err
@@ -131,6 +143,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		if dl != nil {
 			_ = dl.Close()
 		}
+		b.Trace.Close()
 		_ = st.Close()
 		lim.Stop()
 		return nil, err
@@ -193,6 +206,7 @@ func (b *Broker) Stop(ctx context.Context) error {
 	if err := b.closeLateServices(); err != nil { // replication_run.go
 		errs = append(errs, err)
 	}
+	b.Trace.Close() // its last events, before the store closes
 	if err := b.Store.Close(); err != nil {
 		errs = append(errs, err)
 	}

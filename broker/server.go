@@ -18,6 +18,7 @@ import (
 	"github.com/metaqgo/metaq/broker/ha"
 	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/broker/tracelog"
 	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/internal/logx"
 )
@@ -32,10 +33,11 @@ type Options struct {
 	BrokerID        int
 	HostName        string // advertised host (ZooKeeper); defaults to the listener's host
 	Store           *store.Store
-	Delay           *delay.Service // delayed messages, retry, DLQ (nil: delay properties are stored as given)
-	Topics          TopicPolicy    // which topics are accepted, with how many partitions
-	MaxMessageSize  int            // default 4 MiB
-	MaxTransferSize int            // default 1 MiB: cap of a get's value block
+	Delay           *delay.Service   // delayed messages, retry, DLQ (nil: delay properties are stored as given)
+	Trace           *tracelog.Writer // the broker's own trace events (traceemit.go); nil = none
+	Topics          TopicPolicy      // which topics are accepted, with how many partitions
+	MaxMessageSize  int              // default 4 MiB
+	MaxTransferSize int              // default 1 MiB: cap of a get's value block
 	IdleTimeout     time.Duration
 	WriteTimeout    time.Duration // a client that does not read for this long is cut off (default 30s)
 	MaxConnections  int           // 0 = unlimited

@@ -76,11 +76,22 @@ func (c *conn) statsConfig(opaque int32) {
 func (s *Server) appendSystemStats(b []byte) []byte {
 	st := s.store.Stats()
 	topics := s.store.Topics()
-	var total int64
+	// total_messages and topics count the users' topics, as MetaQ's did; the broker's own
+	// records (system topics, e.g. the delay timer's progress records, written in the
+	// background) are counted apart, in system_messages.
+	var total, system int64
+	nTopics := 0
 	for _, t := range topics {
+		var n int64
 		for _, p := range t.Partitions {
-			total += p.Max - p.Min
+			n += p.Max - p.Min
 		}
+		if protocol.IsSystemTopic(t.Topic) {
+			system += n
+			continue
+		}
+		total += n
+		nTopics++
 	}
 	b = protocol.AppendStatInt(b, "pid", int64(os.Getpid()))
 	b = protocol.AppendStatInt(b, "broker_id", int64(s.opts.BrokerID))
@@ -100,9 +111,10 @@ func (s *Server) appendSystemStats(b []byte) []byte {
 	b = protocol.AppendStatInt(b, "get_miss", s.stats.getMiss.Load())
 	b = protocol.AppendStatInt(b, "put_failed", s.stats.putFailed.Load())
 	b = protocol.AppendStatInt(b, "total_messages", total)
-	b = protocol.AppendStatInt(b, "topics", int64(len(topics)))
+	b = protocol.AppendStatInt(b, "topics", int64(nTopics))
 	b = protocol.AppendStat(b, "config_checksum", s.configChecksum())
 	// metaq additions
+	b = protocol.AppendStatInt(b, "system_messages", system)
 	b = protocol.AppendStatInt(b, "get_failed", s.stats.getFailed.Load())
 	b = protocol.AppendStatInt(b, "long_polls", s.stats.longPolls.Load())
 	b = protocol.AppendStatInt(b, "bad_requests", s.stats.badReqs.Load())

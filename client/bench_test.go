@@ -147,7 +147,7 @@ func BenchmarkEncodePut(b *testing.B) {
 	b.SetBytes(100)
 	b.ReportAllocs()
 	for b.Loop() {
-		s, err := p.newSend(msg)
+		s, err := p.newSend(context.Background(), msg)
 		if err != nil {
 			b.Fatal(err)
 		}

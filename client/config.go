@@ -66,6 +66,15 @@ type Config struct {
 	// (default 1024, at most 1,048,576).
 	MaxInFlight int
 
+	// Hooks observe every send and handler call (client/hook.go): user
+	// tracing such as OpenTelemetry spans (docs/client.md).
+	Hooks []Hook
+	// Trace writes message-trace events (sends, handler calls, retries) to
+	// the brokers' %TRACE% topic, asynchronously and in batches; see
+	// TraceOptions and docs/trace.md.
+	Trace        bool
+	TraceOptions TraceOptions
+
 	Producer ProducerOptions
 	Consumer ConsumerOptions
 

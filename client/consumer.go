@@ -108,6 +108,9 @@ type Consumer struct {
 	noCommit     atomic.Bool
 	balancerDone chan struct{}
 	wg           sync.WaitGroup // committer, concurrent-mode pool
+
+	hooks hookList     // Config.Hooks and the trace hook; nil = none (hook.go)
+	trace *traceWriter // Config.Trace (trace.go)
 }
 
 // NewConsumer creates a consumer of group. Subscribe, then Start.
@@ -151,6 +154,11 @@ func NewConsumer(cfg Config, group string) (*Consumer, error) {
 	}
 	c.pool = newConnPool(c.cfg.connConfig())
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.hooks = c.cfg.hookList()
+	if c.cfg.Trace {
+		c.trace = newTraceWriter(c.pool, &c.cfg) // trace.go
+		c.hooks = append(c.hooks, &consumerTrace{w: c.trace})
+	}
 	c.bindRetry() // retry_broker.go
 	m := map[partKey]string{}
 	c.addrs.Store(&m)
@@ -326,6 +334,7 @@ func (c *Consumer) shutdown(graceful bool) error {
 	if graceful {
 		err = c.store.Close()
 	}
+	c.trace.close(c.cfg.Producer.SendTimeout) // the last events, before the connections go
 	c.pool.close()
 	c.zk.Close() // ends the session: the consumer node goes with it
 	return err

@@ -58,7 +58,15 @@ type Message struct {
 	BornTime       time.Time // when the producer sent it (the store time when unknown)
 	ReconsumeTimes int       // how often it came back through the retry topic
 	SysFlag        uint16    // protocol.SysFlag*
+
+	givenBack uint8 // set by the retry policy's give-back (retry_broker.go) for hooks
 }
+
+// Message.givenBack values.
+const (
+	givenBackRetry = 1 + iota
+	givenBackDLQ
+)
 
 func (m *Message) String() string {
 	return fmt.Sprintf("%s %s@%d id=%d tag=%q %d bytes", m.Topic, m.Partition, m.Offset, m.MsgID, m.Tag, len(m.Body))

@@ -43,6 +43,9 @@ type Producer struct {
 
 	direct    *routeTable // direct mode (Config.Brokers)
 	directIDs sync.Map    // addr → broker id (learned with `stats`)
+
+	hooks hookList     // Config.Hooks and the trace hook; nil = none (hook.go)
+	trace *traceWriter // Config.Trace (trace.go)
 }
 
 // topicRoute is a topic's partitions with their connections, replaced as a
@@ -80,6 +83,7 @@ type sendState struct {
 	failedBroker int
 	props        *bytebufferpool.ByteBuffer // the properties line (appendProps)
 	data         protocol.MessageData       // msg's data block, props included
+	ev           SendEvent                  // what hooks see (only with hooks)
 }
 
 var sendPool sync.Pool // of *sendState (New set in init: it refers to release)
@@ -95,15 +99,24 @@ func init() {
 // newSend takes a pooled send state for msg with its properties line and
 // data block built (the properties line in a bytebufferpool buffer: its
 // size varies with the message's tags, keys and properties).
-func (p *Producer) newSend(msg *Message) (*sendState, error) {
+func (p *Producer) newSend(ctx context.Context, msg *Message) (*sendState, error) {
 	s := sendPool.Get().(*sendState)
 	s.cl.kind = kindPut
 	s.p, s.msg = p, msg
 	s.failedBroker, s.idx = -1, -1
+	if p.hooks != nil {
+		p.beforeSend(ctx, s) // hook.go
+	}
 	s.props = bytebufferpool.Get()
 	s.props.B = appendProps(s.props.B[:0], msg)
+	if p.trace != nil {
+		s.props.B = appendTraceMark(s.props.B) // trace.go
+	}
 	if len(s.props.B) > protocol.MaxPropertiesLen {
 		err := fmt.Errorf("metaq client: properties line of %d bytes exceeds %d", len(s.props.B), protocol.MaxPropertiesLen)
+		if p.hooks != nil {
+			p.afterSend(s, SendResult{}, err) // every BeforeSend has its AfterSend
+		}
 		s.release()
 		return nil, err
 	}
@@ -156,6 +169,12 @@ func newProducer(cfg Config, hooks func(*connConfig)) (*Producer, error) {
 	default:
 		return nil, errors.New("metaq client: Config.ZKConnect (or Config.Brokers) is required")
 	}
+	p.hooks = p.cfg.hookList()
+	if p.cfg.Trace {
+		p.trace = newTraceWriter(p.pool, &p.cfg) // trace.go
+		group := p.cfg.TraceOptions.Group
+		p.hooks = append(p.hooks, &producerTrace{w: p.trace, group: group})
+	}
 	return p, nil
 }
 
@@ -176,11 +195,21 @@ func (p *Producer) Send(ctx context.Context, msg *Message) (SendResult, error) {
 	if err != nil {
 		return SendResult{}, err
 	}
-	s, err := p.newSend(msg)
+	s, err := p.newSend(ctx, msg)
 	if err != nil {
 		return SendResult{}, err
 	}
-	defer s.release()
+	res, err := p.sendSync(ctx, route, s)
+	if p.hooks != nil {
+		p.afterSend(s, res, err)
+	}
+	s.release()
+	return res, err
+}
+
+// sendSync runs Send's attempts.
+func (p *Producer) sendSync(ctx context.Context, route *topicRoute, s *sendState) (SendResult, error) {
+	msg := s.msg
 	cl := s.cl
 	var lastErr error
 	for ; s.attempt <= p.opts.SendRetries; s.attempt++ {
@@ -229,7 +258,7 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, cb func(SendResu
 		p.asyncFail(cb, err)
 		return
 	}
-	s, err := p.newSend(msg)
+	s, err := p.newSend(ctx, msg)
 	if err != nil {
 		p.asyncFail(cb, err)
 		return
@@ -252,17 +281,23 @@ func (p *Producer) SendToPartition(ctx context.Context, msg *Message, part Parti
 	if err != nil {
 		return SendResult{}, err
 	}
-	s, err := p.newSend(msg) // no selection, no retry: only its call and data block are used
+	s, err := p.newSend(ctx, msg) // no selection, no retry: only its call and data block are used
 	if err != nil {
 		return SendResult{}, err
 	}
-	defer s.release()
 	cl := s.cl
-	if err := conn.put(ctx, cl, p.opts.SendTimeout, msg.Topic, int32(part.Partition), &s.data, !p.opts.NoChecksum); err != nil {
-		return SendResult{}, err
+	var res SendResult
+	err = conn.put(ctx, cl, p.opts.SendTimeout, msg.Topic, int32(part.Partition), &s.data, !p.opts.NoChecksum)
+	if err == nil {
+		bid, _ := protocol.SplitMsgID(cl.msgID)
+		res = SendResult{MsgID: cl.msgID, Partition: Partition{BrokerID: bid, Partition: int(cl.partition)}, Offset: cl.offset}
 	}
-	bid, _ := protocol.SplitMsgID(cl.msgID)
-	return SendResult{MsgID: cl.msgID, Partition: Partition{BrokerID: bid, Partition: int(cl.partition)}, Offset: cl.offset}, nil
+	if p.hooks != nil {
+		s.ev.Broker = conn.addr
+		p.afterSend(s, res, err)
+	}
+	s.release()
+	return res, err
 }
 
 // Partitions returns the partitions the producer currently sends topic to
@@ -301,6 +336,7 @@ func (p *Producer) Close() error {
 	case <-t.C:
 	}
 	t.Stop()
+	p.trace.close(p.opts.SendTimeout) // the last events, before the connections go
 	p.cancel()
 	p.pool.close()
 	p.wg.Wait()
@@ -402,6 +438,9 @@ func (p *Producer) asyncDone(s *sendState) {
 	var res SendResult
 	if err == nil {
 		res = p.result(cl, s.tbl, s.idx)
+	}
+	if p.hooks != nil {
+		p.afterSend(s, res, err)
 	}
 	cb := s.cb
 	s.release()

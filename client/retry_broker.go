@@ -155,7 +155,9 @@ func (c *Consumer) giveBack(ctx context.Context, m *Message, level int, cause er
 		c.log.Warn("metaq client: giving a failed message back to the broker failed; retrying in place", "msgId", m.MsgID, "err", err)
 		return false
 	}
+	m.givenBack = givenBackRetry
 	if level < 0 {
+		m.givenBack = givenBackDLQ
 		c.log.Warn("metaq client: message sent to the dead-letter queue", "topic", m.Topic, "msgId", m.MsgID,
 			"reconsumeTimes", m.ReconsumeTimes, "dlq", DLQTopic(c.group), "err", cause)
 	}

@@ -388,14 +388,35 @@ func (c *Consumer) poolWorker() {
 func (w *partWorker) handle(m *Message) bool {
 	c := w.c
 	for attempt := 1; ; attempt++ {
-		err := w.call(m)
+		var ev *ConsumeEvent
+		ctx := w.ctx
+		if c.hooks != nil {
+			ev = w.beforeConsume(m, attempt) // hook.go
+			ctx = ev.Ctx
+		}
+		err := w.call(ctx, m)
+		if ev != nil {
+			ev.Cost, ev.Err = time.Since(ev.Start), err
+		}
 		if err == nil {
+			if ev != nil {
+				w.afterConsume(ev)
+			}
 			return true
 		}
 		if w.ctx.Err() != nil {
+			if ev != nil {
+				w.afterConsume(ev)
+			}
 			return false
 		}
+		m.givenBack = 0
 		d := c.opts.RetryPolicy.OnFailure(w.ctx, m, attempt, err)
+		if ev != nil {
+			ev.Retry = d
+			ev.GivenBack, ev.DeadLetter = m.givenBack != 0, m.givenBack == givenBackDLQ
+			w.afterConsume(ev)
+		}
 		if d.Done {
 			if attempt > 1 || d.Delay == 0 {
 				c.log.Warn("metaq client: handler failed; the retry policy took the message", w.logArgs("offset", m.Offset, "msgId", m.MsgID, "attempts", attempt, "err", err)...)
@@ -421,13 +442,13 @@ func (p *HandlerPanic) Error() string {
 	return fmt.Sprintf("metaq client: handler panicked: %v", p.Value)
 }
 
-func (w *partWorker) call(m *Message) (err error) {
+func (w *partWorker) call(ctx context.Context, m *Message) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &HandlerPanic{Value: r, Stack: debug.Stack()}
 		}
 	}()
-	return w.sub.handler(w.ctx, m)
+	return w.sub.handler(ctx, m)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

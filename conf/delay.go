@@ -84,6 +84,7 @@ const (
 	ScheduleTopic = "%SCHEDULE%" // delayed messages waiting for their time (docs/delay.md)
 	RetryPrefix   = "%RETRY%"    // %RETRY%<group>: messages a consumer gave back
 	DLQPrefix     = "%DLQ%"      // %DLQ%<group>: dead letters
+	TraceTopic    = "%TRACE%"    // message trace records (docs/trace.md)
 	// SchedulePartitions is the partition count of %SCHEDULE%: 0 holds
 	// deliverAt messages, 1..64 the delay levels, 65 the delay service's
 	// progress records.
@@ -100,6 +101,8 @@ func (c *Config) systemTopic(name string) (Topic, bool) {
 	case name == ScheduleTopic:
 		t.NumPartitions = SchedulePartitions
 	case name == "%TX_HALF%", name == "%TX_OP%": // the transaction log (broker/tx)
+	case name == TraceTopic: // message trace records: the one system topic clients put to (docs/trace.md)
+		t.AcceptPublish = true
 	case name == PopTopic: // broker-managed delivery state (broker/pop)
 		t.NumPartitions = 2
 	case strings.HasPrefix(name, RetryPrefix) && len(name) > len(RetryPrefix),

@@ -22,6 +22,8 @@ type RetryResult struct {
 	DeadLetter     bool
 	ReconsumeTimes int
 	Level          int
+	OrigMsgID      int64 // the id its producer was given
+	Traced         bool  // its producer traces it (the _trace property: docs/trace.md)
 }
 
 // Retry is the broker side of `retry <group> <msgId> <delayLevel>`: the
@@ -70,6 +72,11 @@ func (s *Service) Retry(group string, msgID int64, delayLevel int, reason []byte
 	}
 	times := int(r.ReconsumeTimes)
 	out.ReconsumeTimes = times + 1
+	out.OrigMsgID = r.MsgID
+	if id, ok := propInt(r.Properties, PropOrigMsgID); ok {
+		out.OrigMsgID = id
+	}
+	_, out.Traced = protocol.PropertyRaw(r.Properties, "_trace")
 	m := store.Message{
 		Flag: r.Flag, BornTime: r.BornTime, ReconsumeTimes: uint16(min(times+1, 65535)), Data: r.Data,
 		SysFlag: (r.SysFlag &^ protocol.SysFlagDelayed) | protocol.SysFlagRetry,

@@ -37,6 +37,10 @@ type Config struct {
 	// the service writes to a retry or dead-letter topic, so that it is
 	// registered in ZooKeeper like a topic a client wrote.
 	OnTopic func(topic string, numPartitions int)
+	// OnDelivered, when set, is called after a due record r was appended
+	// to its real topic as m (res): the broker's trace events
+	// (docs/trace.md). It must not block.
+	OnDelivered func(r *protocol.Record, m *store.Message, res store.AppendResult)
 	// Lookahead is how early the timer loads a time bucket into memory
 	// (default 500ms); ProgressEvery how often progress records are written
 	// while anything moves (default 200ms).
@@ -255,8 +259,12 @@ func (s *Service) deliver(r *protocol.Record, dueMs int64, scratch []byte) ([]by
 		SysFlag: r.SysFlag &^ protocol.SysFlagDelayed, ReconsumeTimes: r.ReconsumeTimes,
 		Properties: scratch, Data: r.Data,
 	}
-	if _, _, err := s.st.AppendAsync(&m); err != nil {
+	ar, _, err := s.st.AppendAsync(&m)
+	if err != nil {
 		return scratch, err
+	}
+	if s.cfg.OnDelivered != nil {
+		s.cfg.OnDelivered(r, &m, ar)
 	}
 	s.delivered.Add(1)
 	if late := time.Now().UnixMilli() - dueMs; late > s.lateMax.Load() {

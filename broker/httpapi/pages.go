@@ -74,7 +74,7 @@ type pages map[string]*template.Template
 
 func loadPages() pages {
 	p := pages{}
-	for _, name := range []string{"cluster", "topics", "topic", "groups", "group", "messages"} {
+	for _, name := range []string{"cluster", "topics", "topic", "groups", "group", "messages", "trace"} {
 		p[name] = template.Must(template.New("").Funcs(funcs).ParseFS(webFS, "web/layout.html", "web/"+name+".html"))
 	}
 	return p

@@ -37,6 +37,8 @@ type benchOpts struct {
 	fetchDepth int
 	cpuProfile string
 	delay      delayBenchOpts // bench_delay.go
+	trace      bool           // producers write trace records (bench_trace.go)
+	traceRuns  int            // trace workload: on/off pairs
 
 	durationSet bool // --duration given
 	countSet    bool // --count given
@@ -101,6 +103,7 @@ measured.`},
   delay-pending   --delay-pending messages scheduled 1-2 h ahead: the broker's RSS growth (needs
                   the broker's pid: --server-pid or a loopback --server)
 The topic's readers start at its current end; pending messages stay scheduled after the run.`},
+	traceBenchWorkload, // bench_trace.go
 	{use: "all",
 		short: "produce, latency, consume, e2e, and topics/partitions when their topics exist",
 		long: `Run produce (labelled by the broker's flush mode), latency, consume and e2e on --topic, then
@@ -165,6 +168,7 @@ workload succeeded.`,
 	pf.IntVar(&o.fetchDepth, "fetch-depth", 4, "consume: gets in flight per partition")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark client's CPU profile to this file")
 	addDelayBenchFlags(pf, &o.delay)
+	addTraceBenchFlags(pf, o) // bench_trace.go
 
 	for _, w := range benchWorkloads {
 		cmd.AddCommand(newBenchWorkloadCommand(app, o, w))
@@ -254,6 +258,8 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		runs = append(runs, b.spreadTopics)
 	case "partitions", benchkit.WorkloadPartitions10000:
 		runs = append(runs, b.spreadPartitions)
+	case "trace":
+		runs = append(runs, b.traceCost) // bench_trace.go
 	case "delay":
 		phases, err := b.delayPhases()
 		if err != nil {

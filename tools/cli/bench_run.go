@@ -65,6 +65,7 @@ func (a *App) newBencher(ctx context.Context, o *benchOpts) (*bencher, error) {
 		MaxInFlight:    o.window,
 		DialTimeout:    a.ConnectTimeout,
 		RequestTimeout: a.ConnectTimeout,
+		Trace:          o.trace,
 	}
 	a.applySecurity(&cfg)
 	b := &bencher{app: a, o: o, brokers: map[string]*benchBroker{}}

@@ -29,6 +29,7 @@ type consumeOpts struct {
 	fetchSize      int
 	commitInterval time.Duration
 	quiet          bool
+	trace          bool // with --group: write trace records (docs/trace.md)
 }
 
 func newConsumeCommand(app *App) *cobra.Command {
@@ -77,6 +78,7 @@ The command ends after --count messages, after --timeout, or on Ctrl-C. Exit sta
 	f.IntVar(&o.fetchSize, "fetch-size", 1<<20, "most bytes per fetch")
 	f.DurationVar(&o.commitInterval, "commit-interval", time.Second, "with --group: how often offsets are committed")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no messages, only a summary at the end")
+	f.BoolVar(&o.trace, "trace", false, "with --group: write message-trace records of the deliveries to %TRACE% (see 'metaq trace')")
 	_ = cmd.MarkFlagRequired("topic")
 	return cmd
 }
@@ -118,6 +120,9 @@ func (a *App) consume(cmd *cobra.Command, o *consumeOpts) error {
 		if o.broker != "" || o.partition != "" {
 			return usageErr("--broker and --partition are for anonymous consumption; a group shares the partitions its own way")
 		}
+	}
+	if o.trace && o.group == "" {
+		return usageErr("--trace needs --group (anonymous reading has no handler calls to trace)")
 	}
 	if o.count < 0 || o.timeout < 0 || o.fetchSize < 1 || o.maxWait < 0 || o.commitInterval <= 0 {
 		return usageErr("--count, --timeout, --max-wait must be >= 0, --fetch-size and --commit-interval > 0")

@@ -29,6 +29,7 @@ type produceOpts struct {
 	quiet     bool
 	broker    string
 	delay     produceDelay // produce_delay.go
+	trace     bool         // write trace records (docs/trace.md)
 }
 
 type sentRow struct {
@@ -81,6 +82,7 @@ An input without any message (an empty file or stdin) sends nothing and exits 1.
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print only a summary")
 	f.StringVar(&o.broker, "broker", "", "send to this broker (host:port) directly, without ZooKeeper")
 	o.delay.flags(f)
+	f.BoolVar(&o.trace, "trace", false, "write message-trace records of the sends to %TRACE% (see 'metaq trace')")
 	_ = cmd.MarkFlagRequired("topic")
 	return cmd
 }

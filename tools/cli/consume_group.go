@@ -31,6 +31,7 @@ func (c *consumeRun) joinGroup(ctx context.Context) (stop func(), err error) {
 		MaxFetchBytes:  o.fetchSize,
 		MaxWait:        max(o.maxWait, time.Millisecond), // the client reads 0 as its default
 	}
+	cfg.Trace = o.trace
 	switch c.start.kind {
 	case "earliest":
 		cfg.Consumer.From = client.FromEarliest

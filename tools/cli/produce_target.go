@@ -40,6 +40,7 @@ func (a *App) newSender(ctx context.Context, o *produceOpts) (*sender, error) {
 	}
 	cfg := a.clientConfig(slog.LevelError)
 	cfg.MaxInFlight = o.window
+	cfg.Trace = o.trace
 	cfg.Producer = client.ProducerOptions{
 		Selector:       shiftedSelector{client.RoundRobin(), rand.IntN(1 << 20)},
 		SendTimeout:    a.ConnectTimeout,

@@ -1,0 +1,124 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/metaqgo/metaq/benchkit"
+	"github.com/metaqgo/metaq/client"
+)
+
+// The cost of message tracing (docs/trace.md): `metaq bench produce --trace` publishes with
+// tracing on; `metaq bench trace` interleaves publish phases without and with tracing and
+// prints the throughput ratio.
+
+var traceBenchWorkload = benchWorkload{use: "trace",
+	short: "Publish throughput with message tracing on vs off, interleaved (ratio = on/off)",
+	long: `Publish as 'produce' does, alternating phases of --duration with producers that do not trace
+and producers with Config.Trace (trace records to %TRACE%): --trace-runs pairs, in the order
+off,on then on,off … so that drift of the machine hits both sides alike. The result is the
+traced throughput (median of its phases) with the untraced median as its baseline: the
+"vs" column is the ratio on/off (goal >= 0.90). Notes give every phase's rate and the trace
+events the producers dropped (queue full) or lost.`}
+
+func addTraceBenchFlags(pf *pflag.FlagSet, o *benchOpts) {
+	pf.BoolVar(&o.trace, "trace", false, "publish workloads: producers write message-trace records (Config.Trace)")
+	pf.IntVar(&o.traceRuns, "trace-runs", 3, "trace: on/off phase pairs")
+}
+
+func (b *bencher) traceCost(ctx context.Context) benchkit.Result {
+	r := b.result("publish-trace")
+	if b.o.traceRuns < 1 {
+		r.Error = "--trace-runs must be >= 1"
+		return r
+	}
+	cfg := b.cfg
+	base := b.prods // traced with --trace
+	cfg.Trace = !b.o.trace
+	var extra []*client.Producer
+	defer func() {
+		b.prods = base
+		for _, p := range extra {
+			p.Close()
+		}
+	}()
+	for range len(base) {
+		p, err := client.NewProducer(cfg)
+		if err != nil {
+			r.Error = err.Error()
+			return r
+		}
+		extra = append(extra, p)
+	}
+	off, on := base, extra
+	if b.o.trace {
+		off, on = extra, base
+	}
+	msgs := []*client.Message{b.message(b.o.topic)}
+	for _, ps := range [][]*client.Producer{off, on} {
+		b.prods = ps
+		if err := b.prime(ctx, r.Workload, msgs, int64(len(ps))); err != nil {
+			r.Error = "first put: " + err.Error()
+			return r
+		}
+	}
+	d, limit := b.limits()
+	var rOn, rOff []float64
+	var notes []string
+	for i := range 2 * b.o.traceRuns {
+		traced := i%2 == 1
+		if (i/2)%2 == 1 {
+			traced = !traced
+		}
+		label := "off"
+		b.prods = off
+		if traced {
+			label, b.prods = "on", on
+		}
+		ph := b.publishPhase(ctx, "trace "+label, msgs, d, limit, nil, nil)
+		if ph.err != nil {
+			r.Error = "trace " + label + ": " + ph.err.Error()
+			return r
+		}
+		rate := float64(ph.n) / ph.el.Seconds()
+		if traced {
+			rOn = append(rOn, rate)
+		} else {
+			rOff = append(rOff, rate)
+		}
+		notes = append(notes, fmt.Sprintf("%s %.0f/s", label, rate))
+		b.settle(ctx)
+	}
+	var st client.TraceStats
+	for _, p := range on {
+		s := p.TraceStats()
+		st.Queued += s.Queued
+		st.Dropped += s.Dropped
+		st.Failed += s.Failed
+		st.Written += s.Written
+	}
+	mOn, mOff := median(rOn), median(rOff)
+	r.SetThroughput(int64(mOn*d.Seconds()), d)
+	r.SetBaseline(mOff)
+	b.notes(&r, fmt.Sprintf("trace on/off = %.3f (median %.0f vs %.0f msgs/s; goal >= 0.90)", mOn/mOff, mOn, mOff),
+		"phases: "+fmt.Sprint(notes),
+		fmt.Sprintf("trace events: %d queued, %d written, %d dropped (queue full), %d lost", st.Queued, st.Written, st.Dropped, st.Failed),
+		fmt.Sprintf("Producer.SendAsync, %d producer connection(s), window %d, %s per phase", len(off), b.o.window, d.Round(time.Millisecond)))
+	return r
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

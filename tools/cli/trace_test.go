@@ -1,0 +1,147 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/metaqgo/metaq/client"
+	"github.com/metaqgo/metaq/protocol/trace"
+	"github.com/metaqgo/metaq/zkmeta/zktest"
+)
+
+// TestTraceEndToEnd: a message produced with --trace, consumed by two traced groups — audit
+// fails it once (RetryLater: given back to the broker, redelivered through %RETRY%audit) —
+// shows in `metaq trace <msgId> --json` with its produce, store, both groups' handler calls and
+// the retry, in time order. Real brokers over TCP, real ZooKeeper.
+func TestTraceEndToEnd(t *testing.T) {
+	c := newCluster(t, 2, map[string]int{"orders": 1}, false)
+	out := c.mustRun("produce", "--topic", "orders", "--message", "hello", "--key", "order-4711", "--trace", "--json")
+	rows := jsonLines[sentRow](t, out)
+	if len(rows) != 1 {
+		t.Fatalf("produce printed %q", out)
+	}
+	id := rows[0].MsgID
+
+	consume := func(group string, fail bool, got *atomic.Int64) *client.Consumer {
+		cfg := client.Config{ZKConnect: c.zk, Trace: true, TraceOptions: client.TraceOptions{FlushInterval: 50 * time.Millisecond}}
+		cfg.Consumer.Concurrency = 2 // give-backs go through the broker's retry topic
+		cfg.Consumer.CommitInterval = 100 * time.Millisecond
+		cons, err := client.NewConsumer(cfg, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := func(_ context.Context, m *client.Message) error {
+			if m.Properties[client.PropOrigMsgID] != strconv.FormatInt(id, 10) && m.MsgID != id {
+				return nil
+			}
+			if fail && m.ReconsumeTimes == 0 {
+				return client.RetryLater(time.Second)
+			}
+			got.Add(1)
+			return nil
+		}
+		if err := cons.Subscribe("orders", "*", h); err != nil {
+			t.Fatal(err)
+		}
+		if err := cons.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return cons
+	}
+	var billed, audited atomic.Int64
+	billing := consume("billing", false, &billed)
+	audit := consume("audit", true, &audited)
+	zktest.Eventually(t, 60*time.Second, func() bool { return billed.Load() > 0 && audited.Load() > 0 },
+		"both groups consumed the message (billed %d, audited %d)", billed.Load(), audited.Load())
+	billing.Close()
+	audit.Close()
+	if st := audit.TraceStats(); st.Written == 0 || st.Dropped != 0 {
+		t.Errorf("audit's trace stats %+v: want events written, none dropped", st)
+	}
+
+	var mt client.MessageTrace
+	have := func(pred func(e *trace.Event) bool) bool {
+		for i := range mt.Events {
+			if pred(&mt.Events[i]) {
+				return true
+			}
+		}
+		return false
+	}
+	checks := map[string]func(e *trace.Event) bool{
+		"produce": func(e *trace.Event) bool {
+			return e.Type == trace.Produce && e.OK && e.Topic == "orders" && e.Keys == "order-4711" && e.Offset == rows[0].Offset
+		},
+		"store": func(e *trace.Event) bool { return e.Type == trace.Store && e.RecordID == 0 && e.Topic == "orders" },
+		"billing begin": func(e *trace.Event) bool {
+			return e.Type == trace.ConsumeBegin && e.Group == "billing" && e.Attempt == 1
+		},
+		"billing ok": func(e *trace.Event) bool { return e.Type == trace.ConsumeEnd && e.Group == "billing" && e.OK },
+		"audit failed": func(e *trace.Event) bool {
+			return e.Type == trace.ConsumeEnd && e.Group == "audit" && !e.OK && e.Reconsume == 0 && strings.Contains(e.Err, "retry later")
+		},
+		"audit retry": func(e *trace.Event) bool {
+			return e.Type == trace.Retry && e.Group == "audit" && strings.Contains(e.Detail, "%RETRY%audit")
+		},
+		"retry stored": func(e *trace.Event) bool {
+			return e.Type == trace.Store && e.RecordID != 0 && e.Topic == "%RETRY%audit"
+		},
+		"broker retry-stored": func(e *trace.Event) bool {
+			return e.Type == trace.Retried && e.Group == "audit" && e.RecordID != 0 && e.Reconsume == 1
+		},
+		"broker delivered": func(e *trace.Event) bool {
+			return e.Type == trace.Delivered && e.Topic == "%RETRY%audit" && e.RecordID != 0
+		},
+		"audit ok": func(e *trace.Event) bool {
+			return e.Type == trace.ConsumeEnd && e.Group == "audit" && e.OK && e.Reconsume == 1 && e.RecordID != 0 && e.Topic == "orders"
+		},
+	}
+	missing := func() []string {
+		var m []string
+		for name, f := range checks {
+			if !have(f) {
+				m = append(m, name)
+			}
+		}
+		return m
+	}
+	var last string
+	zktest.Eventually(t, 60*time.Second, func() bool {
+		out, _, code := c.run("trace", strconv.FormatInt(id, 10), "--json")
+		last = out
+		if code != 0 {
+			return false
+		}
+		mt = client.MessageTrace{}
+		if err := json.Unmarshal([]byte(out), &mt); err != nil {
+			t.Fatalf("bad JSON: %v\n%s", err, out)
+		}
+		return len(missing()) == 0
+	}, "trace of %d lacks %v:\n%s", id, missing(), last)
+	for i := 1; i < len(mt.Events); i++ {
+		if mt.Events[i].Time < mt.Events[i-1].Time {
+			t.Fatalf("events out of time order at %d:\n%s", i, last)
+		}
+	}
+	if !mt.Found || mt.MsgID != id {
+		t.Errorf("trace header %+v", mt)
+	}
+	// The table form and the lookup by key show the same message.
+	table := c.mustRun("trace", strconv.FormatInt(id, 10))
+	t.Logf("metaq trace %d:\n%s", id, table)
+	for _, w := range []string{"produce", "store", "consume-begin", "consume-end", "retry", "retry-stored", "delivered", "billing", "audit"} {
+		if !strings.Contains(table, w) {
+			t.Errorf("table lacks %q:\n%s", w, table)
+		}
+	}
+	byKey := c.mustRun("trace", "--key", "orders", "order-4711", "--json")
+	var mts []client.MessageTrace
+	if err := json.Unmarshal([]byte(byKey), &mts); err != nil || len(mts) != 1 || mts[0].MsgID != id {
+		t.Fatalf("trace --key: %v\n%s", err, byKey)
+	}
+}
