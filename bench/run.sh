@@ -24,7 +24,9 @@ options:
   --duration D        length of each measured phase (default 10s)
   --count N           consume-backlog size (default 1000000)
   --systems LIST      comma-separated: metaq,jetstream,jetstream-sync,nsq,nsq-disk,redis,redis-aof (default all)
-  --workloads LIST    comma-separated: publish-async,publish-durable,latency,consume-backlog,e2e,topics-1000,partitions-10000 (default all)
+  --workloads LIST    comma-separated: publish-async,publish-durable,latency,consume-backlog,e2e,
+                      topics-1000,partitions-10000,publish-batch,publish-batch-durable (default all)
+  --batch N           publish-batch: messages per batch (default 100)
   --repeat N          run each system×workload N times; the table takes the median (default 1)
   --no-build          use the binaries already in bench/bin
   --no-metaq          skip metaq even if its binary exists
@@ -43,7 +45,7 @@ export PATH="$PATH:/usr/local/go/bin"
 
 orig_args=("$@")
 quick=0 build=1 metaq=1 build_metaq=0 repeat=1
-duration="" count="" systems="all" workloads="all"
+duration="" count="" batch="" systems="all" workloads="all"
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--quick) quick=1 ;;
@@ -52,6 +54,7 @@ while [[ $# -gt 0 ]]; do
 	--systems) systems="${2:?--systems needs a value}"; shift ;;
 	--workloads) workloads="${2:?--workloads needs a value}"; shift ;;
 	--repeat) repeat="${2:?--repeat needs a value}"; shift ;;
+	--batch) batch="${2:?--batch needs a value}"; shift ;;
 	--no-build) build=0 ;;
 	--no-metaq) metaq=0 ;;
 	--build-metaq) build_metaq=1 ;;
@@ -122,6 +125,7 @@ args=(-bin bin -metaq "$metaq_bin" -systems "$systems" -workloads "$workloads" -
 [[ $quick == 1 ]] && args+=(-quick)
 [[ -n $duration ]] && args+=(-duration "$duration")
 [[ -n $count ]] && args+=(-count "$count")
+[[ -n $batch ]] && args+=(-batch "$batch")
 
 stamp="$(date +%Y-%m-%d-%H%M%S)"
 [[ $quick == 1 ]] && stamp="quick-$stamp"

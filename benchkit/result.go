@@ -19,12 +19,19 @@ const (
 	WorkloadE2E             = "e2e"              // fixed rate, publish→delivery latency
 	WorkloadTopics1000      = "topics-1000"      // async publish over 1,000 topics vs 1 topic
 	WorkloadPartitions10000 = "partitions-10000" // async publish over 10,000 partitions vs 1 (metaq only)
+	// Batched publish: metaq mput frames (Producer.SendBatch), NSQ MPUB, Redis XADD pipelines;
+	// the -durable variant on the durable configurations (sync flush, fsync always).
+	WorkloadPublishBatch        = "publish-batch"
+	WorkloadPublishBatchDurable = "publish-batch-durable"
+	// Accumulation (metaq only, run alone): publish while a group drains a cold backlog.
+	WorkloadAccumulation = "accumulation"
 )
 
 // Workloads lists the workload names in report order.
 var Workloads = []string{
 	WorkloadPublishAsync, WorkloadPublishDurable, WorkloadLatency, WorkloadConsumeBacklog,
 	WorkloadE2E, WorkloadTopics1000, WorkloadPartitions10000,
+	WorkloadPublishBatch, WorkloadPublishBatchDurable,
 }
 
 // Result is one measurement: one system running one workload. It is printed

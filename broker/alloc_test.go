@@ -21,6 +21,8 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 		{"put sync", BenchmarkPipelinedPutSync},
 		{"get async", BenchmarkPipelinedGetAsync},
 		{"put+get sync", BenchmarkPipelinedPutGetSync},
+		{"mput async", BenchmarkPipelinedBatchPutAsync},
+		{"mput sync", BenchmarkPipelinedBatchPutSync},
 		{"put async, authenticated with an ACL", BenchmarkPipelinedPutAuth}, // security_bench_test.go
 	} {
 		r := testing.Benchmark(bm.f)

@@ -24,13 +24,15 @@ func (c *conn) handle(cmd *protocol.Command) error {
 		return nil
 	}
 	switch cmd.Op {
-	case protocol.OpPut, protocol.OpTransaction, protocol.OpTxEnd, protocol.OpRetry:
+	case protocol.OpPut, protocol.OpBatchPut, protocol.OpTransaction, protocol.OpTxEnd, protocol.OpRetry:
 		if c.refuseWrite(cmd) { // a slave, or a fenced master (replication.go)
 			break
 		}
 		switch cmd.Op {
 		case protocol.OpPut:
 			c.handlePut(cmd)
+		case protocol.OpBatchPut:
+			c.handleBatchPut(cmd) // batchput.go
 		case protocol.OpTransaction:
 			c.handleTransaction(cmd)
 		case protocol.OpTxEnd:

@@ -12,6 +12,7 @@ const (
 	replyValue                   // value <len> <opaque>\r\n<records from res>
 	replyPut                     // result 200 (or 500 when the flush failed) with "<msgId> <partition> <offset>"
 	replyRaw                     // arena bytes as they are: a request of the broker (`check`, txconn.go)
+	replyBatch                   // an mput's result 200, rendered like replyResult (batchput.go)
 )
 
 // reply is one queued reply. Replies are plain values in a reused slice, so
@@ -99,7 +100,7 @@ func (q *outQueue) addValue(res *store.ReadResult, opaque int32) {
 func (q *outQueue) failUnflushedPuts(code int, body string) (n int) {
 	for i := range q.replies {
 		r := &q.replies[i]
-		if r.kind != replyPut || r.flush != nil {
+		if (r.kind != replyPut && r.kind != replyBatch) || r.flush != nil {
 			continue
 		}
 		*r = resultReply(q, code, body, r.opaque)

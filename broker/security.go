@@ -177,7 +177,7 @@ func (c *conn) authorize(cmd *protocol.Command) bool {
 	switch cmd.Op {
 	case protocol.OpAuth, protocol.OpQuit, protocol.OpVersion:
 		return true
-	case protocol.OpPut:
+	case protocol.OpPut, protocol.OpBatchPut:
 		op = auth.OpPublish
 	case protocol.OpGet, protocol.OpOffset, protocol.OpSeek, protocol.OpQueryKey:
 		op = auth.OpSubscribe
@@ -202,7 +202,7 @@ func (c *conn) authorize(cmd *protocol.Command) bool {
 		return true
 	}
 	c.log.Info("request denied", "op", cmd.Op.String(), "user", c.user, "reason", reason)
-	if cmd.Op == protocol.OpPut {
+	if cmd.Op == protocol.OpPut || cmd.Op == protocol.OpBatchPut {
 		c.srv.stats.putFailed.Add(1)
 	}
 	c.rq.addResultString(protocol.StatusForbidden, "forbidden: "+reason, cmd.Opaque)

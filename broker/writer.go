@@ -106,6 +106,9 @@ func (w *writer) writeQueue(q *outQueue) error {
 			w.c.srv.observePut(r.t0)
 		case replyResult:
 			w.appendResultBytes(r.code, q.arena[r.bodyStart:r.bodyEnd], r.opaque)
+		case replyBatch:
+			w.appendResultBytes(r.code, q.arena[r.bodyStart:r.bodyEnd], r.opaque)
+			w.c.srv.observePut(r.t0)
 		case replyRaw:
 			start := len(w.buf)
 			w.buf = append(w.buf, q.arena[r.bodyStart:r.bodyEnd]...)

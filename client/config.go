@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/metaqgo/metaq/protocol"
 	"github.com/metaqgo/metaq/zkmeta"
 )
 
@@ -113,6 +114,16 @@ type ProducerOptions struct {
 	MaxMessageSize int
 	// NoChecksum sends puts without MetaQ's CRC32 checksum field.
 	NoChecksum bool
+	// Linger, when > 0, lets SendAsync hold a message up to Linger so that
+	// the messages for one partition go out together in one batch put
+	// (mput; docs/client.md "Batching"): a batch leaves when it holds
+	// BatchSize messages, about MaxMessageSize/2 bytes, or Linger after
+	// its first message. Default 0: every send leaves at once. Send and
+	// SendToPartition never linger.
+	Linger time.Duration
+	// BatchSize is the most messages a lingering batch collects (default
+	// 1000, at most protocol.MaxBatchCount).
+	BatchSize int
 }
 
 // ConsumerOptions are the Consumer's knobs.
@@ -209,6 +220,10 @@ func (c Config) withDefaults() Config {
 	if p.SendTimeout <= 0 {
 		p.SendTimeout = 3 * time.Second
 	}
+	if p.BatchSize <= 0 {
+		p.BatchSize = 1000
+	}
+	p.BatchSize = min(p.BatchSize, protocol.MaxBatchCount)
 	if p.MaxMessageSize <= 0 {
 		p.MaxMessageSize = 4 << 20
 	}

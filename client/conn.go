@@ -66,6 +66,7 @@ const (
 	kindPut                   // success body parsed into msgID/partition/offset
 	kindGet                   // body copied into a fresh buffer the caller keeps
 	kindHeartbeat
+	kindBatch // mput: success body parsed into partition, offset (the first) and ids (batch.go)
 )
 
 // call is one request in flight. Calls are pooled; a call is owned by its
@@ -83,6 +84,7 @@ type call struct {
 	msgID     int64
 	partition int32
 	offset    int64
+	ids       []int64 // kindBatch: the message ids, in order
 	err       error
 
 	done   chan struct{} // cap 1: signalled by finish when onDone is nil
@@ -112,6 +114,7 @@ func putCall(cl *call) {
 func (cl *call) reset() {
 	cl.code, cl.value, cl.err, cl.onDone = 0, false, nil, nil
 	cl.msgID, cl.partition, cl.offset = 0, 0, 0
+	cl.ids = cl.ids[:0]
 	cl.body = nil
 	if cl.bodyBuf != nil {
 		bytebufferpool.Put(cl.bodyBuf)
@@ -135,6 +138,12 @@ func (cl *call) setReply(addr string, rep *protocol.Reply) {
 	case cl.kind == kindPut && rep.Code == protocol.StatusSuccess:
 		var err error
 		cl.msgID, cl.partition, cl.offset, err = protocol.ParsePutResult(rep.Body)
+		if err != nil {
+			cl.err = &ConnError{Addr: addr, Err: err}
+		}
+	case cl.kind == kindBatch && rep.Code == protocol.StatusSuccess:
+		var err error
+		cl.partition, cl.offset, cl.ids, err = protocol.ParseBatchPutResult(rep.Body, cl.ids)
 		if err != nil {
 			cl.err = &ConnError{Addr: addr, Err: err}
 		}

@@ -585,8 +585,12 @@ func (c *Consumer) committer() {
 }
 
 func (c *Consumer) commitAll(ctx context.Context) error {
+	ws := c.allWorkers()
+	if bs, ok := c.store.(batchOffsetStore); ok && len(ws) > 1 {
+		return c.commitBatch(ctx, bs, ws) // zkoffsets_batch.go: multi-ops
+	}
 	var errs []error
-	for _, w := range c.allWorkers() {
+	for _, w := range ws {
 		if err := w.commit(ctx); err != nil {
 			errs = append(errs, err)
 		}

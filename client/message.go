@@ -106,6 +106,12 @@ func (m *Message) dataLenWithoutProps() int {
 	return n
 }
 
+// hasProps reports whether m has a properties line (appendProps writes
+// something).
+func hasProps(m *Message) bool {
+	return m.Tag != "" || len(m.Keys) > 0 || m.DelayLevel > 0 || !m.DeliverAt.IsZero() || len(m.Properties) > 0
+}
+
 // appendProps appends the properties line (without its '\n') to dst.
 func appendProps(dst []byte, m *Message) []byte {
 	start := len(dst)

@@ -41,6 +41,7 @@ type Producer struct {
 	moved    atomic.Uint64 // messages moved off their partition (pick, spread)
 	wg       sync.WaitGroup
 
+	lingers   lingerer    // SendAsync batches waiting for Linger (batch.go)
 	direct    *routeTable // direct mode (Config.Brokers)
 	directIDs sync.Map    // addr → broker id (learned with `stats`)
 
@@ -70,20 +71,17 @@ type routeTable struct {
 // only the call); an async send finds its state again through the call's
 // onDone, the method value s.done bound once per pooled state.
 type sendState struct {
-	cl           *call
-	done         func(*call) // s.asyncDone, bound once (no allocation per send)
-	p            *Producer
-	msg          *Message
-	cb           func(SendResult, error)
-	route        *topicRoute
-	tbl          *routeTable
-	idx          int
-	attempt      int
-	ordered      bool
-	failedBroker int
-	props        *bytebufferpool.ByteBuffer // the properties line (appendProps)
-	data         protocol.MessageData       // msg's data block, props included
-	ev           SendEvent                  // what hooks see (only with hooks)
+	cl    *call
+	done  func(*call) // s.asyncDone, bound once (no allocation per send)
+	p     *Producer
+	msg   *Message
+	cb    func(SendResult, error)
+	route *topicRoute
+	tbl   *routeTable
+	attemptPos
+	props *bytebufferpool.ByteBuffer // the properties line (appendProps)
+	data  protocol.MessageData       // msg's data block, props included
+	ev    SendEvent                  // what hooks see (only with hooks)
 }
 
 var sendPool sync.Pool // of *sendState (New set in init: it refers to release)
@@ -107,20 +105,24 @@ func (p *Producer) newSend(ctx context.Context, msg *Message) (*sendState, error
 	if p.hooks != nil {
 		p.beforeSend(ctx, s) // hook.go
 	}
-	s.props = bytebufferpool.Get()
-	s.props.B = appendProps(s.props.B[:0], msg)
-	if p.trace != nil {
-		s.props.B = appendTraceMark(s.props.B) // trace.go
-	}
-	if len(s.props.B) > protocol.MaxPropertiesLen {
-		err := fmt.Errorf("metaq client: properties line of %d bytes exceeds %d", len(s.props.B), protocol.MaxPropertiesLen)
-		if p.hooks != nil {
-			p.afterSend(s, SendResult{}, err) // every BeforeSend has its AfterSend
+	var props []byte
+	if hasProps(msg) || p.trace != nil { // a plain message skips the pool (its Get and Put were ~7% of async publish)
+		s.props = bytebufferpool.Get()
+		s.props.B = appendProps(s.props.B[:0], msg)
+		if p.trace != nil {
+			s.props.B = appendTraceMark(s.props.B) // trace.go
 		}
-		s.release()
-		return nil, err
+		if len(s.props.B) > protocol.MaxPropertiesLen {
+			err := fmt.Errorf("metaq client: properties line of %d bytes exceeds %d", len(s.props.B), protocol.MaxPropertiesLen)
+			if p.hooks != nil {
+				p.afterSend(s, SendResult{}, err) // every BeforeSend has its AfterSend
+			}
+			s.release()
+			return nil, err
+		}
+		props = s.props.B
 	}
-	s.data = messageData(msg, s.props.B)
+	s.data = messageData(msg, props)
 	s.ordered = p.opts.Selector.Ordered(msg)
 	return s, nil
 }
@@ -128,7 +130,9 @@ func (p *Producer) newSend(ctx context.Context, msg *Message) (*sendState, error
 // release returns the state (and its call and buffer) to their pools.
 func (s *sendState) release() {
 	s.cl.reset()
-	bytebufferpool.Put(s.props)
+	if s.props != nil {
+		bytebufferpool.Put(s.props)
+	}
 	cl, done := s.cl, s.done
 	*s = sendState{cl: cl, done: done}
 	sendPool.Put(s)
@@ -220,7 +224,7 @@ func (p *Producer) sendSync(ctx context.Context, route *topicRoute, s *sendState
 			}
 			break
 		}
-		s.tbl, s.idx = t, p.pick(t, msg, s)
+		s.tbl, s.idx = t, p.pick(t, msg, &s.attemptPos)
 		cl.err, cl.code = nil, 0
 		err := t.conns[s.idx].put(ctx, cl, p.opts.SendTimeout, msg.Topic, t.putPartition(s.idx), &s.data, !p.opts.NoChecksum)
 		if err == nil {
@@ -256,6 +260,9 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, cb func(SendResu
 	route, err := p.route(ctx, msg.Topic)
 	if err != nil {
 		p.asyncFail(cb, err)
+		return
+	}
+	if p.opts.Linger > 0 && p.linger(route, msg, cb) { // batch.go
 		return
 	}
 	s, err := p.newSend(ctx, msg)
@@ -327,6 +334,7 @@ func (p *Producer) Close() error {
 	p.closed.Store(true)
 	p.closeMu.Unlock()
 	p.mu.Unlock()
+	p.flushLingering() // batch.go: lingering messages go out now
 	if p.inflight.Load() == 0 {
 		p.signalIdle()
 	}
@@ -401,7 +409,7 @@ func (p *Producer) attemptAsync(ctx context.Context, s *sendState) {
 		p.asyncDone(s)
 		return
 	}
-	s.tbl, s.idx = t, p.pick(t, s.msg, s)
+	s.tbl, s.idx = t, p.pick(t, s.msg, &s.attemptPos)
 	conn := t.conns[s.idx]
 	cl.err, cl.code = nil, 0
 	cl.onDone = s.done
@@ -450,6 +458,15 @@ func (p *Producer) asyncDone(s *sendState) {
 	p.sendDone()
 }
 
+// attemptPos is where a send (one message or one batch) is in its attempts:
+// what pick needs to choose the next partition.
+type attemptPos struct {
+	idx          int // index of the partition in the route table (-1: none yet)
+	attempt      int
+	ordered      bool
+	failedBroker int
+}
+
 // pick chooses the partition of an attempt: the selector's choice first
 // (moved off a broker that is down unless ordered), then, on retries, a
 // partition on another broker that is up.
@@ -461,7 +478,7 @@ func (p *Producer) asyncDone(s *sendState) {
 // got ~12% more than the others in a chaos run with restarts). Taking the
 // moved messages round-robin over the partitions that can take them keeps
 // every live partition within one message of its share.
-func (p *Producer) pick(t *routeTable, msg *Message, s *sendState) int {
+func (p *Producer) pick(t *routeTable, msg *Message, s *attemptPos) int {
 	n := len(t.parts)
 	if s.attempt == 0 || s.idx < 0 || s.idx >= n {
 		i := p.opts.Selector.Select(msg, t.parts)

@@ -70,7 +70,7 @@ func TestPickSpreadsSkippedShare(t *testing.T) {
 			counts := map[Partition]int{}
 			const n = 12 * 1000
 			for range n {
-				s := &sendState{idx: -1, failedBroker: -1}
+				s := &attemptPos{idx: -1, failedBroker: -1}
 				counts[tbl.parts[p.pick(tbl, &Message{}, s)]]++
 			}
 			spreadOK(t, "first attempts", counts, down)
@@ -82,7 +82,7 @@ func TestPickSpreadsSkippedShare(t *testing.T) {
 			retries := map[Partition]int{}
 			for i := range n {
 				idx := (down-1)*per + i%per // a partition of the failed broker
-				s := &sendState{attempt: 1, idx: idx, failedBroker: down}
+				s := &attemptPos{attempt: 1, idx: idx, failedBroker: down}
 				retries[tbl.parts[p.pick(tbl, &Message{}, s)]]++
 			}
 			spreadOK(t, "retries", retries, down)
@@ -93,7 +93,7 @@ func TestPickSpreadsSkippedShare(t *testing.T) {
 			tbl.setBrokerUp(other, false)
 			retries = map[Partition]int{}
 			for i := range n {
-				s := &sendState{attempt: 1, idx: (down-1)*per + i%per, failedBroker: down}
+				s := &attemptPos{attempt: 1, idx: (down-1)*per + i%per, failedBroker: down}
 				retries[tbl.parts[p.pick(tbl, &Message{}, s)]]++
 			}
 			spreadOK(t, "retries with two brokers out", retries, down, other)
@@ -104,17 +104,17 @@ func TestPickSpreadsSkippedShare(t *testing.T) {
 	p := &Producer{opts: &ProducerOptions{Selector: RoundRobin()}}
 	tbl := fakeTable(2, 2)
 	tbl.setBrokerUp(1, false)
-	s := &sendState{idx: -1, failedBroker: -1, ordered: true}
+	s := &attemptPos{idx: -1, failedBroker: -1, ordered: true}
 	if i := p.pick(tbl, &Message{}, s); i != 0 {
 		t.Fatalf("ordered message moved to %d", i)
 	}
 	// Nothing healthy: the selector's choice, and retries move on by one.
 	tbl.setBrokerUp(2, false)
-	if i := p.pick(tbl, &Message{}, &sendState{idx: -1, failedBroker: -1}); i != 1 {
+	if i := p.pick(tbl, &Message{}, &attemptPos{idx: -1, failedBroker: -1}); i != 1 {
 		t.Fatalf("with every broker down: %d, want the selector's choice 1", i)
 	}
 	one := fakeTable(1, 2)
-	if i := p.pick(one, &Message{}, &sendState{attempt: 1, idx: 1, failedBroker: 1}); i != 0 {
+	if i := p.pick(one, &Message{}, &attemptPos{attempt: 1, idx: 1, failedBroker: 1}); i != 0 {
 		t.Fatalf("retry with one broker: %d", i)
 	}
 }

@@ -16,7 +16,7 @@ import (
 // "<msgId>-<next offset>". Commits are written at once, and never move a
 // partition's offset backwards (see zkOffsetStore).
 func NewZKOffsetStore(zk *zkmeta.Client, group string) OffsetStore {
-	return &zkOffsetStore{zk: zk, group: group, own: map[partKey]Offset{}}
+	return &zkOffsetStore{zk: zk, group: group, own: map[partKey]Offset{}, ver: map[partKey]int32{}}
 }
 
 // zkOffsetStore writes each commit as a compare-and-set: read the node and
@@ -40,6 +40,9 @@ type zkOffsetStore struct {
 
 	mu  sync.Mutex
 	own map[partKey]Offset // last offset read (Load) or written per partition
+	// ver is the node version this store's own last write produced (absent:
+	// unknown). A batch commit (zkoffsets_batch.go) writes on that version.
+	ver map[partKey]int32
 
 	// writeHook, when set (tests), runs each conditional write: it calls
 	// send, and may delay it, from the goroutine that sends the write.
@@ -59,6 +62,20 @@ func (s *zkOffsetStore) Load(ctx context.Context, topic string, p Partition) (Of
 func (s *zkOffsetStore) remember(k partKey, o Offset) {
 	s.mu.Lock()
 	s.own[k] = o
+	delete(s.ver, k) // read, not written: the version is not known here
+	s.mu.Unlock()
+}
+
+// rememberWrite records this store's own write of o and the node version it
+// produced (-1: unknown).
+func (s *zkOffsetStore) rememberWrite(k partKey, o Offset, version int32) {
+	s.mu.Lock()
+	s.own[k] = o
+	if version >= 0 {
+		s.ver[k] = version
+	} else {
+		delete(s.ver, k)
+	}
 	s.mu.Unlock()
 }
 
@@ -77,7 +94,7 @@ func (s *zkOffsetStore) Commit(ctx context.Context, topic string, p Partition, o
 				continue
 			}
 			if err == nil {
-				s.remember(k, o)
+				s.rememberWrite(k, o, 0)
 			}
 			return err
 		}
@@ -92,12 +109,12 @@ func (s *zkOffsetStore) Commit(ctx context.Context, topic string, p Partition, o
 				return nil // at or past o already: a late write, or a newer owner's
 			}
 		}
-		err = s.setVersion(ctx, topic, p, o, path, data, st.Version)
+		nv, err := s.setVersion(ctx, topic, p, o, path, data, st.Version)
 		if errors.Is(err, zk.ErrBadVersion) {
 			continue // written meanwhile: compare again
 		}
 		if err == nil {
-			s.remember(k, o)
+			s.rememberWrite(k, o, nv)
 		}
 		return err
 	}
@@ -106,10 +123,14 @@ func (s *zkOffsetStore) Commit(ctx context.Context, topic string, p Partition, o
 // setVersion writes data if the node's version is still version. The write
 // runs in its own goroutine so that ctx bounds the wait; abandoned, it is
 // harmless (conditional).
-func (s *zkOffsetStore) setVersion(ctx context.Context, topic string, p Partition, o Offset, path string, data []byte, version int32) error {
+func (s *zkOffsetStore) setVersion(ctx context.Context, topic string, p Partition, o Offset, path string, data []byte, version int32) (int32, error) {
 	conn, full := s.zk.Conn(), s.zk.FullPath(path)
+	nv := int32(-1) // the node's new version, when the write says so
 	send := func() error {
-		_, err := conn.Set(full, data, version)
+		st, err := conn.Set(full, data, version)
+		if err == nil && st != nil {
+			nv = st.Version
+		}
 		return err
 	}
 	done := make(chan error, 1)
@@ -122,9 +143,9 @@ func (s *zkOffsetStore) setVersion(ctx context.Context, topic string, p Partitio
 	}()
 	select {
 	case err := <-done:
-		return err
+		return nv, err
 	case <-ctx.Done():
-		return ctx.Err()
+		return -1, ctx.Err()
 	}
 }
 

@@ -42,6 +42,7 @@ const (
 	OpProducer  // producer <group> <opaque> (txparse.go)
 	OpRetry     // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
 	OpReplicate // metaq: replicate <brokerId> <slaveId> <position> <epoch> <opaque> (haparse.go)
+	OpBatchPut  // metaq: mput <topic> <partition> <count> <len> [<checksum>] <opaque> (batch.go)
 	OpAuth      // metaq: auth <user> <secret> <opaque> (auth.go)
 )
 
@@ -62,6 +63,7 @@ var opNames = [...]string{
 	OpProducer:    "producer",
 	OpRetry:       "retry",
 	OpReplicate:   "replicate",
+	OpBatchPut:    "mput",
 	OpAuth:        "auth",
 }
 
@@ -93,7 +95,7 @@ type Command struct {
 	Group     []byte // get, offset
 	Partition int32  // put (-1 = broker picks), get, offset, sync, seek
 
-	// put / sync
+	// put / sync / mput (mput: Data is the whole block, Flag unused)
 	Flag        int32
 	Checksum    int32 // -1 when absent or unchecked; verified by the parser otherwise
 	HasChecksum bool  // the checksum field was present (7-field put with a number, 8-field put, 8-field sync)
@@ -117,6 +119,7 @@ type Command struct {
 
 	DelayLevel int32 // retry: 0 = the broker's ladder, < 0 = dead-letter queue at once
 	MaxNum     int32 // query key
+	Count      int32 // mput: messages in the block (1 … MaxBatchCount)
 
 	// Args are the raw fields after the command name (the opaque included).
 	// Set only for transaction, sync and commands with an Err (for logging);

@@ -52,6 +52,14 @@ func parseSeeds() [][2][]byte {
 	mix = append(mix, "bogus\r\nput a/b 0 3 0 5\r\nabc\r\n"...)
 	mix = AppendRetry(mix, "g", 281474976710656, 0, 9, "boom now")
 	mix = append(mix, "retry g 1 -1 10\r\nretry g x 1 11 \x01\r\n"...)
+	var block []byte
+	for _, b := range []string{"one", "tag=x\ntwo", ""} {
+		d := MessageData{Payload: []byte(b)}
+		block = AppendBatchEntry(block, &d)
+	}
+	mix = append(AppendBatchPutHeader(mix, "test", 1, 3, len(block), MessageChecksum(block), 12), block...)
+	mix = append(AppendBatchPutHeader(mix, "test", -1, 3, len(block), ChecksumNone, 13), block...)
+	mix = append(mix, "mput test 0 0 3 14\r\nabcmput x 1 2 -1 15\r\n"...)
 	mix = AppendQuit(mix)
 	seeds = append(seeds, [2][]byte{mix, nil}, [2][]byte{mix, {1, 2, 5, 11}})
 	return seeds

@@ -435,6 +435,12 @@ func (p *Parser) processLine(line []byte) (lineAction, error) {
 			return 0, err
 		}
 		act = a
+	case eqFold(name, "mput"):
+		a, err := p.parseBatchPut(line, nf)
+		if err != nil {
+			return 0, err
+		}
+		act = a
 	case eqFold(name, "get"):
 		p.parseGet(line, nf)
 	case eqFold(name, "offset"):

@@ -49,17 +49,26 @@ func (l *commitLog) appendBatch(msgs []Message, res []AppendResult, room, now in
 		l.mu.Unlock()
 		return nil, err
 	}
-	parts := make([]*partition, len(msgs))
-	for i := range msgs {
-		m := &msgs[i]
-		p := l.appendParts.get(m.Topic, m.Partition)
-		if p == nil {
-			if p = l.appendPartitionLocked(m.Topic, m.Partition); p == nil {
+	// One partition for the whole run (a batch put) needs no table; a
+	// transaction's commit may span several.
+	first, err := l.batchPartitionLocked(&msgs[0])
+	if err != nil {
+		l.mu.Unlock()
+		return nil, err
+	}
+	var parts []*partition
+	for i := 1; i < len(msgs); i++ {
+		if m := &msgs[i]; m.Topic == msgs[0].Topic && m.Partition == msgs[0].Partition {
+			continue
+		}
+		parts = make([]*partition, len(msgs))
+		for j := range msgs {
+			if parts[j], err = l.batchPartitionLocked(&msgs[j]); err != nil {
 				l.mu.Unlock()
-				return nil, ErrBadTopic
+				return nil, err
 			}
 		}
-		parts[i] = p
+		break
 	}
 	if err := l.makeRoomLocked(room); err != nil {
 		l.putErrors++
@@ -71,7 +80,11 @@ func (l *commitLog) appendBatch(msgs []Message, res []AppendResult, room, now in
 	for i := range msgs {
 		m := &msgs[i]
 		size := int64(protocol.RecordSize(len(m.Topic), len(m.Properties), len(m.Data)))
-		r, f, k := l.appendLocked(parts[i], m, size, now)
+		p := first
+		if parts != nil {
+			p = parts[i]
+		}
+		r, f, k := l.appendLocked(p, m, size, now)
 		res[i] = r
 		if f != nil {
 			flush = f
@@ -83,4 +96,15 @@ func (l *commitLog) appendBatch(msgs []Message, res []AppendResult, room, now in
 		kick(l.flushKick)
 	}
 	return flush, nil
+}
+
+// batchPartitionLocked finds (or creates) the partition m is appended to.
+func (l *commitLog) batchPartitionLocked(m *Message) (*partition, error) {
+	p := l.appendParts.get(m.Topic, m.Partition)
+	if p == nil {
+		if p = l.appendPartitionLocked(m.Topic, m.Partition); p == nil {
+			return nil, ErrBadTopic
+		}
+	}
+	return p, nil
 }

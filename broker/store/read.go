@@ -330,6 +330,9 @@ func (s *Store) appendRecord(r *ReadResult, p *partition, q, phys int64, size in
 	if off+int64(size) > g.size {
 		return errUnitPastSegment
 	}
+	if r.Count == 0 || r.lastSeg != g {
+		s.readAhead(g, off, s.clog.writePos()) // cold backlogs: readahead.go
+	}
 	rec := g.data[off : off+int64(size)]
 	if !verifyRecord(rec, p, q) {
 		return errRecordMismatch

@@ -36,6 +36,9 @@ type benchOpts struct {
 	fetchSize  int
 	fetchDepth int
 	cpuProfile string
+	batch      int            // publish-batch: messages per mput frame (bench_batch.go)
+	accum      accumOpts      // accumulation (bench_accum.go)
+	zk         zkBenchOpts    // zk-offsets (bench_zk.go)
 	delay      delayBenchOpts // bench_delay.go
 	trace      bool           // producers write trace records (bench_trace.go)
 	traceRuns  int            // trace workload: on/off pairs
@@ -93,6 +96,30 @@ before the spread phase (creating its files) is not measured.`},
 With --server the broker spreads the puts round-robin (partition -1); through ZooKeeper the
 producer's round-robin selector does. One put to each partition before the spread phase is not
 measured.`},
+	{use: benchkit.WorkloadPublishBatch, aliases: []string{benchkit.WorkloadPublishBatchDurable, "batch"},
+		short: "Batched publish: Producer.SendBatchAsync, --batch messages per mput frame",
+		long: `Publish --msg-size messages to --topic for --duration (or --count messages) in batch puts
+(mput: one frame, one append and one reply for --batch messages) with Producer.SendBatchAsync:
+--conns producers, each with --window messages (--window/--batch frames, at least 2) in flight.
+Labelled publish-batch-durable when every broker flushes synchronously (unflushThreshold=0);
+the name publish-batch-durable fails on brokers that do not.`},
+	{use: benchkit.WorkloadAccumulation,
+		short: "Publish while a reader drains a cold backlog of --backlog messages; vs no reader, vs the disk",
+		long: `Pile up --backlog messages in --topic (batch puts, not measured), publish for --duration with no
+reader, then drop the page cache (--drop-caches: root, broker on this machine) and publish for
+--duration again while one pipelined reader per partition (--fetch-depth gets of --fetch-size)
+drains the backlog from its first message. Two results: accumulation (publish rate with the cold
+reader; its ratio to the rate without a reader) and accumulation-reader (the reader's messages/s
+and record MB/s). With --data-dir (the broker's dataPath) the disk's sequential read bandwidth is
+measured in the same run by reading the commit-log segments with O_DIRECT, and the reader is
+compared with it. bench/accumulation.sh runs this plus recovery and startup times.`},
+	{use: "zk-offsets",
+		short: "ZooKeeper write rate for offset commits: single set-data vs multi-ops (--zk)",
+		long: `Measure the ensemble given with --zk (no broker): create --partitions nodes under
+<zkRoot>/bench-zk-<time>, then for --duration each: set-data of an offset-sized value, one per
+request with --zk-inflight requests in flight on one session (zk-set), and multi-ops of
+--zk-multi set-datas (zk-multi, counted in node writes). The nodes are deleted afterwards.
+docs/scaling.md uses it.`},
 	{use: "delay",
 		short: "Delayed messages: put rate vs plain, lateness while --delay-rate fall due, a burst due at once, memory of pending",
 		long: `Four phases (--delay-phases), each its own result:
@@ -125,6 +152,7 @@ Workloads (subcommands; the peer comparison's names are aliases):
   e2e         publish→delivery latency at a fixed --rate, long-polling readers
   topics      topics-1000: publish over --topics topics vs 1 topic
   partitions  partitions-10000: publish over --partitions partitions vs 1 partition
+  publish-batch  batched publish (mput frames of --batch messages); -durable on sync brokers
   all         all of the above (topics/partitions when their topics exist)
 
 --server host:port talks to brokers directly (no ZooKeeper); without it the topic's partitions
@@ -167,6 +195,13 @@ workload succeeded.`,
 	pf.IntVar(&o.fetchSize, "fetch-size", 1<<20, "consume/e2e: bytes per get (the broker caps it at maxTransferSize)")
 	pf.IntVar(&o.fetchDepth, "fetch-depth", 4, "consume: gets in flight per partition")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark client's CPU profile to this file")
+	pf.IntVar(&o.batch, "batch", 100, "publish-batch: messages per mput frame (1 … 10000)")
+	pf.IntVar(&o.zk.inflight, "zk-inflight", 64, "zk-offsets: requests in flight on the ZooKeeper session")
+	pf.IntVar(&o.zk.multi, "zk-multi", 100, "zk-offsets: set-datas per multi-op")
+	pf.Int64Var(&o.accum.backlog, "backlog", 50_000_000, "accumulation: messages piled up before the measured phases")
+	pf.BoolVar(&o.accum.dropCaches, "drop-caches", false, "accumulation: drop the page cache before the cold phases (root; broker on this machine)")
+	pf.StringVar(&o.accum.dataDir, "data-dir", "", "accumulation: the broker's dataPath, to measure the disk's sequential read bandwidth (O_DIRECT)")
+	pf.IntVar(&o.accum.fillBatch, "fill-batch", 1000, "accumulation: messages per mput frame while piling up the backlog")
 	addDelayBenchFlags(pf, &o.delay)
 	addTraceBenchFlags(pf, o) // bench_trace.go
 
@@ -213,6 +248,10 @@ func (o *benchOpts) validate(name string) error {
 		return usageErr("--fetch-size must be >= 1")
 	case o.fetchDepth < 1:
 		return usageErr("--fetch-depth must be >= 1")
+	case o.batch < 1 || o.batch > 10000:
+		return usageErr("--batch must be 1 … 10000")
+	case o.accum.backlog < 1 || o.accum.fillBatch < 1 || o.accum.fillBatch > 10000:
+		return usageErr("--backlog must be >= 1 and --fill-batch 1 … 10000")
 	case strings.ContainsAny(o.tag, " \t\r\n"):
 		return usageErr("--tag must not contain white space")
 	}
@@ -234,6 +273,12 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		}
 		defer stop()
 	}
+	if name == "zk-offsets" {
+		if o.zk.inflight < 1 || o.zk.multi < 1 {
+			return usageErr("--zk-inflight and --zk-multi must be >= 1")
+		}
+		return a.benchZK(ctx, o)
+	}
 	b, err := a.newBencher(ctx, o)
 	if err != nil {
 		return err
@@ -243,6 +288,7 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 	// produce labels its result by the brokers' flush mode.
 	produce := func(ctx context.Context) benchkit.Result { return b.publish(ctx, "") }
 	var runs []func(context.Context) benchkit.Result
+	var multi func(context.Context) []benchkit.Result // a workload with several results
 	switch name {
 	case "produce", "publish":
 		runs = append(runs, produce)
@@ -258,6 +304,12 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		runs = append(runs, b.spreadTopics)
 	case "partitions", benchkit.WorkloadPartitions10000:
 		runs = append(runs, b.spreadPartitions)
+	case benchkit.WorkloadPublishBatch, "batch":
+		runs = append(runs, func(ctx context.Context) benchkit.Result { return b.publishBatch(ctx, "") })
+	case benchkit.WorkloadPublishBatchDurable:
+		runs = append(runs, func(ctx context.Context) benchkit.Result { return b.publishBatch(ctx, name) })
+	case benchkit.WorkloadAccumulation:
+		multi = b.accumulation
 	case "trace":
 		runs = append(runs, b.traceCost) // bench_trace.go
 	case "delay":
@@ -284,11 +336,7 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 
 	var results []benchkit.Result
 	failed := 0
-	for _, run := range runs {
-		if ctx.Err() != nil {
-			break
-		}
-		r := run(ctx)
+	emit := func(r benchkit.Result) error {
 		if r.Error == "" && ctx.Err() != nil {
 			r.Error = "interrupted"
 		}
@@ -298,7 +346,21 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		}
 		results = append(results, r)
 		if a.JSON {
-			if err := benchkit.WriteJSON(a.Stdout, r); err != nil {
+			return benchkit.WriteJSON(a.Stdout, r)
+		}
+		return nil
+	}
+	for _, run := range runs {
+		if ctx.Err() != nil {
+			break
+		}
+		if err := emit(run(ctx)); err != nil {
+			return err
+		}
+	}
+	if multi != nil {
+		for _, r := range multi(ctx) {
+			if err := emit(r); err != nil {
 				return err
 			}
 		}

@@ -33,7 +33,7 @@ func metaqINI(cfg Config, dir string, port int, workload string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[system]\nbrokerId=0\nhostName=127.0.0.1\nbindHost=127.0.0.1\nserverPort=%d\ndashboardHttpPort=0\nnumPartitions=1\ndataPath=%s\n",
 		port, filepath.Join(dir, "data"))
-	if workload == wPubDurable {
+	if workload == wPubDurable || workload == wBatchDur {
 		b.WriteString("unflushThreshold=0\n")
 	}
 	b.WriteString("\n[zookeeper]\nzk.zkEnable=false\n\n[topic=bench]\nnumPartitions=1\n")
@@ -63,6 +63,7 @@ func MetaqBenchArgs(cfg Config, workload, server string, serverPID int) []string
 		"--rate", strconv.FormatFloat(cfg.Rate, 'f', -1, 64),
 		"--topics", strconv.Itoa(cfg.Topics),
 		"--partitions", strconv.Itoa(cfg.Partitions),
+		"--batch", strconv.Itoa(cfg.Batch),
 	}
 }
 

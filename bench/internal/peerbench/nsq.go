@@ -142,6 +142,44 @@ func (d *nsqDriver) Publish(ctx context.Context, topics []string, msg []byte, wi
 	return firstErr
 }
 
+// PublishBatch sends MPUB frames of batch messages, window/batch (at least
+// 2) in flight.
+func (d *nsqDriver) PublishBatch(ctx context.Context, topic string, msg []byte, batch, window int, acked *atomic.Int64) error {
+	frames := max(2, window/batch)
+	bodies := make([][]byte, batch)
+	for i := range bodies {
+		bodies[i] = msg
+	}
+	done := make(chan *nsq.ProducerTransaction, frames)
+	inflight := 0
+	var firstErr error
+	wait := func() {
+		t := <-done
+		inflight--
+		if t.Error != nil && firstErr == nil {
+			firstErr = t.Error
+		}
+		if t.Error == nil {
+			acked.Add(int64(batch))
+		}
+	}
+	for ctx.Err() == nil && firstErr == nil {
+		for inflight >= frames {
+			wait()
+		}
+		if err := d.p.MultiPublishAsync(topic, bodies, done); err != nil {
+			return err
+		}
+		inflight++
+	}
+	for inflight > 0 {
+		wait()
+	}
+	return firstErr
+}
+
+func (d *nsqDriver) BatchForm() string { return "go-nsq MultiPublishAsync (MPUB)" }
+
 func (d *nsqDriver) PublishSync(ctx context.Context, topic string, msg []byte, h *benchkit.Histogram, acked *atomic.Int64) error {
 	for ctx.Err() == nil {
 		t0 := time.Now()

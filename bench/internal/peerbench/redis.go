@@ -70,12 +70,24 @@ func (d *redisDriver) xadd(topic string, msg []byte) rueidis.Completed {
 // each send a pipelined batch of window/2 and wait for its replies, so one
 // batch is written while the other's replies are read.
 func (d *redisDriver) Publish(ctx context.Context, topics []string, msg []byte, window int, limit int64, acked *atomic.Int64) error {
+	return d.publishLanes(ctx, topics, msg, 2, max(window/2, 1), limit, acked)
+}
+
+// PublishBatch pipelines batch XADDs per round trip, window/batch (at least
+// 2) pipelines in flight on the one connection.
+func (d *redisDriver) PublishBatch(ctx context.Context, topic string, msg []byte, batch, window int, acked *atomic.Int64) error {
+	return d.publishLanes(ctx, []string{topic}, msg, max(2, window/batch), batch, 0, acked)
+}
+
+func (d *redisDriver) BatchForm() string { return "rueidis DoMulti: pipelines of XADD" }
+
+// publishLanes runs lanes goroutines, each sending a pipelined batch of
+// XADDs and waiting for its replies.
+func (d *redisDriver) publishLanes(ctx context.Context, topics []string, msg []byte, lanes, batch int, limit int64, acked *atomic.Int64) error {
 	pinned := make([]rueidis.Completed, len(topics))
 	for i, t := range topics {
 		pinned[i] = d.xadd(t, msg).Pin()
 	}
-	const lanes = 2
-	batch := max(window/lanes, 1)
 	var next atomic.Int64 // messages claimed so far
 	errc := make(chan error, lanes)
 	for range lanes {

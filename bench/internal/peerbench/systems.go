@@ -67,13 +67,15 @@ const (
 	wE2E        = benchkit.WorkloadE2E
 	wTopics     = benchkit.WorkloadTopics1000
 	wParts      = benchkit.WorkloadPartitions10000
+	wBatch      = benchkit.WorkloadPublishBatch
+	wBatchDur   = benchkit.WorkloadPublishBatchDurable
 )
 
 // Systems are the configurations of shared/PEERS.md, plus metaq. Durable
 // configurations run publish-durable (and the latency workloads); their
 // async-publish number is the same workload, so it is not repeated.
 var Systems = []System{
-	{Name: "metaq", Workloads: []string{wPubAsync, wPubDurable, wLatency, wConsume, wE2E, wTopics, wParts}},
+	{Name: "metaq", Workloads: []string{wPubAsync, wPubDurable, wLatency, wConsume, wE2E, wTopics, wParts, wBatch, wBatchDur}},
 	{Name: "jetstream", Workloads: []string{wPubAsync, wLatency, wConsume, wE2E, wTopics},
 		start: func(ctx context.Context, env *Env, dir, _ string) (*proc.Server, string, error) {
 			return startNATS(ctx, env, dir, false)
@@ -82,7 +84,7 @@ var Systems = []System{
 		start: func(ctx context.Context, env *Env, dir, _ string) (*proc.Server, string, error) {
 			return startNATS(ctx, env, dir, true)
 		}, connect: connectJetStream, client: "nats.go jetstream"},
-	{Name: "nsq", Workloads: []string{wPubAsync, wLatency, wConsume, wE2E, wTopics},
+	{Name: "nsq", Workloads: []string{wPubAsync, wLatency, wConsume, wE2E, wTopics, wBatch},
 		start: func(ctx context.Context, env *Env, dir, _ string) (*proc.Server, string, error) {
 			return startNSQ(ctx, env, dir, -1, 0)
 		}, connect: connectNSQ, client: "go-nsq", caveats: map[string]string{
@@ -96,11 +98,11 @@ var Systems = []System{
 			}
 			return startNSQ(ctx, env, dir, 0, 0)
 		}, connect: connectNSQ, client: "go-nsq"},
-	{Name: "redis", Workloads: []string{wPubAsync, wLatency, wConsume, wE2E, wTopics},
+	{Name: "redis", Workloads: []string{wPubAsync, wLatency, wConsume, wE2E, wTopics, wBatch},
 		start: func(ctx context.Context, env *Env, dir, _ string) (*proc.Server, string, error) {
 			return startRedis(ctx, env, dir, false)
 		}, connect: connectRedis, client: "rueidis"},
-	{Name: "redis-aof", Workloads: []string{wPubDurable, wLatency, wE2E, wTopics},
+	{Name: "redis-aof", Workloads: []string{wPubDurable, wLatency, wE2E, wTopics, wBatchDur},
 		start: func(ctx context.Context, env *Env, dir, _ string) (*proc.Server, string, error) {
 			return startRedis(ctx, env, dir, true)
 		}, connect: connectRedis, client: "rueidis"},

@@ -22,6 +22,7 @@ type Config struct {
 	Rate       float64       // e2e: messages per second (1,000)
 	Topics     int           // topics-1000: topics in the spread phase (1,000)
 	Partitions int           // partitions-10000 (metaq only): partitions (10,000)
+	Batch      int           // publish-batch: messages per batch (100)
 	Progress   *os.File      // live progress line goes here when it is a terminal; nil = none
 	Logf       func(format string, args ...any)
 }
@@ -29,7 +30,7 @@ type Config struct {
 // DefaultConfig returns the issue-7 workload parameters with 10 s phases.
 func DefaultConfig() Config {
 	return Config{MsgSize: 100, Window: 1000, Duration: 10 * time.Second, Count: 1_000_000,
-		Rate: 1000, Topics: 1000, Partitions: 10000}
+		Rate: 1000, Topics: 1000, Partitions: 10000, Batch: 100}
 }
 
 func (c *Config) logf(format string, args ...any) {
@@ -82,6 +83,8 @@ func Run(ctx context.Context, cfg Config, sys System, workload string) benchkit.
 		err = w.e2e()
 	case wTopics:
 		err = w.topics()
+	case wBatch, wBatchDur:
+		err = w.publishBatch()
 	default:
 		err = fmt.Errorf("unknown workload %q", workload)
 	}
@@ -310,5 +313,30 @@ func (w *run) topics() error {
 	w.res.Topics = len(many)
 	w.res.SetBaseline(float64(n1) / el1.Seconds())
 	w.res.Notes += fmt.Sprintf("; window %d; creating %d topics took %s", w.cfg.Window, len(many)+1, setup.Round(time.Millisecond))
+	return nil
+}
+
+// publishBatch publishes with the peer's batched form: cfg.Batch messages
+// per batch, cfg.Window messages in flight.
+func (w *run) publishBatch() error {
+	bp, ok := w.drv.(BatchPublisher)
+	if !ok {
+		return fmt.Errorf("%s has no batched publish here", w.res.System)
+	}
+	if err := w.drv.Prepare(w.ctx, []string{"bench"}, false); err != nil {
+		return err
+	}
+	msg := w.msg()
+	n, el, cpu, err := w.measured(w.label, func(n *atomic.Int64) error {
+		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Duration)
+		defer cancel()
+		return bp.PublishBatch(ctx, "bench", msg, w.cfg.Batch, w.cfg.Window, n)
+	})
+	if err != nil {
+		return err
+	}
+	w.res.SetThroughput(n, el)
+	w.res.SetServerCPU(cpu, n)
+	w.res.Notes += fmt.Sprintf("; %s, %d messages per batch, %d batches in flight", bp.BatchForm(), w.cfg.Batch, max(2, w.cfg.Window/w.cfg.Batch))
 	return nil
 }

@@ -1,0 +1,430 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// Batching (docs/client.md, "Batching"): SendBatch and SendBatchAsync send
+// many messages of one topic in `mput` frames (protocol/batch.go): every
+// frame goes to one partition and is stored by the broker with one append,
+// so its messages get consecutive queue offsets and share one group commit.
+// A frame holds at most protocol.MaxBatchCount messages and MaxMessageSize
+// bytes; larger batches are cut into several frames, each placed by the
+// selector's choice for its first message and retried (as a whole) like a
+// single send. ProducerOptions.Linger makes SendAsync collect messages per
+// partition for up to Linger before sending them as one frame; it is off by
+// default, and Send is never delayed.
+
+// ErrNotBatchable is returned for a message a batch cannot carry: a
+// delayed message (DelayLevel, DeliverAt) or one of another topic than the
+// batch's first.
+var ErrNotBatchable = errors.New("metaq client: message cannot be batched")
+
+// batchFrame is one mput frame through all its attempts.
+type batchFrame struct {
+	p     *Producer
+	cl    *call
+	done  func(*call) // f.callDone, bound once
+	route *topicRoute
+	tbl   *routeTable
+	attemptPos
+	fixed  bool // idx was chosen before the frame was built (linger): keep it on the first attempt
+	topic  string
+	first  *Message
+	base   int // index of the frame's first message in the caller's batch
+	count  int
+	block  []byte
+	sum    int32
+	finish func(f *batchFrame, res []SendResult, err error)
+	res    []SendResult
+	props  []byte // scratch for one message's properties line
+}
+
+var framePool sync.Pool
+
+func (p *Producer) newFrame() *batchFrame {
+	f, _ := framePool.Get().(*batchFrame)
+	if f == nil {
+		f = &batchFrame{cl: newCall()}
+		f.cl.kind = kindBatch
+		f.done = f.callDone
+	}
+	f.p = p
+	f.idx, f.failedBroker = -1, -1
+	return f
+}
+
+func (f *batchFrame) release() {
+	f.cl.reset()
+	f.cl.kind = kindBatch
+	keep := batchFrame{cl: f.cl, done: f.done, block: f.block[:0], res: f.res[:0], props: f.props[:0]}
+	if cap(keep.block) > 8<<20 {
+		keep.block = nil
+	}
+	*f = keep
+	framePool.Put(f)
+}
+
+func (f *batchFrame) callDone(*call) { f.p.frameDone(f) }
+
+// checkBatch validates msgs for a batch.
+func (p *Producer) checkBatch(msgs []*Message) error {
+	if len(msgs) == 0 {
+		return errors.New("metaq client: empty batch")
+	}
+	for i, m := range msgs {
+		if err := m.validate(p.opts.MaxMessageSize); err != nil {
+			return err
+		}
+		if m.Topic != msgs[0].Topic {
+			return fmt.Errorf("%w: message %d is for topic %s, the batch for %s", ErrNotBatchable, i, m.Topic, msgs[0].Topic)
+		}
+		if m.DelayLevel > 0 || !m.DeliverAt.IsZero() {
+			return fmt.Errorf("%w: message %d is delayed (send it with Send or SendAsync)", ErrNotBatchable, i)
+		}
+	}
+	return nil
+}
+
+// encodeFrames cuts msgs into frames within the protocol's and the
+// broker's limits and encodes their blocks; nothing is sent.
+func (p *Producer) encodeFrames(route *topicRoute, msgs []*Message, dst []*batchFrame) ([]*batchFrame, error) {
+	limit := p.opts.MaxMessageSize
+	f := p.newFrame()
+	fail := func(err error) ([]*batchFrame, error) {
+		f.release()
+		for _, g := range dst {
+			g.release()
+		}
+		return dst[:0], err
+	}
+	for i, m := range msgs {
+		f.props = appendProps(f.props[:0], m)
+		if len(f.props) > protocol.MaxPropertiesLen {
+			return fail(fmt.Errorf("metaq client: properties line of %d bytes exceeds %d", len(f.props), protocol.MaxPropertiesLen))
+		}
+		d := messageData(m, f.props)
+		n := protocol.BatchEntryLen(&d)
+		if n > limit {
+			return fail(fmt.Errorf("metaq client: message %d of %d bytes exceeds MaxMessageSize %d in a batch", i, n, limit))
+		}
+		if f.count == protocol.MaxBatchCount || len(f.block)+n > limit {
+			dst = append(dst, f)
+			f = p.newFrame()
+			f.props = appendProps(f.props[:0], m)
+			d = messageData(m, f.props)
+		}
+		if f.count == 0 {
+			f.first, f.base = m, i
+		}
+		f.block = protocol.AppendBatchEntry(f.block, &d)
+		f.count++
+	}
+	dst = append(dst, f)
+	for _, g := range dst {
+		g.route, g.topic = route, msgs[0].Topic
+		g.ordered = p.opts.Selector.Ordered(g.first)
+		g.sum = protocol.ChecksumNone
+		if !p.opts.NoChecksum {
+			g.sum = protocol.MessageChecksum(g.block)
+		}
+	}
+	return dst, nil
+}
+
+// SendBatch sends msgs (all of one topic) in as few mput frames as the
+// limits allow and waits for every frame's answer. The results are in the
+// order of msgs. On error some frames may have been stored (their results
+// are filled in, the others are zero). ctx bounds the wait for window
+// slots and, with a deadline, each frame.
+func (p *Producer) SendBatch(ctx context.Context, msgs []*Message) ([]SendResult, error) {
+	type outcome struct {
+		res []SendResult
+		err error
+	}
+	ch := make(chan outcome, 1)
+	p.SendBatchAsync(ctx, msgs, func(res []SendResult, err error) { ch <- outcome{res, err} })
+	o := <-ch
+	return o.res, o.err
+}
+
+// SendBatchAsync is SendBatch without waiting: cb (which may be nil) is
+// called once, from a connection goroutine, with the results of every
+// frame (in the order of msgs) and the first error. msgs and their bodies
+// must not be changed until cb ran.
+func (p *Producer) SendBatchAsync(ctx context.Context, msgs []*Message, cb func([]SendResult, error)) {
+	p.inflight.Add(1)
+	fail := func(err error) {
+		if cb != nil {
+			cb(nil, err)
+		}
+		p.sendDone()
+	}
+	if p.closed.Load() {
+		fail(ErrClosed)
+		return
+	}
+	if err := p.checkBatch(msgs); err != nil {
+		fail(err)
+		return
+	}
+	route, err := p.route(ctx, msgs[0].Topic)
+	if err != nil {
+		fail(err)
+		return
+	}
+	frames, err := p.encodeFrames(route, msgs, nil)
+	if err != nil {
+		fail(err)
+		return
+	}
+	results := make([]SendResult, len(msgs))
+	var mu sync.Mutex
+	left, firstErr := len(frames), error(nil)
+	finish := func(f *batchFrame, res []SendResult, err error) {
+		mu.Lock()
+		copy(results[f.base:], res)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		left--
+		last := left == 0
+		mu.Unlock()
+		if last {
+			if cb != nil {
+				cb(results, firstErr)
+			}
+			p.sendDone()
+		}
+	}
+	for _, f := range frames {
+		f.finish = finish
+		p.attemptFrame(ctx, f)
+	}
+}
+
+// attemptFrame starts one attempt of a frame; failures to start go through
+// frameDone like failed replies.
+func (p *Producer) attemptFrame(ctx context.Context, f *batchFrame) {
+	cl := f.cl
+	t := f.route.table()
+	if len(t.parts) == 0 {
+		cl.err = fmt.Errorf("%w %s", ErrNoPartitions, f.topic)
+		f.ordered = true // nothing to retry on
+		p.frameDone(f)
+		return
+	}
+	if !f.fixed || f.attempt > 0 || f.tbl != t || f.idx < 0 || f.idx >= len(t.parts) {
+		f.idx = p.pick(t, f.first, &f.attemptPos)
+	}
+	f.tbl = t
+	conn := t.conns[f.idx]
+	cl.err, cl.code = nil, 0
+	cl.onDone = f.done
+	if err := conn.startBatch(ctx, cl, conn.deadlineFor(ctx, p.opts.SendTimeout), f.topic, t.putPartition(f.idx), f.count, f.block, f.sum); err != nil {
+		cl.err = err
+		p.frameDone(f)
+	}
+}
+
+// frameDone completes an attempt of a frame: success, a retry elsewhere (in
+// a new goroutine: this may run on a connection's reader), or the error.
+func (p *Producer) frameDone(f *batchFrame) {
+	cl := f.cl
+	err := cl.err
+	if err == nil && cl.code != protocol.StatusSuccess {
+		err = brokerErr(f.tbl.conns[f.idx].addr, cl.code, cl.body)
+	}
+	if err == nil && len(cl.ids) != f.count {
+		err = &ConnError{Addr: f.tbl.conns[f.idx].addr, Err: fmt.Errorf("mput of %d messages answered with %d ids", f.count, len(cl.ids))}
+	}
+	if err != nil && !f.ordered && IsRetriable(err) && f.attempt < p.opts.SendRetries {
+		p.closeMu.Lock()
+		if p.ctx.Err() == nil {
+			f.attempt++
+			f.failedBroker = f.tbl.brokerOf(f.idx)
+			p.wg.Add(1)
+			p.closeMu.Unlock()
+			go func() {
+				defer p.wg.Done()
+				p.attemptFrame(p.ctx, f)
+			}()
+			return
+		}
+		p.closeMu.Unlock()
+	}
+	res := f.res[:0]
+	if err == nil {
+		bid := -1
+		if !f.tbl.direct {
+			bid = f.tbl.parts[f.idx].BrokerID
+		}
+		for i, id := range cl.ids {
+			b := bid
+			if b < 0 {
+				b, _ = protocol.SplitMsgID(id)
+			}
+			res = append(res, SendResult{MsgID: id, Partition: Partition{BrokerID: b, Partition: int(cl.partition)}, Offset: cl.offset + int64(i)})
+		}
+	}
+	f.res = res
+	fin := f.finish
+	fin(f, res, err)
+	f.release()
+}
+
+// startBatch registers and queues an mput frame (cl.onDone runs on
+// completion).
+func (c *brokerConn) startBatch(ctx context.Context, cl *call, deadline int64, topic string, partition int32, count int, block []byte, sum int32) error {
+	if err := c.begin(ctx, cl, deadline); err != nil {
+		return err
+	}
+	c.wbuf = protocol.AppendBatchPutHeader(c.wbuf, topic, partition, count, len(block), sum, cl.opaque)
+	c.wbuf = append(c.wbuf, block...)
+	c.end()
+	return nil
+}
+
+// --- linger ---------------------------------------------------------------
+
+// lingerKey is one partition of one topic route.
+type lingerKey struct {
+	route *topicRoute
+	idx   int
+}
+
+// lingerBatch collects SendAsync messages for one partition.
+type lingerBatch struct {
+	key   lingerKey
+	tbl   *routeTable
+	msgs  []*Message
+	cbs   []func(SendResult, error)
+	bytes int
+	timer *time.Timer
+}
+
+// lingerer holds the open batches of a producer (guarded by mu).
+type lingerer struct {
+	mu   sync.Mutex
+	open map[lingerKey]*lingerBatch
+}
+
+// linger adds msg to its partition's open batch; the batch is sent when it
+// is full (BatchSize messages or about MaxMessageSize bytes) or Linger after
+// its first message. false: msg cannot linger (send it now).
+func (p *Producer) linger(route *topicRoute, msg *Message, cb func(SendResult, error)) bool {
+	if msg.DelayLevel > 0 || !msg.DeliverAt.IsZero() {
+		return false
+	}
+	t := route.table()
+	if len(t.parts) == 0 {
+		return false
+	}
+	pos := attemptPos{idx: -1, failedBroker: -1, ordered: p.opts.Selector.Ordered(msg)}
+	key := lingerKey{route, p.pick(t, msg, &pos)}
+	size := msg.dataLenWithoutProps() + 64 + len(msg.Tag) + 16*len(msg.Keys) + 32*len(msg.Properties)
+	l := &p.lingers
+	l.mu.Lock()
+	if l.open == nil {
+		l.open = make(map[lingerKey]*lingerBatch)
+	}
+	b := l.open[key]
+	if b != nil && b.tbl != t { // the route changed: send what was collected for the old table
+		p.detachLocked(b)
+		l.mu.Unlock()
+		p.sendLingered(b)
+		l.mu.Lock()
+		b = nil
+	}
+	if b == nil {
+		b = &lingerBatch{key: key, tbl: t}
+		l.open[key] = b
+		b.timer = time.AfterFunc(p.opts.Linger, func() { p.lingerDue(b) })
+	}
+	b.msgs = append(b.msgs, msg)
+	b.cbs = append(b.cbs, cb)
+	b.bytes += size
+	full := len(b.msgs) >= p.opts.BatchSize || b.bytes >= p.opts.MaxMessageSize/2
+	if full {
+		p.detachLocked(b)
+	}
+	l.mu.Unlock()
+	if full {
+		p.sendLingered(b)
+	}
+	return true
+}
+
+// detachLocked removes b from the open batches (p.lingers.mu held).
+func (p *Producer) detachLocked(b *lingerBatch) {
+	if p.lingers.open[b.key] == b {
+		delete(p.lingers.open, b.key)
+	}
+	b.timer.Stop()
+}
+
+func (p *Producer) lingerDue(b *lingerBatch) {
+	p.lingers.mu.Lock()
+	if p.lingers.open[b.key] != b {
+		p.lingers.mu.Unlock()
+		return // sent because it was full
+	}
+	p.detachLocked(b)
+	p.lingers.mu.Unlock()
+	p.sendLingered(b)
+}
+
+// flushLingering sends every open batch (Close).
+func (p *Producer) flushLingering() {
+	p.lingers.mu.Lock()
+	var bs []*lingerBatch
+	for _, b := range p.lingers.open {
+		bs = append(bs, b)
+	}
+	for _, b := range bs {
+		p.detachLocked(b)
+	}
+	p.lingers.mu.Unlock()
+	for _, b := range bs {
+		p.sendLingered(b)
+	}
+}
+
+// sendLingered sends a detached batch to its partition; every message's
+// callback gets its own result. The messages were counted in flight by
+// SendAsync.
+func (p *Producer) sendLingered(b *lingerBatch) {
+	done := func(i int, res SendResult, err error) {
+		if cb := b.cbs[i]; cb != nil {
+			cb(res, err)
+		}
+		p.sendDone()
+	}
+	frames, err := p.encodeFrames(b.key.route, b.msgs, nil)
+	if err != nil {
+		for i := range b.msgs {
+			done(i, SendResult{}, err)
+		}
+		return
+	}
+	finish := func(f *batchFrame, res []SendResult, err error) {
+		for i := 0; i < f.count; i++ {
+			var r SendResult
+			if err == nil {
+				r = res[i]
+			}
+			done(f.base+i, r, err)
+		}
+	}
+	for _, f := range frames {
+		f.finish = finish
+		f.fixed, f.tbl, f.idx = true, b.tbl, b.key.idx
+		p.attemptFrame(p.ctx, f)
+	}
+}

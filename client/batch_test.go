@@ -1,0 +1,180 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/brokertest"
+	"github.com/metaqgo/metaq/zkmeta/zktest"
+)
+
+// fetchAll reads partition's records from the start through Admin.
+func fetchAll(t *testing.T, addr, topic string, partition int) []Message {
+	t.Helper()
+	a, err := NewAdmin(Config{Brokers: []string{addr}, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var out []Message
+	for off := int64(0); ; {
+		r, err := a.Fetch(ctxT(t, 30*time.Second), addr, topic, partition, off, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Messages) == 0 {
+			return out
+		}
+		out = append(out, r.Messages...)
+		off = r.Messages[len(r.Messages)-1].Offset + 1
+	}
+}
+
+func TestSendBatch(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"bt": 1}, Sync: true})
+	p, err := NewProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := ctxT(t, 30*time.Second)
+	var msgs []*Message
+	for i := 0; i < 250; i++ {
+		m := &Message{Topic: "bt", Body: []byte(fmt.Sprint("m", i))}
+		if i%7 == 0 {
+			m.Tag, m.Keys, m.Attribute = "t7", []string{fmt.Sprint("k", i)}, "a"
+		}
+		msgs = append(msgs, m)
+	}
+	res, err := p.SendBatch(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != len(msgs) {
+		t.Fatalf("%d results", len(res))
+	}
+	got := fetchAll(t, b.Addr, "bt", 0)
+	if len(got) != len(msgs) {
+		t.Fatalf("stored %d, want %d", len(got), len(msgs))
+	}
+	for i, m := range got {
+		if string(m.Body) != string(msgs[i].Body) || m.MsgID != res[i].MsgID || m.Offset != res[i].Offset || res[i].Offset != int64(i) ||
+			m.Tag != msgs[i].Tag || m.Attribute != msgs[i].Attribute {
+			t.Fatalf("message %d: %s vs result %+v", i, &m, res[i])
+		}
+	}
+
+	// Errors: another topic, a delayed message, nothing sent.
+	if _, err := p.SendBatch(ctx, []*Message{{Topic: "bt"}, {Topic: "other"}}); !errors.Is(err, ErrNotBatchable) {
+		t.Fatalf("mixed topics: %v", err)
+	}
+	if _, err := p.SendBatch(ctx, []*Message{{Topic: "bt", DelayLevel: 1}}); !errors.Is(err, ErrNotBatchable) {
+		t.Fatalf("delayed: %v", err)
+	}
+	if _, err := p.SendBatch(ctx, nil); err == nil {
+		t.Fatal("empty batch accepted")
+	}
+	// A broker error fails the frame (unknown topic: 500 after retries).
+	if _, err := p.SendBatch(ctx, []*Message{{Topic: "nosuchtopic", Body: []byte("x")}}); err == nil {
+		t.Fatal("unknown topic accepted")
+	}
+	if n := len(fetchAll(t, b.Addr, "bt", 0)); n != len(msgs) {
+		t.Fatalf("after the failures %d messages, want %d", n, len(msgs))
+	}
+}
+
+// A batch larger than a frame is cut into several frames, in order.
+func TestSendBatchSplitsFrames(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"bt": 1}})
+	cfg := Config{Brokers: []string{b.Addr}, Logger: testLogger()}
+	cfg.Producer.MaxMessageSize = 4096 // a frame holds ~30 of these
+	p, err := NewProducer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var msgs []*Message
+	for i := 0; i < 200; i++ {
+		msgs = append(msgs, &Message{Topic: "bt", Body: fmt.Appendf(nil, "%0100d", i)})
+	}
+	res, err := p.SendBatch(ctxT(t, 30*time.Second), msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fetchAll(t, b.Addr, "bt", 0)
+	if len(got) != len(msgs) {
+		t.Fatalf("stored %d", len(got))
+	}
+	for i := range got {
+		if string(got[i].Body) != string(msgs[i].Body) || got[i].MsgID != res[i].MsgID {
+			t.Fatalf("message %d out of order or wrong id", i)
+		}
+	}
+}
+
+// Linger batches SendAsync messages per partition; every callback gets its
+// own result; Close sends what is still lingering.
+func TestLinger(t *testing.T) {
+	cl := newCluster(t, map[string]int{"lt": 3}, 1)
+	cfg := cl.config()
+	cfg.Producer.Linger = time.Hour // only full batches and Close send
+	cfg.Producer.BatchSize = 10
+	p, err := NewProducer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 95
+	var mu sync.Mutex
+	results := map[int]SendResult{}
+	var wg sync.WaitGroup
+	wg.Add(n)
+	ctx := ctxT(t, 30*time.Second)
+	for i := 0; i < n; i++ {
+		p.SendAsync(ctx, &Message{Topic: "lt", Body: []byte(fmt.Sprint(i))}, func(r SendResult, err error) {
+			defer wg.Done()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			results[i] = r
+			mu.Unlock()
+		})
+	}
+	// 90 messages filled 9 batches of 10 (30 per partition with round
+	// robin); the last 5 wait for Close.
+	zktest.Eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(results) == 90 }, "90 lingered sends answered")
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if len(results) != n {
+		t.Fatalf("%d results", len(results))
+	}
+	seen := map[Partition]map[int64]bool{}
+	for _, r := range results {
+		if seen[r.Partition] == nil {
+			seen[r.Partition] = map[int64]bool{}
+		}
+		if seen[r.Partition][r.Offset] {
+			t.Fatalf("offset %v@%d twice", r.Partition, r.Offset)
+		}
+		seen[r.Partition][r.Offset] = true
+	}
+
+	// Linger off (the default): a send leaves at once.
+	p2, err := NewProducer(cl.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Close()
+	done := make(chan error, 1)
+	p2.SendAsync(context.Background(), &Message{Topic: "lt", Body: []byte("now")}, func(_ SendResult, err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,235 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/metaqgo/metaq/benchkit"
+	"github.com/metaqgo/metaq/client"
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// accumulation (issue 21): pile up --backlog messages, then publish while a reader drains that
+// backlog from its first message with the page cache dropped (--drop-caches), and compare
+//   - the publish rate with the cold reader against the rate without a reader (same run);
+//   - the reader's bytes/s against the disk's sequential read bandwidth, measured in the same
+//     run by reading the broker's commit-log segments with O_DIRECT (--data-dir).
+// The reader is what a consumer group's fetchers do: pipelined gets per partition from offset 0
+// (Admin.FetchWith, CRC-checked and decoded), without ZooKeeper.
+
+// accumOpts are the accumulation flags.
+type accumOpts struct {
+	backlog    int64
+	dropCaches bool
+	dataDir    string
+	fillBatch  int
+}
+
+func (b *bencher) accumulation(ctx context.Context) []benchkit.Result {
+	pub := b.result(benchkit.WorkloadAccumulation)
+	rd := b.result(benchkit.WorkloadAccumulation + "-reader")
+	fail := func(err error) []benchkit.Result {
+		pub.Error = err.Error()
+		return []benchkit.Result{pub}
+	}
+	a := &b.o.accum
+	topic := b.o.topic
+	parts, err := b.servedPartitions(ctx, topic)
+	if err != nil {
+		return fail(err)
+	}
+	starts, err := b.maxOffsets(ctx, parts)
+	if err != nil {
+		return fail(err)
+	}
+
+	// 1. The backlog, with batch puts (not measured; its rate goes into the notes).
+	batch := make([]*client.Message, a.fillBatch)
+	for i := range batch {
+		batch[i] = b.message(topic)
+	}
+	t0 := time.Now()
+	fill := b.batchPhase(ctx, "accumulation (backlog)", batch, 4, 24*time.Hour, a.backlog, nil)
+	if fill.err != nil {
+		return fail(fmt.Errorf("backlog: %w", fill.err))
+	}
+	fillEl := time.Since(t0)
+	b.settle(ctx)
+	ends, err := b.maxOffsets(ctx, parts) // the backlog is starts … ends
+	if err != nil {
+		return fail(err)
+	}
+	recSize := protocol.RecordSize(len(topic), len(b.propsLine()), b.o.msgSize)
+
+	// 2. Publishing with no reader.
+	msgs := []*client.Message{b.message(topic)}
+	d, _ := b.limits()
+	base := b.publishPhase(ctx, "accumulation (no reader)", msgs, d, 0, nil, nil)
+	if base.err != nil {
+		return fail(fmt.Errorf("publish without a reader: %w", base.err))
+	}
+	b.settle(ctx)
+	baseRate := float64(base.n) / base.el.Seconds()
+
+	// 3. The disk's sequential read bandwidth, with the page cache dropped.
+	var diskNote string
+	var diskBps float64
+	if a.dropCaches {
+		if err := dropCaches(); err != nil {
+			return fail(fmt.Errorf("--drop-caches: %w", err))
+		}
+	}
+	if a.dataDir != "" {
+		bps, read, err := directReadBandwidth(a.dataDir, 2<<30)
+		if err != nil {
+			diskNote = "disk read bandwidth not measured: " + err.Error()
+		} else {
+			diskBps = bps
+			diskNote = fmt.Sprintf("disk sequential read (O_DIRECT, 1 MiB reads of the commit-log segments, %s) %.0f MB/s", fmtBytes(read), bps/1e6)
+		}
+	} else {
+		diskNote = "disk read bandwidth not measured (no --data-dir)"
+	}
+	if a.dropCaches {
+		if err := dropCaches(); err != nil {
+			return fail(fmt.Errorf("--drop-caches: %w", err))
+		}
+	}
+
+	// 4. Publishing while the reader drains the cold backlog from its start.
+	var got atomic.Int64
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var errOnce sync.Once
+	var drainErr error
+	var wg sync.WaitGroup
+	rstart := time.Now()
+	for i, p := range parts {
+		s := &drainSched{next: starts[i], end: ends[i], k: max(1, int64(b.o.fetchSize/recSize))}
+		for range b.o.fetchDepth {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := b.drainPart(dctx, p, s, recSize, &got); err != nil && dctx.Err() == nil {
+					errOnce.Do(func() { drainErr = err })
+				}
+			}()
+		}
+	}
+	m := b.startCPU()
+	with := b.publishPhase(ctx, "accumulation (cold reader)", msgs, d, 0, nil, nil)
+	read := got.Load()
+	rel := time.Since(rstart)
+	cancel()
+	wg.Wait()
+	m.set(&pub, with.n)
+	if with.err != nil {
+		return fail(fmt.Errorf("publish with the cold reader: %w", with.err))
+	}
+	if drainErr != nil {
+		return fail(fmt.Errorf("cold reader: %w", drainErr))
+	}
+	pub.SetThroughput(with.n, with.el)
+	pub.SetBaseline(baseRate)
+	readBps := float64(read) * float64(recSize) / rel.Seconds()
+	common := fmt.Sprintf("backlog of %s messages (%s of records, filled with mput in %s at %s)",
+		benchkit.FormatCount(a.backlog), fmtBytes(float64(a.backlog)*float64(recSize)), fillEl.Round(time.Millisecond),
+		benchkit.FormatRate(float64(fill.n)/fill.el.Seconds()))
+	caches := "page cache dropped before the disk measurement and before the reader (echo 1 > /proc/sys/vm/drop_caches)"
+	if !a.dropCaches {
+		caches = "page cache NOT dropped (no --drop-caches): the reader is cold only if the backlog exceeds the cache"
+	}
+	b.notes(&pub, common, caches,
+		fmt.Sprintf("Producer.SendAsync window %d for %s without a reader (%s) and again while the reader drains from the first message (ratio = with / without)",
+			b.o.window, d, benchkit.FormatRate(baseRate)))
+	rd.SetThroughput(read, rel)
+	rd.MBPerSec = readBps / 1e6
+	ratio := ""
+	if diskBps > 0 {
+		ratio = fmt.Sprintf("reader / disk = %.2f", readBps/diskBps)
+	}
+	b.notes(&rd, common, caches,
+		fmt.Sprintf("%d partition(s), %d pipelined gets of %d bytes each from the first message (Admin.FetchWith, CRC-checked, decoded); record bytes read %.0f MB/s",
+			len(parts), b.o.fetchDepth, b.o.fetchSize, readBps/1e6), diskNote, ratio)
+	return []benchkit.Result{pub, rd}
+}
+
+// dropCaches asks the kernel to drop the page cache (root only).
+func dropCaches() error {
+	syscall.Sync()
+	return os.WriteFile("/proc/sys/vm/drop_caches", []byte("1\n"), 0)
+}
+
+// directReadBandwidth reads up to limit bytes of the largest files under dir (the commit-log
+// segments) with O_DIRECT, 1 MiB at a time, and returns bytes per second.
+func directReadBandwidth(dir string, limit int64) (float64, float64, error) {
+	type file struct {
+		path string
+		size int64
+	}
+	var files []file
+	err := filepath.WalkDir(dir, func(p string, de os.DirEntry, err error) error {
+		if err != nil || de.IsDir() {
+			return nil
+		}
+		if info, err := de.Info(); err == nil && info.Size() >= 1<<20 && strings.Contains(p, string(filepath.Separator)+"commitlog"+string(filepath.Separator)) {
+			files = append(files, file{p, info.Size()})
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(files) == 0 {
+		return 0, 0, errors.New("no file of 1 MiB or more under " + dir)
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
+	const chunk = 1 << 20
+	raw := make([]byte, chunk+4096)
+	off := int((4096 - uintptr(unsafe.Pointer(&raw[0]))%4096) % 4096)
+	buf := raw[off : off+chunk]
+	var total int64
+	start := time.Now()
+	for _, f := range files {
+		if total >= limit {
+			break
+		}
+		fd, err := syscall.Open(f.path, syscall.O_RDONLY|syscall.O_DIRECT, 0)
+		if err != nil {
+			return 0, 0, err
+		}
+		for total < limit {
+			n, err := syscall.Read(fd, buf)
+			if n <= 0 || err != nil {
+				break
+			}
+			total += int64(n)
+		}
+		syscall.Close(fd)
+	}
+	el := time.Since(start).Seconds()
+	if total == 0 || el <= 0 {
+		return 0, 0, errors.New("nothing read")
+	}
+	return float64(total) / el, float64(total), nil
+}
+
+func fmtBytes(n float64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.1f GB", n/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.0f MB", n/1e6)
+	}
+	return fmt.Sprintf("%.0f KB", n/1e3)
+}
