@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/metaqgo/metaq/broker/delay"
+	"github.com/metaqgo/metaq/broker/ha"
 	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/broker/tracelog"
@@ -25,9 +27,15 @@ type Broker struct {
 	Server *Server
 	pop    *pop.Pop // broker-managed delivery (popserve.go)
 	zk     *zkRegistration
+	HA     *ha.Node // replication (replication_run.go)
 	log    *slog.Logger
 
-	security *securityState // [security] (security.go)
+	restart     restartSignal
+	stopElect   func() // the election's stop (autoFailover), nil when none
+	delayAdjust func(*delay.Config)
+	lateMu      sync.Mutex
+	lateDelay   *delay.Service // opened on promotion (replication_run.go)
+	security    *securityState // [security] (security.go)
 
 	logLimiter *logx.Limiter
 }
@@ -61,6 +69,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		log.Warn("config: " + w)
 	}
 	sc := StoreConfig(c, log)
+	replicationStoreConfig(c, &sc, log) // replication_run.go
 	if so.Store != nil {
 		so.Store(&sc)
 	}
@@ -78,20 +87,36 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	}
 	b.Trace = tracelog.New(st, brokerHost(c), log) // traceemit.go
 	opts.Trace = b.Trace
-	dl, err := openDelay(c, st, log, b.zk, func(dc *delay.Config) {
-		dc.OnDelivered = traceDelivered(b.Trace, c.System.BrokerID)
-		if so.Delay != nil {
-			so.Delay(dc)
+	var dl *delay.Service
+	if startsAsMaster(c) { // a slave runs no service that writes (replication_run.go)
+		if dl, err = openDelay(c, st, log, b.zk, func(dc *delay.Config) {
+			dc.OnDelivered = traceDelivered(b.Trace, c.System.BrokerID)
+			if so.Delay != nil {
+				so.Delay(dc)
+			}
+		}); err != nil {
+			b.Trace.Close()
+			_ = st.Close()
+			lim.Stop()
+			return nil, err
 		}
-	})
-	if err != nil {
+	}
+	b.delayAdjust = so.Delay
+	b.Delay, opts.Delay = dl, dl
+	if b.HA, err = b.newHA(c, st, log); err != nil { // replication_run.go
+		if dl != nil {
+			_ = dl.Close()
+		}
 		b.Trace.Close()
 		_ = st.Close()
+		lim.Stop()
 		return nil, err
 	}
-	b.Delay, opts.Delay = dl, dl
+	opts.HA = b.HA
 	if err := b.setupSecurity(c, &opts); err != nil {
-		_ = dl.Close()
+		if dl != nil {
+			_ = dl.Close()
+		}
 		_ = st.Close()
 		lim.Stop()
 		return nil, err
@@ -114,15 +139,20 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 			srv.tx.Close() // opened by New (txconn.go)
 		}
 		b.stopSecurity()
-		_ = dl.Close()
+		b.HA.Close()
+		if dl != nil {
+			_ = dl.Close()
+		}
 		b.Trace.Close()
 		_ = st.Close()
 		lim.Stop()
 		return nil, err
 	}
 	b.Server = srv
+	b.HA.Start()
 	if b.zk != nil {
 		b.zk.start(srv, st)
+		b.startElection()    // replication_run.go (autoFailover)
 		b.watchTopicConfig() // topicwatch.go
 		b.watchUsersZK()     // security.go
 	}
@@ -145,6 +175,7 @@ func flushMode(c *conf.Config) string {
 func (b *Broker) Stop(ctx context.Context) error {
 	var errs []error
 	b.stopTopicWatch() // topicwatch.go
+	b.stopElection()   // replication_run.go: before the ZooKeeper client closes
 	if b.zk != nil {
 		b.zk.unregister()
 		wait := b.Config.ZK.SyncTime
@@ -157,6 +188,7 @@ func (b *Broker) Stop(ctx context.Context) error {
 	if err := b.Server.Shutdown(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	b.HA.Close() // after the server: in-flight puts still reach the slaves
 	if b.zk != nil {
 		b.zk.close()
 	}
@@ -171,10 +203,14 @@ func (b *Broker) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := b.closeLateServices(); err != nil { // replication_run.go
+		errs = append(errs, err)
+	}
 	b.Trace.Close() // its last events, before the store closes
 	if err := b.Store.Close(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = dropReplicaRefusals(errs, b.log) // replication_run.go
 	b.log.Info("broker stopped")
 	b.logLimiter.Stop()
 	return errors.Join(errs...)

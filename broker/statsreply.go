@@ -127,6 +127,7 @@ func (s *Server) appendSystemStats(b []byte) []byte {
 	b = appendDiskStats(b, s.opts.DataPath)
 	b = s.appendDelayStats(b, false)
 	b = s.appendPopStats(b, false)
+	b = s.appendReplicationStats(b) // replication.go
 	return b
 }
 

@@ -38,16 +38,17 @@ const (
 	OpSeek
 	OpQueryID
 	OpQueryKey
-	OpTxEnd    // txend <msgId> commit|rollback|unknown <opaque> (txparse.go)
-	OpProducer // producer <group> <opaque> (txparse.go)
-	OpRetry    // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
-	OpBatchPut // metaq: mput <topic> <partition> <count> <len> [<checksum>] <opaque> (batch.go)
-	OpPop      // metaq: pop <topic> <group> <max> <invisibleMs> <maxWaitMs> <opaque> [<tags> [<where>]] (pop.go)
-	OpAck      // metaq: ack <group> <handle>|<len> <opaque> (pop.go)
-	OpRelease  // metaq: release <group> <delayMs> <handle>|<len> <opaque>
-	OpReject   // metaq: reject <group> <handle>|<len> <opaque>
-	OpExtend   // metaq: extend <group> <invisibleMs> <handle>|<len> <opaque>
-	OpAuth     // metaq: auth <user> <secret> <opaque> (auth.go)
+	OpTxEnd     // txend <msgId> commit|rollback|unknown <opaque> (txparse.go)
+	OpProducer  // producer <group> <opaque> (txparse.go)
+	OpRetry     // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
+	OpReplicate // metaq: replicate <brokerId> <slaveId> <position> <epoch> <opaque> (haparse.go)
+	OpBatchPut  // metaq: mput <topic> <partition> <count> <len> [<checksum>] <opaque> (batch.go)
+	OpPop       // metaq: pop <topic> <group> <max> <invisibleMs> <maxWaitMs> <opaque> [<tags> [<where>]] (pop.go)
+	OpAck       // metaq: ack <group> <handle>|<len> <opaque> (pop.go)
+	OpRelease   // metaq: release <group> <delayMs> <handle>|<len> <opaque>
+	OpReject    // metaq: reject <group> <handle>|<len> <opaque>
+	OpExtend    // metaq: extend <group> <invisibleMs> <handle>|<len> <opaque>
+	OpAuth      // metaq: auth <user> <secret> <opaque>: auth <user> <secret> <opaque> (auth.go)
 )
 
 var opNames = [...]string{
@@ -66,6 +67,7 @@ var opNames = [...]string{
 	OpTxEnd:       "txend",
 	OpProducer:    "producer",
 	OpRetry:       "retry",
+	OpReplicate:   "replicate",
 	OpBatchPut:    "mput",
 	OpPop:         "pop",
 	OpAck:         "ack",
