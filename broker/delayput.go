@@ -41,6 +41,10 @@ func (c *conn) handleRetry(cmd *protocol.Command) {
 		c.rq.addResultString(protocol.StatusServiceUnavailable, "retry is not enabled on this broker", cmd.Opaque)
 		return
 	}
+	if cmd.DelayLevel == protocol.ResendDeadLetter {
+		c.handleResend(d, cmd)
+		return
+	}
 	res, flush, buf, err := d.Retry(string(cmd.Group), cmd.MsgID, int(cmd.DelayLevel), cmd.Key, c.delayBuf)
 	c.delayBuf = buf
 	if err != nil {
@@ -59,6 +63,38 @@ func (c *conn) handleRetry(cmd *protocol.Command) {
 	c.rq.addPut(flush, res.MsgID, 0, -1, cmd.Opaque)
 }
 
+// handleResend answers `retry <group> <dlqMsgId> -2 <opaque>`: the dead
+// letter goes back to its original topic once; `result 200 <newMsgId>
+// <partition> <offset>`, 409 when it was resent before (body names the
+// copy), 404 when it is not a dead letter of the group.
+func (c *conn) handleResend(d *delay.Service, cmd *protocol.Command) {
+	part := func(topic string) (int32, bool) {
+		ts := c.srv.topics.get([]byte(topic))
+		if ts == nil {
+			return 0, false
+		}
+		return ts.choosePartition(), true
+	}
+	res, flush, buf, err := d.Resend(string(cmd.Group), cmd.MsgID, part, c.delayBuf)
+	c.delayBuf = buf
+	if err != nil {
+		code := protocol.StatusInternalServerError
+		switch {
+		case errors.Is(err, delay.ErrAlreadyResent):
+			code = protocol.StatusConflict
+		case errors.Is(err, delay.ErrNotFound):
+			code = protocol.StatusNotFound
+		case errors.Is(err, store.ErrClosed):
+			code = protocol.StatusServiceUnavailable
+		default:
+			c.log.Error("dead letter resend failed", "group", string(cmd.Group), "msgId", cmd.MsgID, "err", err)
+		}
+		c.rq.addResultString(code, err.Error(), cmd.Opaque)
+		return
+	}
+	c.rq.addPut(flush, res.MsgID, res.Partition, res.QueueOffset, cmd.Opaque)
+}
+
 // appendDelayStats adds the delay service's figures to `stats` (and, with
 // detail, one line per level for `stats delay`).
 func (s *Server) appendDelayStats(b []byte, detail bool) []byte {
@@ -75,6 +111,7 @@ func (s *Server) appendDelayStats(b []byte, detail bool) []byte {
 	b = protocol.AppendStatInt(b, "delay_delivered", st.Delivered)
 	b = protocol.AppendStatInt(b, "delay_retried", st.Retried)
 	b = protocol.AppendStatInt(b, "delay_dead_letters", st.DeadLetters)
+	b = protocol.AppendStatInt(b, "delay_rolled", st.Rolled)
 	b = protocol.AppendStatInt(b, "delay_index_bytes", st.IndexBytes)
 	if detail {
 		for i, n := range st.LevelPending {

@@ -10,6 +10,7 @@ const (
 	StatusUnauthorized        = 401 // HttpStatus.Unauthorized
 	StatusForbidden           = 403 // HttpStatus.Forbidden
 	StatusNotFound            = 404 // HttpStatus.NotFound: also "no new message"
+	StatusConflict            = 409 // metaq: a dead letter resent already
 	StatusInternalServerError = 500 // HttpStatus.InternalServerError
 	StatusServiceUnavailable  = 503 // HttpStatus.ServiceUnavilable: busy / not supported yet
 	StatusGatewayTimeout      = 504 // HttpStatus.GatewayTimeout
