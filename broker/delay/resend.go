@@ -33,7 +33,7 @@ type ResendResult struct {
 	store.AppendResult        // the copy
 	Topic              string // its original topic
 	Partition          int32
-	NewMsgID           int64  // for ErrAlreadyResent: the earlier copy
+	NewMsgID           int64 // for ErrAlreadyResent: the earlier copy
 }
 
 // Resend is the broker side of `retry <group> <dlqMsgId> -2 <opaque>`: the

@@ -63,7 +63,7 @@ type Service struct {
 	mu   sync.Mutex      // guards seen
 	seen map[string]bool // retry/DLQ topics announced through OnTopic
 
-	resendMu sync.Mutex                  // serialises Resend; guards resent
+	resendMu sync.Mutex                 // serialises Resend; guards resent
 	resent   map[string]map[int64]int64 // group → dead letter id → copy id (resend.go)
 
 	stop chan struct{}
