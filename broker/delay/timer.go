@@ -61,6 +61,7 @@ type timer struct {
 	onDisk       int64          // entries in files (approximate, for stats)
 
 	lastQ, lastT  int64
+	maxDone       int64 // the latest due time of an entry handled (delivered or rolled)
 	ckPi          int64
 	lastProgress  time.Time
 	lastCk        time.Time
@@ -532,10 +533,15 @@ func (t *timer) load(nowMs int64) error {
 
 // deliverDue delivers the entries whose time has come, oldest first.
 func (t *timer) deliverDue() (int, error) {
+	return t.deliverUpTo(time.Now().UnixMilli(), deliverBatch)
+}
+
+// deliverUpTo delivers up to maxN entries due at or before limit.
+func (t *timer) deliverUpTo(limit int64, maxN int) (int, error) {
 	s := t.s
 	n := 0
 	now := time.Now().UnixMilli()
-	for n < deliverBatch && len(t.heap) > 0 && t.heap[0].due <= now {
+	for n < maxN && len(t.heap) > 0 && t.heap[0].due <= limit {
 		e := t.heap.pop()
 		t.onDisk--
 		// By id: the id holds the physical offset, no index lookup.
@@ -573,6 +579,7 @@ func (t *timer) deliverDue() (int, error) {
 			t.heap.push(e)
 			return n, err
 		}
+		t.maxDone = max(t.maxDone, e.due)
 		n++
 	}
 	if n > 0 {
@@ -674,9 +681,21 @@ func (t *timer) snapshot() timerSnap {
 // finish writes the last progress record and checkpoint on stop; Close
 // calls it after the timer and level goroutines have all returned, so the
 // record covers every delivery.
+//
+// An entry filed late (its record indexed after later entries were
+// delivered: a record stored just before an earlier step's deliveries)
+// can sit in the window below entries already delivered; the watermark
+// would then be below those, and a restart would deliver them again from
+// their bucket. So finish first delivers what is due up to the latest due
+// time already handled: the watermark is then above every delivery.
 func (t *timer) finish() error {
 	if err := t.flushWrites(); err != nil {
 		return err
+	}
+	for len(t.heap) > 0 && t.heap[0].due <= t.maxDone {
+		if _, err := t.deliverUpTo(t.maxDone, deliverBatch); err != nil {
+			return err
+		}
 	}
 	if err := t.maybeProgress(time.Now(), true); err != nil {
 		return err
