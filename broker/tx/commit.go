@@ -28,13 +28,22 @@ func (m *Manager) commit(s *Session, key string, kind Kind, onePhase bool) (Resu
 	var run []store.Message
 	if onePhase {
 		run = t.msgs
+		err = m.schedule(run)
 	} else {
 		run, err = m.loadPrepared(t)
+		if err == nil {
+			err = m.schedule(run)
+		}
 		if err != nil {
 			m.release(t, false)
 			return Result{}, xaErr(XAErrRMErr, "commit failed, the transaction stays prepared: "+err.Error())
 		}
 		run = append(run, store.Message{Topic: OpTopic, Data: appendOp(nil, "commit", key, 0, 0)})
+	}
+	if onePhase && err != nil {
+		m.release(t, true)
+		m.rolledBack.Add(1)
+		return Result{}, xaErr(XARBOther, "commit failed, rolled back: "+err.Error())
 	}
 	if len(run) == 0 {
 		m.release(t, true)

@@ -158,6 +158,11 @@ func (m *Manager) finishHalf(id int64, a Action) (*store.Flush, error) {
 	if !found {
 		return nil, ErrNotFound
 	}
+	run := []store.Message{real}
+	if err := m.schedule(run); err != nil {
+		return nil, err
+	}
+	real = run[0]
 	f, err := m.appendRun([]store.Message{real, {Topic: OpTopic, Data: appendOp(nil, "hcommit", key, 0, 0)}})
 	if err == nil {
 		m.committed.Add(1)

@@ -35,8 +35,14 @@ type Config struct {
 	MaxPendingHalf int
 	// ScanBudget bounds the time one check scan may take.
 	ScanBudget time.Duration
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// Schedule turns a message about to be committed into its %SCHEDULE%
+	// record when its properties ask for a delay (delay=, deliverAt=), so
+	// that a committed transactional message keeps its delay; ok is false
+	// for a message that is not delayed. nil: delay properties are stored as
+	// given.
+	Schedule func(m *store.Message) (out store.Message, ok bool, err error)
+	Logger   *slog.Logger
+	Now      func() time.Time
 }
 
 // Defaults.
@@ -486,6 +492,27 @@ func (m *Manager) release(t *Tx, done bool) {
 	if t.sess != nil && t.sess.closed && t.state != stPrepared {
 		m.dropLocked(t) // the connection closed meanwhile
 	}
+}
+
+// schedule routes the delayed messages of a run to commit through
+// Config.Schedule (in place).
+func (m *Manager) schedule(run []store.Message) error {
+	if m.cfg.Schedule == nil {
+		return nil
+	}
+	for i := range run {
+		if len(run[i].Properties) == 0 {
+			continue
+		}
+		out, ok, err := m.cfg.Schedule(&run[i])
+		if err != nil {
+			return err
+		}
+		if ok {
+			run[i] = out
+		}
+	}
+	return nil
 }
 
 // appendRun appends msgs as one contiguous run and makes it durable as the
