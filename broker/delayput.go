@@ -105,6 +105,7 @@ func (s *Server) appendDelayStats(b []byte, detail bool) []byte {
 	st := d.Stats()
 	b = protocol.AppendStatInt(b, "delay_pending", st.Pending())
 	b = protocol.AppendStatInt(b, "delay_timer_pending", st.TimerPending)
+	b = protocol.AppendStatInt(b, "delay_timer_indexed", st.TimerIndexed)
 	b = protocol.AppendStatInt(b, "delay_next_due", st.NextDueMs)
 	b = protocol.AppendStatInt(b, "delay_timer_lag_ms", st.TimerLagMs)
 	b = protocol.AppendStatInt(b, "delay_late_max_ms", st.LateMaxMs)

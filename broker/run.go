@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/delay"
+	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/conf"
 	"github.com/metaqgo/metaq/internal/logx"
@@ -20,6 +21,7 @@ type Broker struct {
 	Store  *store.Store
 	Delay  *delay.Service
 	Server *Server
+	pop    *pop.Pop // broker-managed delivery (popserve.go)
 	zk     *zkRegistration
 	log    *slog.Logger
 
@@ -32,6 +34,7 @@ type StartOptions struct {
 	Server func(*Options)      // changes to the server options derived from the config
 	Store  func(*store.Config) // changes to the store configuration
 	Delay  func(*delay.Config) // changes to the delay service configuration
+	Pop    func(*pop.Config)   // changes to the delivery service configuration
 }
 
 // Start opens the store, starts the listener and registers in ZooKeeper.
@@ -80,9 +83,15 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	}
 	srv, err := New(opts)
 	if err == nil {
-		err = srv.Start()
+		b.pop, err = openPop(c, st, dl, srv, so.Pop)
+		if err == nil {
+			err = srv.Start()
+		}
 	}
 	if err != nil {
+		if b.pop != nil {
+			_ = b.pop.Close()
+		}
 		if srv != nil {
 			srv.tx.Close() // opened by New (txconn.go)
 		}
@@ -129,6 +138,11 @@ func (b *Broker) Stop(ctx context.Context) error {
 	}
 	if b.zk != nil {
 		b.zk.close()
+	}
+	if b.pop != nil {
+		if err := b.pop.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if b.Delay != nil {
 		if err := b.Delay.Close(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/delay"
+	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/internal/logx"
@@ -67,6 +68,7 @@ type Server struct {
 	stats  counters
 	lat    atomic.Pointer[latencyObserver] // metrics.go
 	tx     *tx.Manager
+	pop    *pop.Pop // broker-managed delivery (popserve.go), nil until set
 
 	rtMu   sync.Mutex
 	rtPrev realtimeSnap

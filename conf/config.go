@@ -77,6 +77,7 @@ type System struct {
 	MaxConnections int           // maxConnections (metaq), default 0 = unlimited
 
 	Delay Delay // messageDelayLevel, maxReconsumeTimes (conf/delay.go)
+	Pop   Pop   // maxDeliveries, popMaxInflight (conf/pop.go)
 	// The HTTP side (metaq keys; docs/observability.md).
 	DashboardToken      string        // dashboardToken: needed by administrative HTTP actions; "" = read-only
 	MetricsMaxTopics    int           // metricsMaxTopics, default 2000: topics with their own series; later ones are summed into topic="_other"

@@ -100,6 +100,8 @@ func (c *Config) systemTopic(name string) (Topic, bool) {
 	case name == ScheduleTopic:
 		t.NumPartitions = SchedulePartitions
 	case name == "%TX_HALF%", name == "%TX_OP%": // the transaction log (broker/tx)
+	case name == PopTopic: // broker-managed delivery state (broker/pop)
+		t.NumPartitions = 2
 	case strings.HasPrefix(name, RetryPrefix) && len(name) > len(RetryPrefix),
 		strings.HasPrefix(name, DLQPrefix) && len(name) > len(DLQPrefix):
 	default:

@@ -107,6 +107,8 @@ var systemKeys = []keyDef{
 	{"maxConnections", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MaxConnections, v) }},
 	{"messageDelayLevel", used, "", func(p *parser, c *Config, v string) error { return set(&c.System.Delay.Levels, v, ParseDelayLevels) }},
 	{"maxReconsumeTimes", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Delay.MaxReconsumeTimes, v) }},
+	{"maxDeliveries", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Pop.MaxDeliveries, v) }},
+	{"popMaxInflight", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Pop.MaxInflight, v) }},
 	{"dashboardToken", used, "", func(p *parser, c *Config, v string) error { c.System.DashboardToken = v; return nil }},
 	{"metricsMaxTopics", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MetricsMaxTopics, v) }},
 	{"metricsMaxLagSeries", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MetricsMaxLagSeries, v) }},

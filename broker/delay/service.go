@@ -320,6 +320,7 @@ type Stats struct {
 	DeadLetters  int64
 	Rolled       int64 // far-future records re-appended ahead of retention
 	IndexBytes   int64 // timer index files on disk
+	TimerIndexed int64 // %SCHEDULE% partition-0 queue offset the timer has indexed up to (exclusive)
 }
 
 // Pending is every delayed message not yet delivered.
@@ -348,7 +349,7 @@ func (s *Service) Stats() Stats {
 		}
 	}
 	ts := s.timer.snapshot()
-	st.TimerPending, st.IndexBytes = ts.pending, ts.indexBytes
+	st.TimerPending, st.IndexBytes, st.TimerIndexed = ts.pending, ts.indexBytes, ts.indexed
 	if ts.nextDue > 0 && (st.NextDueMs == 0 || ts.nextDue < st.NextDueMs) {
 		st.NextDueMs = ts.nextDue
 	}

@@ -76,7 +76,7 @@ type timer struct {
 }
 
 type timerSnap struct {
-	pending, nextDue, indexBytes int64
+	pending, nextDue, indexBytes, indexed int64
 }
 
 func newTimer(s *Service, dir string, pr progress) (*timer, error) {
@@ -668,7 +668,7 @@ func (t *timer) publish() {
 	}
 	t.mu.Lock()
 	t.snap = timerSnap{pending: int64(len(t.heap)) + t.fine.total + t.coarse.total, nextDue: next,
-		indexBytes: max(t.onDisk, 0) * entrySize}
+		indexBytes: max(t.onDisk, 0) * entrySize, indexed: t.pos}
 	t.mu.Unlock()
 }
 

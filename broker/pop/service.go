@@ -1,0 +1,889 @@
+package pop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// Config configures the service.
+type Config struct {
+	Store *store.Store
+	// Topics reports whether this broker serves topic for subscription,
+	// and with how many partitions.
+	Topics func(topic string) (partitions int, ok bool)
+	// DeadLetter moves message msgID to %DLQ%<group> (the retry feature's
+	// dead-letter queue, broker/delay); the returned flush (sync-flush
+	// mode) completes when it is durable. nil: dead letters are dropped
+	// with a log line.
+	DeadLetter func(group string, msgID int64, reason string) (*store.Flush, error)
+	// MaxDeliveries: deliveries of a message before it goes to the
+	// dead-letter queue (`maxDeliveries`, default 5).
+	MaxDeliveries int
+	// MaxInflight caps the window of one group on one partition: offsets
+	// from the oldest unfinished one to the newest delivered one
+	// (`popMaxInflight`, default 2,000,000).
+	MaxInflight int
+	// CheckpointInterval: how often the state is checkpointed into %POP%
+	// while it changes (default 1s; once a minute when idle).
+	CheckpointInterval time.Duration
+	// MaxRecordSize bounds the data of a %POP% record (maxMessageSize;
+	// default 1 MiB): larger checkpoints are split into chunks.
+	MaxRecordSize int
+	Logger        *slog.Logger
+	// OnEvent, when set, is told of every delivery, ack, release, reject,
+	// expiry and dead letter (tracing hooks; called without locks held
+	// but on the hot path: keep it cheap).
+	OnEvent func(Event)
+}
+
+// Event is what Config.OnEvent receives.
+type Event struct {
+	Kind         string // "deliver", "ack", "release", "reject", "expire", "dead"
+	Group, Topic string
+	Partition    int32
+	Offset       int64
+	Attempt      int
+}
+
+// Defaults.
+const (
+	DefaultMaxDeliveries = 5
+	DefaultMaxInflight   = 2_000_000
+)
+
+// Pop implements Service.
+type Pop struct {
+	cfg Config
+	st  *store.Store
+	log *slog.Logger
+
+	mu     sync.RWMutex // guards queues (the map, not the queues)
+	queues map[string]map[string]*queue
+
+	tm    *timer
+	dead  chan deadItem
+	done  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+	ckMu  sync.Mutex // serializes checkpoints
+	ckID  uint64
+	stats Stats
+}
+
+// Stats are the service's counters (`stats pop`).
+type Stats struct {
+	Delivered, Redelivered, Acked, Released, Rejected, Extended, Expired, DeadLettered atomic.Int64
+	Checkpoints                                                                        atomic.Int64
+}
+
+// queue is the state of one group on one topic. Lock rules: queue.mu
+// guards everything below it and the parts; Pop.mu is taken before
+// queue.mu, timer.mu after it; no lock is held across a store append that
+// waits (only AppendAsync, which never blocks on I/O) or a flush wait.
+type queue struct {
+	group, topic string
+	mu           sync.Mutex
+	parts        []*part
+	rr           int
+	notify       chan struct{} // closed when a message becomes ready again
+	dirty        bool
+}
+
+type deadItem struct {
+	q      *queue
+	p      *part
+	off    int64
+	reason string
+}
+
+// Open recovers the delivery state from %POP% and starts the service.
+func Open(cfg Config) (*Pop, error) {
+	if cfg.Store == nil || cfg.Topics == nil {
+		return nil, errors.New("pop: Config.Store and Config.Topics are required")
+	}
+	if cfg.MaxDeliveries <= 0 {
+		cfg.MaxDeliveries = DefaultMaxDeliveries
+	}
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = DefaultMaxInflight
+	}
+	if cfg.CheckpointInterval <= 0 {
+		cfg.CheckpointInterval = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxRecordSize <= 0 || cfg.MaxRecordSize > 1<<20 {
+		cfg.MaxRecordSize = 1 << 20
+	}
+	cfg.MaxRecordSize = max(cfg.MaxRecordSize-1024, 4096)
+	s := &Pop{
+		cfg:    cfg,
+		st:     cfg.Store,
+		log:    cfg.Logger.With("component", "pop"),
+		queues: make(map[string]map[string]*queue),
+		tm:     newTimer(),
+		dead:   make(chan deadItem, 4096),
+		done:   make(chan struct{}),
+		ckID:   uint64(time.Now().UnixNano()),
+	}
+	if err := s.recover(); err != nil {
+		return nil, err
+	}
+	s.wg.Add(3)
+	go func() { defer s.wg.Done(); s.tm.loop(s.done, s.expire) }()
+	go func() { defer s.wg.Done(); s.deadLoop() }()
+	go func() { defer s.wg.Done(); s.checkpointLoop() }()
+	return s, nil
+}
+
+// Close stops the service and writes a final checkpoint. Receives waiting
+// return ErrClosed.
+func (s *Pop) Close() error {
+	var err error
+	s.once.Do(func() {
+		close(s.done)
+		s.wg.Wait()
+		err = s.checkpoint(true)
+		if errors.Is(err, store.ErrClosed) {
+			err = nil
+		}
+	})
+	return err
+}
+
+func (s *Pop) closed() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// lookup returns the queue of group/topic, or nil (no allocation).
+func (s *Pop) lookup(group, topic []byte) *queue {
+	s.mu.RLock()
+	q := s.queues[string(group)][string(topic)]
+	s.mu.RUnlock()
+	return q
+}
+
+func (s *Pop) queueFor(group, topic string) *queue {
+	s.mu.RLock()
+	q := s.queues[group][topic]
+	s.mu.RUnlock()
+	if q != nil {
+		return q
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.queues[group]
+	if m == nil {
+		m = make(map[string]*queue)
+		s.queues[group] = m
+	}
+	if q = m[topic]; q == nil {
+		q = &queue{group: group, topic: topic}
+		m[topic] = q
+	}
+	return q
+}
+
+// partLocked returns partition id of q, creating its state.
+func (q *queue) partLocked(id int32) *part {
+	for int(id) >= len(q.parts) {
+		q.parts = append(q.parts, &part{id: int32(len(q.parts))})
+	}
+	return q.parts[id]
+}
+
+func (q *queue) signalLocked() {
+	if q.notify != nil {
+		close(q.notify)
+		q.notify = nil
+	}
+}
+
+func (q *queue) waitChLocked() <-chan struct{} {
+	if q.notify == nil {
+		q.notify = make(chan struct{})
+	}
+	return q.notify
+}
+
+// Item is one delivery of a Batch: Record is a slice of the mapped commit
+// log, valid until the batch is released.
+type Item struct {
+	Partition int32
+	Offset    int64
+	MsgID     int64
+	Attempt   int
+	Record    []byte
+}
+
+// Batch is what Poll fills: the deliveries, the store reads their records
+// come from, and (when there is nothing) the channels to wait on. A Batch is
+// reused: Release it after each Poll.
+type Batch struct {
+	Topic string
+	Items []Item
+	Waits []<-chan struct{}
+	Bytes int
+	reads []*store.ReadResult
+}
+
+// Release drops the batch's records (they point into the commit log).
+func (b *Batch) Release() {
+	for i, r := range b.reads {
+		r.Release()
+		b.reads[i] = nil
+	}
+	b.reads = b.reads[:0]
+	clear(b.Items)
+	b.Items = b.Items[:0]
+	clear(b.Waits)
+	b.Waits = b.Waits[:0]
+	b.Bytes = 0
+}
+
+// Takes releases the reads into dst (the caller will release them later,
+// e.g. after writing the records to a socket) and empties b.
+func (b *Batch) Take(dst []*store.ReadResult) []*store.ReadResult {
+	dst = append(dst, b.reads...)
+	clear(b.reads)
+	b.reads = b.reads[:0]
+	return dst
+}
+
+func clampInvisible(d time.Duration) time.Duration {
+	return min(max(d, MinInvisible), MaxInvisible)
+}
+
+// Poll delivers up to max messages of topic to group without waiting.
+// With nothing to deliver, b.Waits holds the channels of which one closes
+// when something may have become deliverable (the caller waits on them and
+// polls again). max is clamped to [1, MaxReceive].
+func (s *Pop) Poll(group, topic string, f Filter, limit int, invisible time.Duration, b *Batch) error {
+	if s.closed() {
+		return ErrClosed
+	}
+	if err := checkName(group); err != nil {
+		return err
+	}
+	n, ok := s.cfg.Topics(topic)
+	if !ok || n <= 0 {
+		return ErrUnknownTopic
+	}
+	limit = min(max(limit, 1), MaxReceive)
+	invisible = clampInvisible(invisible)
+	b.Topic = topic
+	q := s.queueFor(group, topic)
+	now := nowMs()
+	deadline := now + invisible.Milliseconds()
+	var evs []Event
+	q.mu.Lock()
+	start := q.rr
+	q.rr++
+	for i := 0; i < n && len(b.Items) < limit; i++ {
+		p := q.partLocked(int32((start + i) % n))
+		if !p.inited {
+			p.base = s.st.MinOffset(topic, p.id)
+			p.cursor, p.inited = p.base, true
+		}
+		s.redeliverLocked(q, p, b, limit, deadline)
+		s.freshLocked(q, p, f, b, limit, deadline)
+	}
+	if len(b.Items) == 0 {
+		b.Waits = append(b.Waits, q.waitChLocked())
+		for i := 0; i < n; i++ {
+			p := q.parts[i]
+			if p.inflight() < s.cfg.MaxInflight {
+				b.Waits = append(b.Waits, s.st.Wait(topic, p.id, p.cursor))
+			}
+		}
+	} else {
+		q.dirty = true
+		if s.cfg.OnEvent != nil {
+			for _, it := range b.Items {
+				evs = append(evs, Event{Kind: "deliver", Group: group, Topic: topic, Partition: it.Partition, Offset: it.Offset, Attempt: it.Attempt})
+			}
+		}
+	}
+	q.mu.Unlock()
+	for _, e := range evs {
+		s.cfg.OnEvent(e)
+	}
+	return nil
+}
+
+// redeliverLocked delivers p's ready messages again.
+func (s *Pop) redeliverLocked(q *queue, p *part, b *Batch, limit int, deadline int64) {
+	for len(b.Items) < limit {
+		o, ok := p.takeReady()
+		if !ok {
+			return
+		}
+		e := p.at(o)
+		res, err := s.st.Read(q.topic, p.id, o, 1, nil)
+		if err != nil || res.Status != store.ReadFound {
+			if res != nil {
+				res.Release()
+			}
+			if err != nil && !errors.Is(err, store.ErrClosed) {
+				s.log.Error("redelivery read failed; the message is dropped for the group", "group", q.group, "topic", q.topic, "partition", p.id, "offset", o, "err", err)
+			}
+			e.state = stDone // gone (retention) or unreadable: nothing left to deliver
+			p.advance()
+			continue
+		}
+		rec := firstRecord(res.Bufs[0])
+		if rec == nil || int64(be.Uint64(rec[protocol.OffQueueOffset:])) != o {
+			res.Release()
+			e.state = stDone
+			p.advance()
+			continue
+		}
+		b.reads = append(b.reads, res)
+		e.state, e.deadline = stInflight, deadline
+		if e.attempt < 0xFFFE {
+			e.attempt++
+		}
+		b.Items = append(b.Items, Item{Partition: p.id, Offset: o, MsgID: int64(be.Uint64(rec[protocol.OffMsgID:])), Attempt: int(e.attempt), Record: rec})
+		b.Bytes += len(rec)
+		s.tm.schedule(tentry{at: deadline, q: q, p: p, off: o, n: 1})
+		s.stats.Redelivered.Add(1)
+	}
+}
+
+func firstRecord(buf []byte) []byte {
+	if len(buf) < protocol.RecordOverhead {
+		return nil
+	}
+	n := int(be.Uint32(buf))
+	if n < protocol.RecordOverhead || n > len(buf) {
+		return nil
+	}
+	return buf[:n]
+}
+
+// freshLocked delivers messages of p never delivered before.
+func (s *Pop) freshLocked(q *queue, p *part, f Filter, b *Batch, limit int, deadline int64) {
+	first := int64(-1)
+	for rounds := 0; rounds < 16 && len(b.Items) < limit && p.inflight() < s.cfg.MaxInflight; rounds++ {
+		want := limit - len(b.Items)
+		res, err := s.st.Read(q.topic, p.id, p.cursor, min(max(want*512, 16<<10), 1<<20), f)
+		if err != nil {
+			if !errors.Is(err, store.ErrClosed) {
+				s.log.Error("read failed", "group", q.group, "topic", q.topic, "partition", p.id, "offset", p.cursor, "err", err)
+			}
+			break
+		}
+		switch res.Status {
+		case store.ReadFound:
+		case store.ReadFiltered:
+			s.skipLocked(p, res.NextOffset)
+			res.Release()
+			continue
+		case store.ReadOffsetTooSmall:
+			s.skipLocked(p, res.MinOffset)
+			res.Release()
+			continue
+		default:
+			res.Release()
+			rounds = 1 << 20
+			continue
+		}
+		used, all := false, true
+	scan:
+		for _, buf := range res.Bufs {
+			for len(buf) > 0 {
+				rec := firstRecord(buf)
+				if rec == nil {
+					all = false
+					break scan
+				}
+				buf = buf[len(rec):]
+				o := int64(be.Uint64(rec[protocol.OffQueueOffset:]))
+				if o < p.cursor {
+					continue
+				}
+				if len(b.Items) >= limit || p.inflight() >= s.cfg.MaxInflight {
+					all = false
+					break scan
+				}
+				s.skipLocked(p, o)
+				p.push(entry{state: stInflight, attempt: 1, deadline: deadline})
+				if first < 0 {
+					first = o
+				}
+				b.Items = append(b.Items, Item{Partition: p.id, Offset: o, MsgID: int64(be.Uint64(rec[protocol.OffMsgID:])), Attempt: 1, Record: rec})
+				b.Bytes += len(rec)
+				used = true
+				s.stats.Delivered.Add(1)
+			}
+		}
+		if all && res.NextOffset > p.cursor {
+			s.skipLocked(p, res.NextOffset)
+		}
+		if used {
+			b.reads = append(b.reads, res)
+		} else {
+			res.Release()
+		}
+	}
+	if first >= 0 {
+		s.tm.schedule(tentry{at: deadline, q: q, p: p, off: first, n: int32(p.cursor - first)})
+	}
+	p.advance()
+}
+
+// skipLocked marks the offsets from cursor up to to as done (filtered out
+// or removed by retention).
+func (s *Pop) skipLocked(p *part, to int64) {
+	if to <= p.cursor {
+		return
+	}
+	if p.inflight() == 0 {
+		p.base, p.cursor = to, to
+		p.win, p.head = p.win[:0], 0
+		return
+	}
+	for p.cursor < to {
+		p.push(entry{state: stDone})
+	}
+}
+
+// Receive implements Service.
+func (s *Pop) Receive(ctx context.Context, group, topic string, f Filter, limit int, invisible time.Duration) ([]Delivery, error) {
+	var b Batch
+	defer b.Release()
+	var cases []reflect.SelectCase
+	for {
+		if err := s.Poll(group, topic, f, limit, invisible, &b); err != nil {
+			return nil, err
+		}
+		if len(b.Items) > 0 {
+			out := make([]Delivery, len(b.Items))
+			for i, it := range b.Items {
+				out[i] = Delivery{
+					Handle: FormatHandle(topic, it.Partition, it.Offset, it.Attempt),
+					Topic:  topic, Partition: it.Partition, QueueOffset: it.Offset, MsgID: it.MsgID,
+					Attempt: it.Attempt, Record: append([]byte(nil), it.Record...),
+				}
+			}
+			return out, nil
+		}
+		cases = cases[:0]
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf((<-chan struct{})(s.done))})
+		for _, w := range b.Waits {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
+		}
+		b.Release()
+		switch i, _, _ := reflect.Select(cases); i {
+		case 0:
+			return nil, ctx.Err()
+		case 1:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// Handle is a parsed delivery handle.
+type Handle struct {
+	Topic     []byte
+	Partition int32
+	Offset    int64
+	Attempt   int
+}
+
+// FormatHandle renders a handle: `<topic>:<partition>:<offset>:<attempt>`.
+func FormatHandle(topic string, partition int32, offset int64, attempt int) string {
+	return string(AppendHandle(make([]byte, 0, len(topic)+32), topic, partition, offset, attempt))
+}
+
+// AppendHandle appends the handle text to b.
+func AppendHandle(b []byte, topic string, partition int32, offset int64, attempt int) []byte {
+	b = append(b, topic...)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(partition), 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, offset, 10)
+	b = append(b, ':')
+	return strconv.AppendInt(b, int64(attempt), 10)
+}
+
+// ParseHandle parses a handle without allocating (Topic aliases h).
+func ParseHandle(h []byte) (Handle, error) {
+	var out Handle
+	var nums [3]int64
+	end := len(h)
+	for i := 2; i >= 0; i-- {
+		j := end - 1
+		for j >= 0 && h[j] != ':' {
+			j--
+		}
+		if j < 0 || j == end-1 || end-j-1 > 19 {
+			return out, ErrBadHandle
+		}
+		var v int64
+		for _, c := range h[j+1 : end] {
+			if c < '0' || c > '9' {
+				return out, ErrBadHandle
+			}
+			v = v*10 + int64(c-'0')
+			if v < 0 {
+				return out, ErrBadHandle
+			}
+		}
+		nums[i] = v
+		end = j
+	}
+	if end == 0 || end > protocol.MaxTopicLen || nums[0] > 1<<31-1 || nums[2] < 1 || nums[2] > 0xFFFF {
+		return out, ErrBadHandle
+	}
+	for _, c := range h[:end] {
+		if !validNameByte(c) {
+			return out, ErrBadHandle
+		}
+	}
+	out.Topic, out.Partition, out.Offset, out.Attempt = h[:end], int32(nums[0]), nums[1], int(nums[2])
+	return out, nil
+}
+
+func validNameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '%' || c == '-'
+}
+
+func checkName(g string) error {
+	if len(g) == 0 || len(g) > 255 || g == "." || g == ".." {
+		return fmt.Errorf("%w: bad group name", ErrBadRequest)
+	}
+	for i := 0; i < len(g); i++ {
+		if !validNameByte(g[i]) {
+			return fmt.Errorf("%w: bad group name", ErrBadRequest)
+		}
+	}
+	return nil
+}
+
+// Op is what Finish does with a delivery.
+type Op uint8
+
+const (
+	OpAck Op = iota + 1
+	OpRelease
+	OpReject
+	OpExtend
+)
+
+// Finish applies op to the deliveries hs of group: ack, release (arg =
+// delay), reject or extend (arg = invisibility from now). It returns how
+// many were applied, the first per-handle failure (ErrStale), and the
+// flush the caller waits for before answering (sync-flush mode; in async
+// mode it must call store.WriteOut first, as for a put). scratch is reused
+// for the %POP% record.
+func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratch []byte) (applied int, stale error, flush *store.Flush, _ []byte, err error) {
+	if s.closed() {
+		return 0, nil, nil, scratch, ErrClosed
+	}
+	var done []doneRef
+	var dead []deadItem
+	now := nowMs()
+	for i := range hs {
+		h := &hs[i]
+		q := s.lookup(group, h.Topic)
+		if q == nil {
+			if stale == nil {
+				stale = ErrStale
+			}
+			continue
+		}
+		q.mu.Lock()
+		var p *part
+		if int(h.Partition) < len(q.parts) {
+			p = q.parts[h.Partition]
+		}
+		var e *entry
+		if p != nil {
+			e = p.at(h.Offset)
+		}
+		if e == nil || e.state != stInflight || int(e.attempt) != h.Attempt {
+			q.mu.Unlock()
+			if stale == nil {
+				stale = ErrStale
+			}
+			continue
+		}
+		q.dirty = true
+		applied++
+		switch op {
+		case OpAck:
+			e.state = stDone
+			p.advance()
+			done = append(done, doneRef{topic: q.topic, part: p.id, off: h.Offset})
+			s.stats.Acked.Add(1)
+		case OpRelease:
+			if arg <= 0 {
+				e.state = stReady
+				p.addReady(h.Offset)
+				q.signalLocked()
+			} else {
+				e.state, e.deadline = stWaiting, now+min(arg, MaxInvisible).Milliseconds()
+				s.tm.schedule(tentry{at: e.deadline, q: q, p: p, off: h.Offset, n: 1})
+			}
+			s.stats.Released.Add(1)
+		case OpExtend:
+			e.deadline = now + clampInvisible(arg).Milliseconds()
+			s.tm.schedule(tentry{at: e.deadline, q: q, p: p, off: h.Offset, n: 1})
+			s.stats.Extended.Add(1)
+		case OpReject:
+			e.state = stDead
+			dead = append(dead, deadItem{q: q, p: p, off: h.Offset, reason: "rejected"})
+			s.stats.Rejected.Add(1)
+		}
+		q.mu.Unlock()
+		s.event(op, q, p.id, h.Offset, h.Attempt)
+	}
+	for _, d := range dead {
+		if s.deadLetter(d) {
+			done = append(done, doneRef{topic: d.q.topic, part: d.p.id, off: d.off})
+		}
+	}
+	if len(done) > 0 {
+		flush, scratch, err = s.appendDone(string(group), done, scratch)
+	}
+	return applied, stale, flush, scratch, err
+}
+
+func (s *Pop) event(op Op, q *queue, p int32, off int64, attempt int) {
+	if s.cfg.OnEvent == nil {
+		return
+	}
+	kind := [...]string{OpAck: "ack", OpRelease: "release", OpReject: "reject", OpExtend: "extend"}[op]
+	s.cfg.OnEvent(Event{Kind: kind, Group: q.group, Topic: q.topic, Partition: p, Offset: off, Attempt: attempt})
+}
+
+// appendDone writes done records for refs (one per topic, at most 8
+// topics per record; callers pass one or a few).
+func (s *Pop) appendDone(group string, refs []doneRef, scratch []byte) (*store.Flush, []byte, error) {
+	var last *store.Flush
+	for len(refs) > 0 {
+		n := min(len(refs), s.cfg.MaxRecordSize/13-300)
+		scratch = appendDone(scratch[:0], group, refs[:n])
+		m := store.Message{Topic: popTopic, Partition: partDone, Data: scratch}
+		_, f, err := s.st.AppendAsync(&m)
+		if err != nil {
+			return nil, scratch, err
+		}
+		if f != nil {
+			last = f
+		}
+		refs = refs[n:]
+	}
+	return last, scratch, nil
+}
+
+// durable waits until what was appended is durable against a broker crash.
+func (s *Pop) durable(f *store.Flush) error {
+	if f != nil {
+		return f.Wait()
+	}
+	return s.st.WriteOut()
+}
+
+func (s *Pop) finishOne(group, handle string, op Op, arg time.Duration) error {
+	h, err := ParseHandle([]byte(handle))
+	if err != nil {
+		return err
+	}
+	if err := checkName(group); err != nil {
+		return err
+	}
+	hs := [1]Handle{h}
+	_, stale, f, _, err := s.Finish([]byte(group), hs[:], op, arg, nil)
+	if err != nil {
+		return err
+	}
+	if stale != nil {
+		return stale
+	}
+	return s.durable(f)
+}
+
+// Ack implements Service.
+func (s *Pop) Ack(group, handle string) error { return s.finishOne(group, handle, OpAck, 0) }
+
+// Release implements Service.
+func (s *Pop) Release(group, handle string, delay time.Duration) error {
+	return s.finishOne(group, handle, OpRelease, delay)
+}
+
+// Reject implements Service.
+func (s *Pop) Reject(group, handle string) error { return s.finishOne(group, handle, OpReject, 0) }
+
+// Extend implements Service.
+func (s *Pop) Extend(group, handle string, invisible time.Duration) error {
+	return s.finishOne(group, handle, OpExtend, invisible)
+}
+
+// expire ends the invisibility times that are due (timer goroutine).
+func (s *Pop) expire(due []tentry, now int64) {
+	for i := range due {
+		t := &due[i]
+		q, p := t.q, t.p
+		q.mu.Lock()
+		ready := false
+		for o := t.off; o < t.off+int64(t.n); o++ {
+			e := p.at(o)
+			if e == nil || (e.state != stInflight && e.state != stWaiting) || e.deadline != t.at {
+				continue
+			}
+			q.dirty = true
+			s.stats.Expired.Add(1)
+			if int(e.attempt) >= s.cfg.MaxDeliveries {
+				e.state = stDead
+				select {
+				case s.dead <- deadItem{q: q, p: p, off: o, reason: "maxDeliveries"}:
+				default:
+					// the dead-letter worker is behind: try again in a second
+					e.state, e.deadline = stWaiting, now+1000
+					s.tm.schedule(tentry{at: e.deadline, q: q, p: p, off: o, n: 1})
+				}
+				continue
+			}
+			e.state = stReady
+			p.addReady(o)
+			ready = true
+		}
+		if ready {
+			q.signalLocked()
+		}
+		q.mu.Unlock()
+	}
+}
+
+// deadLoop moves messages past MaxDeliveries to the dead-letter queue.
+func (s *Pop) deadLoop() {
+	var scratch []byte
+	for {
+		select {
+		case <-s.done:
+			return
+		case d := <-s.dead:
+			if !s.deadLetter(d) {
+				continue
+			}
+			f, buf, err := s.appendDone(d.q.group, []doneRef{{topic: d.q.topic, part: d.p.id, off: d.off}}, scratch)
+			scratch = buf
+			if err == nil {
+				err = s.durable(f)
+			}
+			if err != nil && !errors.Is(err, store.ErrClosed) {
+				s.log.Error("recording a dead letter failed", "group", d.q.group, "err", err)
+			}
+		}
+	}
+}
+
+// deadLetter writes d's message to the dead-letter queue and marks it done
+// in memory; false when it could not (it is delivered again later).
+func (s *Pop) deadLetter(d deadItem) bool {
+	q, p := d.q, d.p
+	var msgID int64 = -1
+	res, err := s.st.Read(q.topic, p.id, d.off, 1, nil)
+	if err == nil && res.Status == store.ReadFound {
+		if rec := firstRecord(res.Bufs[0]); rec != nil && int64(be.Uint64(rec[protocol.OffQueueOffset:])) == d.off {
+			msgID = int64(be.Uint64(rec[protocol.OffMsgID:]))
+		}
+	}
+	if res != nil {
+		res.Release()
+	}
+	if msgID >= 0 && s.cfg.DeadLetter != nil {
+		f, err := s.cfg.DeadLetter(q.group, msgID, d.reason)
+		if err == nil {
+			err = s.durable(f)
+		}
+		if err != nil {
+			q.mu.Lock()
+			if e := p.at(d.off); e != nil && e.state == stDead {
+				e.state, e.deadline = stWaiting, nowMs()+5000
+				s.tm.schedule(tentry{at: e.deadline, q: q, p: p, off: d.off, n: 1})
+			}
+			q.mu.Unlock()
+			if !errors.Is(err, store.ErrClosed) {
+				s.log.Error("dead-lettering failed; retrying in 5s", "group", q.group, "topic", q.topic, "msgId", msgID, "err", err)
+			}
+			return false
+		}
+	} else if msgID >= 0 {
+		s.log.Warn("message past maxDeliveries dropped (no dead-letter queue)", "group", q.group, "topic", q.topic, "msgId", msgID)
+	}
+	q.mu.Lock()
+	if e := p.at(d.off); e != nil && e.state == stDead {
+		e.state = stDone
+		p.advance()
+		q.dirty = true
+	}
+	q.mu.Unlock()
+	s.stats.DeadLettered.Add(1)
+	if s.cfg.OnEvent != nil {
+		s.cfg.OnEvent(Event{Kind: "dead", Group: q.group, Topic: q.topic, Partition: p.id, Offset: d.off})
+	}
+	return true
+}
+
+// Snapshot is the state of one group on one topic (`stats pop`).
+type Snapshot struct {
+	Group, Topic string
+	Inflight     int // offsets in windows not done
+	Ready        int // waiting for redelivery
+	Window       int // sum of window lengths
+}
+
+// Snapshots lists every queue's state.
+func (s *Pop) Snapshots() []Snapshot {
+	s.mu.RLock()
+	var qs []*queue
+	for _, m := range s.queues {
+		for _, q := range m {
+			qs = append(qs, q)
+		}
+	}
+	s.mu.RUnlock()
+	out := make([]Snapshot, 0, len(qs))
+	for _, q := range qs {
+		sn := Snapshot{Group: q.group, Topic: q.topic}
+		q.mu.Lock()
+		for _, p := range q.parts {
+			sn.Window += p.inflight()
+			sn.Ready += len(p.ready) - p.rhead
+			for _, e := range p.win[p.head:] {
+				if e.state != stDone {
+					sn.Inflight++
+				}
+			}
+		}
+		q.mu.Unlock()
+		out = append(out, sn)
+	}
+	return out
+}
+
+// Counters returns the service's counters.
+func (s *Pop) Counters() *Stats { return &s.stats }
+
+// TimerLen is the number of pending timer entries.
+func (s *Pop) TimerLen() int { return s.tm.len() }

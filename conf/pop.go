@@ -1,0 +1,11 @@
+package conf
+
+// PopTopic holds the state of broker-managed delivery (docs/push.md):
+// partition 0 done records, partition 1 checkpoints.
+const PopTopic = "%POP%"
+
+// Pop holds the broker-managed delivery keys of [system] (docs/push.md).
+type Pop struct {
+	MaxDeliveries int // maxDeliveries; 0 = 5 (Kafka share groups' delivery limit)
+	MaxInflight   int // popMaxInflight; 0 = 2,000,000 per group and partition
+}
