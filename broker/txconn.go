@@ -21,6 +21,7 @@ import (
 func (s *Server) openTx() error {
 	cfg := s.opts.Tx
 	cfg.Store, cfg.BrokerID = s.store, s.opts.BrokerID
+	cfg.CallerWritesOut = true // conn.writeOut, once per batch of commands read
 	if d := s.opts.Delay; d != nil && cfg.Schedule == nil {
 		cfg.Schedule = func(m *store.Message) (store.Message, bool, error) {
 			plan, ok, err := d.PlanFor(m.Properties, time.Now().UnixMilli())
@@ -103,6 +104,7 @@ func (c *conn) txReply(res tx.Result, err error, opaque int32) {
 		}
 		r := resultReply(&c.rq, protocol.StatusSuccess, res.Body, opaque)
 		r.flush = res.Flush
+		r.needsWriteOut = res.Appended
 		c.rq.replies = append(c.rq.replies, r)
 		c.rq.bytes += replyHeaderEstimate
 	case errors.As(err, &xe):

@@ -63,7 +63,7 @@ func (m *Manager) commit(s *Session, key string, kind Kind, onePhase bool) (Resu
 	}
 	m.release(t, true)
 	m.committed.Add(1)
-	return Result{Flush: f}, nil
+	return Result{Flush: f, Appended: true}, nil
 }
 
 func (m *Manager) rollback(s *Session, key string, kind Kind) (Result, error) {
@@ -86,7 +86,7 @@ func (m *Manager) rollback(s *Session, key string, kind Kind) (Result, error) {
 	}
 	m.release(t, true)
 	m.rolledBack.Add(1)
-	return Result{Flush: f}, nil
+	return Result{Flush: f, Appended: true}, nil
 }
 
 // commitRun is the append of a two-phase commit: the commit op first, then
@@ -169,8 +169,12 @@ func (m *Manager) checkCommitRun(c *commitAt) error {
 	}
 	if err == nil {
 		var f *store.Flush
-		if f, err = m.appendRun(commitRun(c.key, c.halfFrom, c.n, c.from+have, rest)); err == nil && f != nil {
-			err = f.Wait()
+		if f, err = m.appendRun(commitRun(c.key, c.halfFrom, c.n, c.from+have, rest)); err == nil {
+			if f != nil {
+				err = f.Wait()
+			} else {
+				err = m.st.WriteOut()
+			}
 		}
 	}
 	if err != nil {

@@ -43,6 +43,12 @@ type Config struct {
 	Schedule func(m *store.Message) (out store.Message, ok bool, err error)
 	Logger   *slog.Logger
 	Now      func() time.Time
+	// CallerWritesOut: the caller of Command, Put, PutHalf and End writes
+	// async-flush appends out (store.WriteOut) before acknowledging them, as
+	// a broker connection does once per batch of commands read; the table
+	// then does not write out each of its appends itself (one system call
+	// per transaction step).
+	CallerWritesOut bool
 }
 
 // Defaults.
@@ -285,6 +291,9 @@ type Result struct {
 	Body    string       // result 200 body
 	NoReply bool         // END: MetaQ sends no reply
 	Flush   *store.Flush // reply only once this group commit is durable (nil: already)
+	// Appended: the command appended to the commit log (with
+	// CallerWritesOut, the reply must fail if the caller's write-out fails).
+	Appended bool
 }
 
 // Command runs `transaction <key> <sessionId> <type> [<timeoutS>] [<uq>]`.
@@ -524,10 +533,16 @@ func (m *Manager) appendRun(msgs []store.Message) (*store.Flush, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f == nil {
-		err = m.st.WriteOut()
+	return f, m.writeOut(f)
+}
+
+// writeOut writes an async-flush append out (store.WriteOut) unless the
+// caller does (Config.CallerWritesOut).
+func (m *Manager) writeOut(f *store.Flush) error {
+	if f != nil || m.cfg.CallerWritesOut {
+		return nil
 	}
-	return f, err
+	return m.st.WriteOut()
 }
 
 func (m *Manager) prepare(s *Session, key string, kind Kind) (Result, error) {
@@ -570,7 +585,7 @@ func (m *Manager) prepare(s *Session, key string, kind Kind) (Result, error) {
 	t.msgs, t.bytes = nil, 0
 	t.busy = false
 	m.mu.Unlock()
-	return Result{Body: strconv.Itoa(XAOK), Flush: f}, nil
+	return Result{Body: strconv.Itoa(XAOK), Flush: f, Appended: true}, nil
 }
 
 // appendPrepared appends the half records of a prepare as one run, then
@@ -585,8 +600,8 @@ func (m *Manager) appendPrepared(run []store.Message, res []store.AppendResult, 
 	}
 	op := store.Message{Topic: OpTopic, Data: appendOp(nil, "prepare", key, res[0].QueueOffset, len(run))}
 	_, f, err := m.st.AppendAsync(&op)
-	if err == nil && f == nil {
-		err = m.st.WriteOut()
+	if err == nil {
+		err = m.writeOut(f)
 	}
 	return f, err
 }

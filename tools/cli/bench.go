@@ -37,6 +37,7 @@ type benchOpts struct {
 	fetchDepth int
 	cpuProfile string
 	delay      delayBenchOpts // bench_delay.go
+	tx         txBenchOpts    // bench_tx.go
 
 	durationSet bool // --duration given
 	countSet    bool // --count given
@@ -101,6 +102,15 @@ measured.`},
   delay-pending   --delay-pending messages scheduled 1-2 h ahead: the broker's RSS growth (needs
                   the broker's pid: --server-pid or a loopback --server)
 The topic's readers start at its current end; pending messages stay scheduled after the run.`},
+	{use: "tx",
+		short: "Transactions: plain puts vs local transactions of --tx-size messages vs half message + txend commit",
+		long: `Three phases (--tx-phases), each its own result, over the raw protocol with --window units
+pipelined on each of --conns connections for --duration:
+  tx-plain        plain puts (the baseline)
+  tx-local        BEGIN, --tx-size transactional puts, COMMIT_ONE_PHASE (many transactions in flight
+                  on one connection); msgs/s counts messages, the note gives transactions/s
+  tx-half-commit  a half message, then txend commit once it is answered (ratio = vs tx-plain)
+Run it against a sync-flush broker (--sync checks) for the durable figures.`},
 	{use: "all",
 		short: "produce, latency, consume, e2e, and topics/partitions when their topics exist",
 		long: `Run produce (labelled by the broker's flush mode), latency, consume and e2e on --topic, then
@@ -122,6 +132,8 @@ Workloads (subcommands; the peer comparison's names are aliases):
   e2e         publish→delivery latency at a fixed --rate, long-polling readers
   topics      topics-1000: publish over --topics topics vs 1 topic
   partitions  partitions-10000: publish over --partitions partitions vs 1 partition
+  tx          transactions: plain puts (baseline), local transactions of --tx-size messages,
+              half message + txend commit; --window units pipelined per connection
   all         all of the above (topics/partitions when their topics exist)
 
 --server host:port talks to brokers directly (no ZooKeeper); without it the topic's partitions
@@ -165,6 +177,7 @@ workload succeeded.`,
 	pf.IntVar(&o.fetchDepth, "fetch-depth", 4, "consume: gets in flight per partition")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark client's CPU profile to this file")
 	addDelayBenchFlags(pf, &o.delay)
+	addTxBenchFlags(pf, &o.tx)
 
 	for _, w := range benchWorkloads {
 		cmd.AddCommand(newBenchWorkloadCommand(app, o, w))
@@ -254,6 +267,12 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		runs = append(runs, b.spreadTopics)
 	case "partitions", benchkit.WorkloadPartitions10000:
 		runs = append(runs, b.spreadPartitions)
+	case "tx":
+		phases, err := b.txPhases()
+		if err != nil {
+			return err
+		}
+		runs = append(runs, phases...)
 	case "delay":
 		phases, err := b.delayPhases()
 		if err != nil {
