@@ -147,6 +147,20 @@ func AppendStatInt(dst []byte, key string, v int64) []byte {
 	return append(dst, '\r', '\n')
 }
 
+// IntStat is one `key <decimal>` line of a stats reply.
+type IntStat struct {
+	Key string
+	V   int64
+}
+
+// AppendStatInts appends a `key <decimal>\r\n` line per stat, in order.
+func AppendStatInts(dst []byte, stats ...IntStat) []byte {
+	for _, s := range stats {
+		dst = AppendStatInt(dst, s.Key, s.V)
+	}
+	return dst
+}
+
 // appendStatKey appends `key ` with spaces and CR/LF in key replaced by '_'.
 func appendStatKey(dst []byte, key string) []byte {
 	for i := 0; i < len(key); i++ {

@@ -3,12 +3,10 @@ package delay
 import (
 	"log/slog"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
-	"github.com/metaqgo/metaq/conf"
 	"github.com/metaqgo/metaq/protocol"
 )
 
@@ -25,34 +23,14 @@ func TestCleanStopAfterLateEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	s := &Service{cfg: Config{Lookahead: 500 * time.Millisecond, ProgressEvery: time.Hour}, st: st,
-		log: slog.New(slog.DiscardHandler), levels: conf.Delay{}.DelayLevels(), seen: map[string]bool{}, stop: make(chan struct{})}
+	s := handService(st)
 	tdir := filepath.Join(dir, "timer")
 	tm, err := newTimer(s, tdir, progress{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	appendTimer := func(body string, deliverAt int64) protocol.Record {
-		m := store.Message{Topic: "dst", Partition: 0, Data: []byte(body), Properties: []byte("deliverAt=" + strconv.FormatInt(deliverAt, 10))}
-		sm, _ := ScheduleMessage(&m, Plan{Partition: TimerPartition, DeliverAt: deliverAt}, nil)
-		res, err := st.Append(&sm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rr, err := st.ReadByID(res.MsgID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rr.Release()
-		r, _, err := protocol.DecodeRecord(rr.Bufs[0], 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Properties = append([]byte(nil), r.Properties...)
-		return r
-	}
-	a := appendTimer("A", 0) // due at its store time
-	b := appendTimer("B", a.StoreTime+150)
+	a := appendTimerRecord(t, st, "A", 0) // due at its store time
+	b := appendTimerRecord(t, st, "B", a.StoreTime+150)
 	// B is indexed and delivered; A's record is not read yet.
 	tm.add(tm.entryFor(&b))
 	if err := tm.flushWrites(); err != nil {

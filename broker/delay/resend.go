@@ -54,21 +54,11 @@ func (s *Service) Resend(group string, msgID int64, partition func(topic string)
 		out.NewMsgID = id
 		return out, nil, scratch, fmt.Errorf("%w: %d as %d", ErrAlreadyResent, msgID, id)
 	}
-	res, err := s.st.ReadByID(msgID)
-	if errors.Is(err, store.ErrNotFound) {
-		return out, nil, scratch, fmt.Errorf("%w: %d", ErrNotFound, msgID)
-	}
+	res, r, err := s.readRecord(msgID)
 	if err != nil {
 		return out, nil, scratch, err
 	}
 	defer res.Release()
-	if res.Count == 0 {
-		return out, nil, scratch, fmt.Errorf("%w: %d", ErrNotFound, msgID)
-	}
-	r, _, err := protocol.DecodeRecord(res.Bufs[0], 0)
-	if err != nil {
-		return out, nil, scratch, err
-	}
 	if string(r.Topic) != DLQTopic(group) {
 		return out, nil, scratch, fmt.Errorf("%w: %d is not a dead letter of group %s", ErrNotFound, msgID, group)
 	}
@@ -81,10 +71,7 @@ func (s *Service) Resend(group string, msgID int64, partition func(topic string)
 		return out, nil, scratch, fmt.Errorf("%w: topic %s of dead letter %d is not accepted here", ErrNotFound, topic, msgID)
 	}
 	_, hasOrig := protocol.PropertyRaw(r.Properties, PropOrigMsgID)
-	scratch = appendWithout(scratch[:0], r.Properties, func(k []byte) bool {
-		return isRouting(k) || string(k) == PropDelay || string(k) == PropDeliverAt ||
-			string(k) == PropRetryTopic || string(k) == PropReason
-	})
+	scratch = appendWithout(scratch[:0], r.Properties, isRetryOwned)
 	if !hasOrig {
 		scratch = appendIntPair(scratch, PropOrigMsgID, r.MsgID)
 	}

@@ -2,12 +2,10 @@ package delay
 
 import (
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
-	"github.com/metaqgo/metaq/protocol"
 )
 
 // TestRolledCopiesDeliverOnce: a crash between a roll-forward's re-append
@@ -28,25 +26,10 @@ func TestRolledCopiesDeliverOnce(t *testing.T) {
 	}
 	defer s.Close()
 	due := time.Now().Add(3 * time.Second).UnixMilli() // beyond rollAfter (2s): a roll entry
-	m := store.Message{Topic: "dst", Partition: 0, Data: []byte("once"),
-		Properties: []byte("deliverAt=" + strconv.FormatInt(due, 10))}
-	sm, _ := ScheduleMessage(&m, Plan{Partition: TimerPartition, DeliverAt: due}, nil)
-	res, err := st.Append(&sm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rr, err := st.ReadByID(res.MsgID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, _, err := protocol.DecodeRecord(rr.Bufs[0], 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := appendTimerRecord(t, st, "once", due)
 	if _, err := s.rollForward(&r, nil); err != nil {
 		t.Fatal(err)
 	}
-	rr.Release()
 	if err := st.WriteOut(); err != nil {
 		t.Fatal(err)
 	}

@@ -382,80 +382,73 @@ func (e *Expr) eval(i int32, m *Message, sl *slots) tri {
 		}
 		return compare(n.cmp, e.get(&n.x, m, sl), e.get(&n.y, m, sl))
 	case opBetween:
+		var r tri
 		if p := n.x.prop; p != nil && p.field == fieldProps && n.y.prop == nil && n.z.prop == nil {
 			raw, ok := e.raw(p, m, sl)
 			if !ok {
 				return unknown
 			}
-			r := and(cmpRawLit(cmpGe, raw, &n.y.lit), cmpRawLit(cmpLe, raw, &n.z.lit))
-			if n.neg {
-				return not(r)
-			}
-			return r
+			r = and(cmpRawLit(cmpGe, raw, &n.y.lit), cmpRawLit(cmpLe, raw, &n.z.lit))
+		} else {
+			x := e.get(&n.x, m, sl)
+			r = and(compare(cmpGe, x, e.get(&n.y, m, sl)), compare(cmpLe, x, e.get(&n.z, m, sl)))
 		}
-		x := e.get(&n.x, m, sl)
-		r := and(compare(cmpGe, x, e.get(&n.y, m, sl)), compare(cmpLe, x, e.get(&n.z, m, sl)))
-		if n.neg {
-			return not(r)
-		}
-		return r
+		return negIf(n.neg, r)
 	case opIn:
+		// The value is a raw property (compared with cmpRawLit, or as bytes
+		// when every literal is a string and it has no escapes) or any other
+		// operand (compare).
+		var raw []byte
+		var x value
+		isRaw := false
 		if p := n.x.prop; p != nil && p.field == fieldProps {
-			raw, ok := e.raw(p, m, sl)
-			if !ok {
+			var ok bool
+			if raw, ok = e.raw(p, m, sl); !ok {
 				return unknown
 			}
-			r := no
+			isRaw = true
 			if n.strList && !needsUnescape(raw, true) {
-				// All literals are strings and the value has no escapes: equality of bytes.
+				r := no
 				for j := range n.list {
 					if string(raw) == string(n.list[j].s) {
 						r = yes
 						break
 					}
 				}
-				if n.neg {
-					return not(r)
-				}
-				return r
+				return negIf(n.neg, r)
 			}
-			for j := range n.list {
-				if t := cmpRawLit(cmpEq, raw, &n.list[j]); t == yes {
-					r = yes
-					break
-				} else if t == unknown {
-					r = unknown
-				}
-			}
-			if n.neg {
-				return not(r)
-			}
-			return r
-		}
-		x := e.get(&n.x, m, sl)
-		if x.k == kNull {
+		} else if x = e.get(&n.x, m, sl); x.k == kNull {
 			return unknown
 		}
 		r := no
 		for j := range n.list {
-			switch compare(cmpEq, x, n.list[j]) {
-			case yes:
-				r = yes
-			case unknown:
-				r = unknown
+			var t tri
+			if isRaw {
+				t = cmpRawLit(cmpEq, raw, &n.list[j])
+			} else {
+				t = compare(cmpEq, x, n.list[j])
 			}
-			if r == yes {
+			if t == yes {
+				r = yes
 				break
 			}
+			if t == unknown {
+				r = unknown
+			}
 		}
-		if n.neg {
-			return not(r)
-		}
-		return r
+		return negIf(n.neg, r)
 	case opIsNull:
 		return triOf((e.get(&n.x, m, sl).k == kNull) != n.neg)
 	}
 	return unknown
+}
+
+// negIf is not(t) for a NOT BETWEEN / NOT IN, t otherwise.
+func negIf(neg bool, t tri) tri {
+	if neg {
+		return not(t)
+	}
+	return t
 }
 
 func not(t tri) tri {
