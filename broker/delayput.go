@@ -3,7 +3,6 @@ package broker
 import (
 	"errors"
 	"strconv"
-	"time"
 
 	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/store"
@@ -14,20 +13,13 @@ import (
 // into its %SCHEDULE% record (docs/delay.md). ok is false when the put was
 // refused (the reply is queued).
 func (c *conn) delayPut(ts *topicState, m *store.Message, opaque int32) (delayed, ok bool) {
-	d := c.srv.opts.Delay
-	if d == nil || len(m.Properties) == 0 {
-		return false, true
-	}
-	plan, yes, err := d.PlanFor(m.Properties, time.Now().UnixMilli())
-	if err != nil {
-		c.failPut(ts, protocol.StatusBadRequest, c.srv.putError([]byte(ts.name), m.Partition, err.Error()), opaque)
+	delayed, buf, perr := c.srv.planDelay(ts, m, c.delayBuf) // publish.go
+	c.delayBuf = buf
+	if perr != nil {
+		c.failPut(ts, perr.Code, perr.Msg, opaque)
 		return false, false
 	}
-	if !yes {
-		return false, true
-	}
-	*m, c.delayBuf = delay.ScheduleMessage(m, plan, c.delayBuf)
-	return true, true
+	return delayed, true
 }
 
 // handleRetry answers `retry <group> <msgId> <delayLevel> <opaque> [<reason>]`

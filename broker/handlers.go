@@ -88,15 +88,11 @@ func (c *conn) failPut(ts *topicState, code int, body string, opaque int32) {
 func (c *conn) handlePut(cmd *protocol.Command) {
 	s := c.srv
 	s.stats.cmdPut.Add(1)
-	if protocol.IsSystemTopic(cmd.Topic) {
-		c.failPut(nil, protocol.StatusForbidden, s.putError(cmd.Topic, cmd.Partition, "system topics do not accept puts"), cmd.Opaque)
-		return
-	}
-	ts := s.topics.get(cmd.Topic)
-	if ts == nil || !ts.settings.AcceptPublish {
-		c.log.Warn("put refused: the topic is not accepted for publishing here", "topic", string(cmd.Topic))
-		c.failPut(nil, protocol.StatusInternalServerError,
-			s.putError(cmd.Topic, cmd.Partition, "The server do not accept topic "+string(cmd.Topic)), cmd.Opaque)
+	// The put path is shared with Server.Publish (publish.go): refusals,
+	// partition choice, delays and the append live there.
+	ts, perr := s.putTopic(cmd.Topic, cmd.Partition)
+	if perr != nil {
+		c.failPut(nil, perr.Code, perr.Msg, cmd.Opaque)
 		return
 	}
 	sampled := s.sampleStart(ts.puts.Add(1))
@@ -104,13 +100,9 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		c.txPut(ts, cmd) // txconn.go
 		return
 	}
-	partition := cmd.Partition
-	if partition == -1 {
-		partition = ts.choosePartition()
-	}
-	if partition < 0 || int(partition) >= ts.settings.NumPartitions {
-		c.failPut(ts, protocol.StatusInternalServerError,
-			s.putError(cmd.Topic, partition, "wrong partition "+strconv.Itoa(int(partition))), cmd.Opaque)
+	partition, perr := s.putPartition(ts, cmd.Partition)
+	if perr != nil {
+		c.failPut(ts, perr.Code, perr.Msg, cmd.Opaque)
 		return
 	}
 	props, data, flag, err := protocol.SplitProperties(cmd.Flag, cmd.Data)
@@ -127,21 +119,11 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 	if !ok {
 		return
 	}
-	res, flush, err := s.appendAsync(&msg)
-	if err != nil {
-		code := protocol.StatusInternalServerError
-		switch {
-		case errors.Is(err, store.ErrMessageTooLarge), errors.Is(err, store.ErrBadTopic):
-			code = protocol.StatusBadRequest
-		case errors.Is(err, store.ErrClosed):
-			code = protocol.StatusServiceUnavailable
-		default:
-			c.log.Error("append failed", "topic", ts.name, "partition", partition, "err", err)
-		}
-		c.failPut(ts, code, s.putError(cmd.Topic, partition, err.Error()), cmd.Opaque)
+	res, flush, perr := s.putAppend(ts, &msg)
+	if perr != nil {
+		c.failPut(ts, perr.Code, perr.Msg, cmd.Opaque)
 		return
 	}
-	ts.putBytes.Add(int64(len(data)))
 	if delayed {
 		res.QueueOffset = -1 // stored in %SCHEDULE%: no queue offset in its topic yet
 	}
@@ -150,9 +132,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 	if !delayed { // a delayed message is not in its topic yet: nothing for a later get to wait for
 		c.own.note(ts, partition, res.QueueOffset, flush)
 	}
-	if !ts.notified.Load() && ts.notified.CompareAndSwap(false, true) && s.opts.OnTopic != nil {
-		go s.opts.OnTopic(ts.name, ts.settings.NumPartitions)
-	}
+	s.topicWritten(ts)
 }
 
 // subscribable resolves a topic/partition for get, offset and seek. It queues

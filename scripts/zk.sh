@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/zk.sh — a standalone ZooKeeper on loopback for metaq developers, tests and users.
 #
-# Usage: scripts/zk.sh start|stop|restart|status|cli [zkCli args…] [--help]
+# Usage: scripts/zk.sh start|stop|restart|status|kill|pause|resume|cli [zkCli args…] [--help]
+#        ZK_ENSEMBLE=3 scripts/zk.sh start        (a 3-node ensemble on loopback; ZK_NODE=i: one member)
 #
 # Uses Debian's `zookeeper` package (installed on demand, Java 17 runtime). Everything the server
 # writes (config, data, logs, pid) lives under run/zk-<port>/ in the project, or under $ZK_DIR.
@@ -21,6 +22,17 @@ Usage: $(basename "$0") start|stop|restart|status|cli [args…]
   restart   stop, then start
   status    print whether it runs and its srvr summary; exit 0 running, 3 not running, 1 broken
   cli       run zkCli.sh against it, e.g. "$(basename "$0") cli ls -R /meta" (interactive without args)
+  kill      SIGKILL the server (fault tests: a crashed ZooKeeper node)
+  pause     SIGSTOP the server (it keeps its sockets but answers nothing: a partitioned node)
+  resume    SIGCONT a paused server
+
+Ensemble (ZK_ENSEMBLE=N, N >= 2, usually 3): every command applies to the N members of a
+replicated ensemble on loopback — member i (1..N) listens on \$ZK_PORT+i-1 for clients,
+\$ZK_QUORUM_BASE+i-1 for followers and \$ZK_ELECTION_BASE+i-1 for leader election, with its own
+directory \$ZK_DIR/node<i>. ZK_NODE=i restricts a command to member i (stop one node, start it
+again). "status" prints each member's mode (leader/follower) and exits 0 only when a quorum runs.
+Clients connect with  ZK_CONNECT=127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183  ("connect" prints it).
+  connect   print the connect string (one host:port, or the ensemble's list)
 
 Environment (defaults in brackets):
   ZK_PORT            client port [2181]
@@ -37,6 +49,12 @@ Environment (defaults in brackets):
   ZK_START_TIMEOUT   seconds to wait for the server to answer [30]
   ZK_STOP_TIMEOUT    seconds to wait after SIGTERM before SIGKILL [15]
   JAVA               java binary [java on PATH, else /usr/bin/java]
+  ZK_ENSEMBLE        members of a replicated ensemble [1 = standalone]
+  ZK_NODE            ensemble member a command applies to [all]
+  ZK_PORTS           comma-separated client ports of the members [\$ZK_PORT, \$ZK_PORT+1, …]
+  ZK_QUORUM_PORTS    comma-separated follower ports [\$ZK_PORT+700, +701, …] (2881.. for 2181)
+  ZK_ELECTION_PORTS  comma-separated election ports [\$ZK_PORT+1700, +1701, …] (3881.. for 2181)
+  (an ensemble's ZK_DIR defaults to <project>/run/zk-ensemble-\$ZK_PORT)
 
 Files: \$ZK_DIR/conf/zoo.cfg, \$ZK_DIR/data, \$ZK_DIR/logs/zookeeper.log (+ zookeeper.out),
        \$ZK_DIR/zk.pid
@@ -45,7 +63,16 @@ EOF
 
 ZK_PORT="${ZK_PORT:-2181}"
 ZK_HOST="${ZK_HOST:-127.0.0.1}"
-ZK_DIR="${ZK_DIR:-$PROJECT_ROOT/run/zk-$ZK_PORT}"
+ZK_ENSEMBLE="${ZK_ENSEMBLE:-1}"
+ZK_NODE="${ZK_NODE:-}"
+# Set (internally) when this process runs one member of an ensemble: its id and the server lines.
+ZK_MYID="${ZK_MYID:-}"
+ZK_SERVERS="${ZK_SERVERS:-}"
+if [[ "$ZK_ENSEMBLE" =~ ^[0-9]+$ ]] && ((ZK_ENSEMBLE > 1)) && [[ -z "$ZK_MYID" ]]; then
+	ZK_DIR="${ZK_DIR:-$PROJECT_ROOT/run/zk-ensemble-$ZK_PORT}"
+else
+	ZK_DIR="${ZK_DIR:-$PROJECT_ROOT/run/zk-$ZK_PORT}"
+fi
 ZK_TICK_MS="${ZK_TICK_MS:-2000}"
 ZK_FORCE_SYNC="${ZK_FORCE_SYNC:-yes}"
 ZK_PREALLOC_KB="${ZK_PREALLOC_KB:-65536}"
@@ -161,7 +188,18 @@ write_config() {
 		echo "autopurge.purgeInterval=1"
 		if [[ -n "$ZK_MIN_SESSION_MS" ]]; then echo "minSessionTimeout=$ZK_MIN_SESSION_MS"; fi
 		if [[ -n "$ZK_MAX_SESSION_MS" ]]; then echo "maxSessionTimeout=$ZK_MAX_SESSION_MS"; fi
+		if [[ -n "$ZK_MYID" ]]; then
+			# a member of a replicated ensemble: followers sync within 10 ticks, stay within 5
+			echo "initLimit=10"
+			echo "syncLimit=5"
+			echo "standaloneEnabled=false"
+			echo "reconfigEnabled=false"
+			tr ';' '\n' <<<"$ZK_SERVERS"
+		fi
 	} >"$CFG.tmp"
+	if [[ -n "$ZK_MYID" ]]; then
+		echo "$ZK_MYID" >"$DATA_DIR/myid"
+	fi
 	mv -f "$CFG.tmp" "$CFG"
 	cat >"$LOG4J" <<EOF
 log4j.rootLogger=INFO, FILE
@@ -252,7 +290,9 @@ cmd_start() {
 		return 1
 	fi
 	write_config
-	local java cp start_ms
+	local java cp start_ms main=org.apache.zookeeper.server.ZooKeeperServerMain
+	# an ensemble member runs the quorum peer (leader election, replication)
+	if [[ -n "$ZK_MYID" ]]; then main=org.apache.zookeeper.server.quorum.QuorumPeerMain; fi
 	java="$(find_java)"
 	cp="$(server_classpath)"
 	: >"$OUT_FILE"
@@ -271,7 +311,7 @@ cmd_start() {
 			"-Dlog4j.configuration=file:$LOG4J" \
 			-Dzookeeper.admin.enableServer=false \
 			"-Dzookeeper.datadir.autocreate=true" \
-			-cp "$cp" org.apache.zookeeper.server.ZooKeeperServerMain "$CFG"
+			-cp "$cp" "$main" "$CFG"
 	) >>"$OUT_FILE" 2>&1 </dev/null &
 	pid=$!
 	echo "$pid" >"$PID_FILE"
@@ -320,8 +360,32 @@ cmd_status() {
 		msg "ZooKeeper pid $pid is alive but does not answer on $ZK_HOST:$ZK_PORT"
 		return 1
 	fi
+	if ! grep -q '^Mode: ' <<<"$srvr"; then
+		# an ensemble member without a quorum: "This ZooKeeper instance is not currently serving requests"
+		msg "ZooKeeper pid $pid on $ZK_HOST:$ZK_PORT runs but is not serving: ${srvr%%$'\n'*}"
+		return 1
+	fi
 	msg "ZooKeeper running on $ZK_HOST:$ZK_PORT (pid $pid, dir $ZK_DIR)"
 	printf '%s\n' "$srvr" | sed 's/^/  /'
+}
+
+# cmd_signal <SIG> <verb>: send a signal to the running server (kill, pause, resume).
+cmd_signal() {
+	local sig="$1" verb="$2" pid
+	if ! pid="$(our_pid)"; then
+		msg "ZooKeeper on port $ZK_PORT is not running"
+		return 0
+	fi
+	kill "-$sig" "$pid"
+	if [[ "$sig" == KILL ]]; then
+		local i
+		for ((i = 0; i < 100; i++)); do
+			alive "$pid" || break
+			sleep 0.05
+		done
+		rm -f "$PID_FILE"
+	fi
+	msg "ZooKeeper on $ZK_HOST:$ZK_PORT $verb (pid $pid, SIG$sig)"
 }
 
 cmd_cli() {
@@ -337,11 +401,130 @@ cmd_cli() {
 	exec "$ZK_SHARE/bin/zkCli.sh" -server "$ZK_HOST:$ZK_PORT" "$@"
 }
 
+# ---- ensemble: N members, each run by this script as a standalone-looking member ----
+
+# port_list <explicit-list> <base>: the N ports of the members (explicit comma list, else base+i).
+port_list() {
+	local list="$1" base="$2" i out=()
+	if [[ -n "$list" ]]; then
+		IFS=, read -r -a out <<<"$list"
+	else
+		for ((i = 0; i < ZK_ENSEMBLE; i++)); do out+=($((base + i))); done
+	fi
+	if ((${#out[@]} != ZK_ENSEMBLE)); then
+		err "expected $ZK_ENSEMBLE ports, got '${out[*]}'"
+		exit 2
+	fi
+	for i in "${out[@]}"; do
+		if ! [[ "$i" =~ ^[0-9]+$ ]] || ((i < 1 || i > 65535)); then
+			err "bad port '$i' in '${out[*]}'"
+			exit 2
+		fi
+	done
+	echo "${out[*]}"
+}
+
+ensemble_setup() {
+	read -r -a E_PORTS <<<"$(port_list "${ZK_PORTS:-}" "$ZK_PORT")"
+	read -r -a E_QPORTS <<<"$(port_list "${ZK_QUORUM_PORTS:-}" $((ZK_PORT + 700)))"
+	read -r -a E_EPORTS <<<"$(port_list "${ZK_ELECTION_PORTS:-}" $((ZK_PORT + 1700)))"
+	E_SERVERS=""
+	local i
+	for ((i = 1; i <= ZK_ENSEMBLE; i++)); do
+		E_SERVERS+="server.$i=$ZK_HOST:${E_QPORTS[i - 1]}:${E_EPORTS[i - 1]};"
+	done
+	E_SERVERS="${E_SERVERS%;}"
+	E_MEMBERS=()
+	if [[ -n "$ZK_NODE" ]]; then
+		if ! [[ "$ZK_NODE" =~ ^[0-9]+$ ]] || ((ZK_NODE < 1 || ZK_NODE > ZK_ENSEMBLE)); then
+			err "ZK_NODE must be 1..$ZK_ENSEMBLE, got '$ZK_NODE'"
+			exit 2
+		fi
+		E_MEMBERS=("$ZK_NODE")
+	else
+		for ((i = 1; i <= ZK_ENSEMBLE; i++)); do E_MEMBERS+=("$i"); done
+	fi
+}
+
+ensemble_connect() {
+	local i out=""
+	for ((i = 0; i < ZK_ENSEMBLE; i++)); do out+="$ZK_HOST:${E_PORTS[i]},"; done
+	echo "${out%,}"
+}
+
+# member <i> <command> [args]: this script for member i alone.
+member() {
+	local i="$1"
+	shift
+	ZK_ENSEMBLE=1 ZK_NODE="" ZK_MYID="$i" ZK_SERVERS="$E_SERVERS" ZK_PORT="${E_PORTS[i - 1]}" \
+		ZK_DIR="$ZK_DIR/node$i" "$SCRIPT_DIR/zk.sh" "$@"
+}
+
+ensemble_main() {
+	local cmd="$1"
+	shift
+	ensemble_setup
+	local i rc=0 pids=()
+	case "$cmd" in
+	start)
+		ensure_installed
+		# In parallel: a member answers srvr with a Mode only once a quorum has formed.
+		for i in "${E_MEMBERS[@]}"; do
+			member "$i" start &
+			pids+=($!)
+		done
+		for i in "${pids[@]}"; do wait "$i" || rc=1; done
+		if ((rc == 0)); then
+			msg "ensemble of $ZK_ENSEMBLE up: $(ensemble_connect)"
+		fi
+		return "$rc"
+		;;
+	stop | kill | pause | resume)
+		for i in "${E_MEMBERS[@]}"; do member "$i" "$cmd" || rc=1; done
+		return "$rc"
+		;;
+	restart)
+		for i in "${E_MEMBERS[@]}"; do member "$i" stop || rc=1; done
+		((rc == 0)) || return "$rc"
+		ZK_NODE="$ZK_NODE" ensemble_main start
+		;;
+	status)
+		local up=0 r
+		for i in "${E_MEMBERS[@]}"; do
+			r=0
+			member "$i" status || r=$?
+			if ((r == 0)); then up=$((up + 1)); fi
+		done
+		if [[ -n "$ZK_NODE" ]]; then
+			((up == 1)) && return 0
+			return 3
+		fi
+		msg "$up of $ZK_ENSEMBLE members serving; quorum needs $((ZK_ENSEMBLE / 2 + 1)); connect string $(ensemble_connect)"
+		if ((up > ZK_ENSEMBLE / 2)); then return 0; fi
+		if ((up == 0)); then return 3; fi
+		return 1
+		;;
+	connect) ensemble_connect ;;
+	cli)
+		ensure_installed
+		mkdir -p "$ZK_DIR"
+		export CLIENT_JVMFLAGS="${CLIENT_JVMFLAGS:-} -Dzookeeper.log.dir=$ZK_DIR -XX:TieredStopAtLevel=1 -Xshare:auto"
+		exec "$ZK_SHARE/bin/zkCli.sh" -server "$(ensemble_connect)" "$@"
+		;;
+	*) unknown_command "$cmd" ;;
+	esac
+}
+
 main() {
 	local cmd="${1:-}"
 	handle_help "$cmd"
 	shift
 	validate_env
+	require_uint ZK_ENSEMBLE
+	if ((ZK_ENSEMBLE > 1)); then
+		ensemble_main "$cmd" "$@"
+		return
+	fi
 	case "$cmd" in
 	start) cmd_start ;;
 	stop) cmd_stop ;;
@@ -351,6 +534,10 @@ main() {
 		cmd_start
 		;;
 	status) cmd_status ;;
+	kill) cmd_signal KILL killed ;;
+	pause) cmd_signal STOP paused ;;
+	resume) cmd_signal CONT resumed ;;
+	connect) echo "$ZK_HOST:$ZK_PORT" ;;
 	cli) cmd_cli "$@" ;;
 	*) unknown_command "$cmd" ;;
 	esac

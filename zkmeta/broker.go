@@ -83,6 +83,8 @@ type BrokerRegistry struct {
 	mu     sync.Mutex
 	node   *EphemeralNode // nil while not started
 	topics map[string]*topicReg
+	// elected: the master node is created by the election (zkmeta/ha.go), never by the registry
+	elected bool
 }
 
 type topicReg struct {
@@ -110,7 +112,7 @@ func (r *BrokerRegistry) Start() error {
 		return nil
 	}
 	p := r.c.paths.BrokerNode(r.b.ID, r.b.SlaveID)
-	n, err := r.c.ephemeral(p, []byte(r.b.URI()), nil)
+	n, err := r.c.ephemeralNode(p, []byte(r.b.URI()), nil, r.elected && !r.b.IsSlave())
 	if err != nil {
 		return err
 	}

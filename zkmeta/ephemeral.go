@@ -46,6 +46,7 @@ type EphemeralNode struct {
 	dep  *EphemeralNode // created only while dep is registered (a broker's topics after the broker)
 
 	isDep bool // some node depends on this one (guarded by k.mu)
+	adopt bool // never created by the keeper: registered while it exists in our session (zkmeta/ha.go)
 
 	// guarded by k.mu
 	data     []byte
@@ -108,6 +109,10 @@ func (c *Client) Ephemeral(p string, data []byte) (*EphemeralNode, error) {
 }
 
 func (c *Client) ephemeral(p string, data []byte, dep *EphemeralNode) (*EphemeralNode, error) {
+	return c.ephemeralNode(p, data, dep, false)
+}
+
+func (c *Client) ephemeralNode(p string, data []byte, dep *EphemeralNode, adopt bool) (*EphemeralNode, error) {
 	if !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") {
 		return nil, fmt.Errorf("zkmeta: bad path %q", p)
 	}
@@ -115,7 +120,7 @@ func (c *Client) ephemeral(p string, data []byte, dep *EphemeralNode) (*Ephemera
 		return nil, ErrClosed
 	}
 	k := c.eph
-	n := &EphemeralNode{k: k, path: p, full: c.FullPath(p), data: bytes.Clone(data), dep: dep}
+	n := &EphemeralNode{k: k, path: p, full: c.FullPath(p), data: bytes.Clone(data), dep: dep, adopt: adopt}
 	if n.data == nil {
 		n.data = []byte{}
 	}
@@ -503,6 +508,20 @@ func (k *keeper) ensure(n *EphemeralNode, sid int64) (retry, created bool) {
 		return false, false
 	}
 
+	if n.adopt {
+		// Somebody else (the election) creates this node in our session; we only take it over.
+		cur, st, err := conn.Get(n.full)
+		if err != nil || st.EphemeralOwner != sid {
+			return true, false // not (yet) ours: look again later
+		}
+		if !bytes.Equal(cur, data) {
+			if _, err := conn.Set(n.full, data, st.Version); err != nil {
+				return true, false
+			}
+		}
+		k.setWritten(n, sid, data)
+		return false, true
+	}
 	err := c.createFull(n.full, data, zk.FlagEphemeral)
 	if err == nil {
 		k.setWritten(n, sid, data)

@@ -35,6 +35,12 @@ type Options struct {
 	Token  string // dashboardToken; "" = administrative actions refused
 	Logger *slog.Logger
 
+	// DataAuth, when set, decides every data-plane request (publish,
+	// WebSocket subscribe) before it is served; its error is the answer
+	// (a StatusError keeps its status, other errors are 403). Nil:
+	// everyone may, as on the text protocol port.
+	DataAuth func(r *http.Request, a DataAccess) error
+
 	MaxTopics    int           // metricsMaxTopics
 	MaxLagSeries int           // metricsMaxLagSeries
 	LagInterval  time.Duration // metricsLagIntervalMs
@@ -154,6 +160,7 @@ func New(opts Options) (*Server, error) {
 	s.routes()
 	s.apiRoutes()
 	s.pageRoutes()
+	s.gatewayRoutes()
 	return s, nil
 }
 

@@ -73,7 +73,8 @@ invalid server.ini.`,
 			return runBroker(cmd.Context(), app, cfg, logger, localZK, localZKDir, stopTimeout)
 		},
 	}
-	cmd.AddCommand(newBrokerReloadCommand(app)) // cmd_admin.go
+	cmd.AddCommand(newBrokerReloadCommand(app))  // cmd_admin.go
+	cmd.AddCommand(newBrokerPromoteCommand(app)) // cmd_promote.go
 	f := cmd.Flags()
 	f.StringVarP(&confPath, "config", "c", "", "the broker's server.ini (required)")
 	f.StringVarP(&confPath, "file", "f", "", "same as -c (MetaQ's flag)")

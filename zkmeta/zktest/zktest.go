@@ -9,6 +9,8 @@
 //     Java client's tests do.
 //   - StartZooKeeper(t) runs a private ZooKeeper through scripts/zk.sh on a free port (tickTime
 //     500ms, data in a temporary directory) that a test may stop, wipe and start again.
+//   - StartEnsemble(t, 3) runs a private replicated ensemble (ZK_ENSEMBLE=3 scripts/zk.sh) whose
+//     members a test may stop, kill, pause (SIGSTOP) and start again.
 package zktest
 
 import (
@@ -335,16 +337,7 @@ type ZooKeeper struct {
 // the test when Debian's zookeeper package is not installed and EnvVar is unset.
 func StartZooKeeper(t testing.TB) *ZooKeeper {
 	t.Helper()
-	script, err := zkScript()
-	if err != nil {
-		t.Fatalf("zktest: %v", err)
-	}
-	if _, err := os.Stat("/usr/share/java/zookeeper.jar"); err != nil {
-		if os.Getenv(EnvVar) == "" {
-			t.Skipf("zktest: Debian's zookeeper package is not installed (run scripts/zk.sh start once to install it)")
-		}
-		t.Fatalf("zktest: Debian's zookeeper package is not installed: %v", err)
-	}
+	script := requireZooKeeper(t)
 	z := &ZooKeeper{Port: freePort(t), Dir: t.TempDir(), script: script}
 	tick := os.Getenv("METAQ_TEST_ZK_TICK_MS")
 	if tick == "" {
