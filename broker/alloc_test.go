@@ -21,6 +21,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 		{"put sync", BenchmarkPipelinedPutSync},
 		{"get async", BenchmarkPipelinedGetAsync},
 		{"put+get sync", BenchmarkPipelinedPutGetSync},
+		{"put async, authenticated with an ACL", BenchmarkPipelinedPutAuth}, // security_bench_test.go
 	} {
 		r := testing.Benchmark(bm.f)
 		if r.N == 0 {

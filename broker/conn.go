@@ -63,6 +63,8 @@ type conn struct {
 	wheres   whereCache                     // filter expression cache (where.go; reader only)
 	txs      *tx.Session                    // transactions of this connection (txconn.go; reader only)
 	delayBuf []byte                         // scratch for delayed puts and retries (reader only)
+	user     string                         // authenticated user, "" = anonymous (security.go; reader only)
+	authBuf  []byte                         // scratch for the unescaped secret (reader only)
 
 	own ownPuts    // this connection's puts, for the gets after them (reader only; ordering.go)
 	put partialPut // a put whose data spans reads (reader only; putbudget.go)
@@ -178,6 +180,9 @@ func (c *conn) enqueue(add func(q *outQueue)) {
 
 func (c *conn) readLoop() {
 	defer c.finishReading()
+	if !c.handshake() { // TLS (security.go)
+		return
+	}
 	buf := make([]byte, minReadBuf)
 	idle := c.srv.opts.IdleTimeout
 	for {

@@ -19,6 +19,9 @@ func (c *conn) handle(cmd *protocol.Command) error {
 		c.rq.addResultString(cmd.Err.Code, cmd.Err.Msg, cmd.Opaque)
 		return nil
 	}
+	if c.srv.opts.Auth != nil && !c.authorize(cmd) { // security.go
+		return nil
+	}
 	switch cmd.Op {
 	case protocol.OpPut:
 		c.handlePut(cmd)
@@ -46,6 +49,8 @@ func (c *conn) handle(cmd *protocol.Command) error {
 		c.handleTxEnd(cmd)
 	case protocol.OpProducer:
 		c.handleProducer(cmd)
+	case protocol.OpAuth:
+		c.handleAuth(cmd) // security.go
 	case protocol.OpSync:
 		c.rq.addResultString(protocol.StatusServiceUnavailable, "sync (replication) is not supported yet", cmd.Opaque)
 	default:

@@ -25,6 +25,8 @@ type Broker struct {
 	zk     *zkRegistration
 	log    *slog.Logger
 
+	security *securityState // [security] (security.go)
+
 	logLimiter *logx.Limiter
 }
 
@@ -78,6 +80,12 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		return nil, err
 	}
 	b.Delay, opts.Delay = dl, dl
+	if err := b.setupSecurity(c, &opts); err != nil {
+		_ = dl.Close()
+		_ = st.Close()
+		lim.Stop()
+		return nil, err
+	}
 	if so.Server != nil {
 		so.Server(&opts)
 	}
@@ -95,6 +103,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		if srv != nil {
 			srv.tx.Close() // opened by New (txconn.go)
 		}
+		b.stopSecurity()
 		_ = dl.Close()
 		_ = st.Close()
 		lim.Stop()
@@ -104,6 +113,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	if b.zk != nil {
 		b.zk.start(srv, st)
 		b.watchTopicConfig() // topicwatch.go
+		b.watchUsersZK()     // security.go
 	}
 	log.Info("broker started", "brokerId", c.System.BrokerID, "addr", srv.Addr().String(),
 		"dataPath", c.System.DataPath, "flush", flushMode(c), "zookeeper", c.ZK.Enable)
@@ -139,6 +149,7 @@ func (b *Broker) Stop(ctx context.Context) error {
 	if b.zk != nil {
 		b.zk.close()
 	}
+	b.stopSecurity()
 	if b.pop != nil {
 		if err := b.pop.Close(); err != nil {
 			errs = append(errs, err)

@@ -4,6 +4,7 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaqgo/metaq/broker/auth"
 	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/broker/store"
@@ -54,6 +56,13 @@ type Options struct {
 	// Tx configures transactions (txserver.go); Store, BrokerID and Logger
 	// are filled in.
 	Tx tx.Config
+	// Security ([security], security.go; all nil/zero = MetaQ's open broker):
+	// Auth decides who may do what; TLS, when set, serves TLSAddr too
+	// (only TLSAddr with NoPlaintext).
+	Auth        *auth.Authorizer
+	TLS         *tls.Config
+	TLSAddr     string
+	NoPlaintext bool
 }
 
 // Server is a running broker listener.
@@ -62,6 +71,7 @@ type Server struct {
 	log   *slog.Logger
 	store *store.Store
 	ln    net.Listener
+	tlsLn net.Listener // [security] tlsPort (security.go); == ln with NoPlaintext
 	start time.Time
 
 	topics topicTable
@@ -137,11 +147,7 @@ func New(opts Options) (*Server, error) {
 
 // Start listens on opts.Addr and serves in the background.
 func (s *Server) Start() error {
-	ln, err := net.Listen("tcp", s.opts.Addr)
-	if err != nil {
-		return fmt.Errorf("broker: listen %s: %w", s.opts.Addr, err)
-	}
-	return s.Serve(ln)
+	return s.listen() // security.go: the plain and TLS listeners
 }
 
 // Serve serves connections accepted on ln in the background.
@@ -149,7 +155,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.ln = ln
 	s.start = time.Now()
 	s.wg.Add(1)
-	go s.acceptLoop()
+	go s.acceptLoop(ln)
 	s.log.Info("broker listening", "addr", ln.Addr().String(), "brokerId", s.opts.BrokerID)
 	return nil
 }
@@ -165,11 +171,11 @@ func (s *Server) Port() int {
 	return 0
 }
 
-func (s *Server) acceptLoop() {
+func (s *Server) acceptLoop(ln net.Listener) {
 	defer s.wg.Done()
 	var backoff time.Duration
 	for {
-		nc, err := s.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			if s.shuttingDown.Load() || errors.Is(err, net.ErrClosed) {
 				return
@@ -188,6 +194,7 @@ func (s *Server) acceptLoop() {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
+		nc, _ = s.wrapTLS(ln, nc)
 		c := newConn(s, nc, s.connID.Add(1))
 		s.mu.Lock()
 		if s.shuttingDown.Load() || (s.opts.MaxConnections > 0 && len(s.conns) >= s.opts.MaxConnections) {
@@ -230,6 +237,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.putBudget.close()
 		if s.ln != nil {
 			_ = s.ln.Close()
+		}
+		if s.tlsLn != nil && s.tlsLn != s.ln {
+			_ = s.tlsLn.Close()
 		}
 		s.mu.Lock()
 		for c := range s.conns {

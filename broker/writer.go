@@ -28,7 +28,8 @@ type writer struct {
 	buf     []byte
 	segs    []segment
 	iov     net.Buffers
-	pending []int // indexes of replies whose read results are rendered but not yet written
+	pending []int  // indexes of replies whose read results are rendered but not yet written
+	tlsBuf  []byte // TLS connections: small segments gathered into one record (security.go)
 }
 
 func (w *writer) loop() {
@@ -168,7 +169,7 @@ func (w *writer) flush(q *outQueue) error {
 		_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
 	}
 	iov := w.iov // WriteTo consumes the slice header; keep ours for reuse
-	_, err := iov.WriteTo(c.nc)
+	err := w.write(iov)
 	for i := range w.iov {
 		w.iov[i] = nil
 	}

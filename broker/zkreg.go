@@ -47,6 +47,7 @@ func (z *zkRegistration) start(srv *Server, st *store.Store) {
 		Root:              c.ZK.Root,
 		SessionTimeout:    c.ZK.SessionTimeout,
 		ConnectionTimeout: c.ZK.ConnectionTimeout,
+		Auth:              c.ZK.Auth,
 		Logger:            slogPrintf{z.log},
 	})
 	if err != nil {

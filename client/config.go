@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -67,6 +68,17 @@ type Config struct {
 
 	Producer ProducerOptions
 	Consumer ConsumerOptions
+
+	// Security (docs/security.md). TLS, when set, is used for every broker
+	// connection (dial the brokers' tlsPort: a broker started with
+	// allowPlaintext=false advertises it in ZooKeeper). User and Secret,
+	// when User is set, authenticate each connection with `auth` right
+	// after it is made. ZKAuth is zk.zkAuth ("user:password") for
+	// ZooKeeper's digest ACLs.
+	TLS    *tls.Config
+	User   string
+	Secret string
+	ZKAuth string
 }
 
 // ProducerOptions are the Producer's knobs.
@@ -230,6 +242,7 @@ func (c *Config) connConfig() *connConfig {
 		window:         c.MaxInFlight,
 		maxReplyBody:   64 << 20,
 		log:            c.Logger,
+		sec:            security{tls: c.TLS, user: c.User, secret: c.Secret},
 	}
 }
 
@@ -252,6 +265,7 @@ func (c *Config) newZK() (*zkmeta.Client, error) {
 		Root:              c.ZKRoot,
 		SessionTimeout:    c.ZKSessionTimeout,
 		ConnectionTimeout: c.ZKConnectionTimeout,
+		Auth:              c.ZKAuth,
 		Logger:            slogPrintf{c.Logger.With("component", "zookeeper")},
 	})
 }

@@ -41,6 +41,7 @@ type connConfig struct {
 	window         int
 	maxReplyBody   int
 	log            *slog.Logger
+	sec            security // TLS and auth (secure.go)
 
 	// Transaction producers (txproducer.go): onUp runs each time a
 	// connection is established, onCheck for every `check` request the
@@ -479,6 +480,9 @@ func (c *brokerConn) run() {
 	for {
 		d := net.Dialer{Timeout: c.cfg.dialTimeout, KeepAlive: 30 * time.Second}
 		nc, err := d.DialContext(c.dialCtx, "tcp", c.addr)
+		if err == nil {
+			nc, err = c.cfg.sec.secure(c.dialCtx, nc, c.addr, c.cfg.dialTimeout) // secure.go
+		}
 		if err != nil {
 			if c.isClosing() {
 				return

@@ -35,6 +35,8 @@ type Config struct {
 	System System
 	ZK     ZK
 	Slave  Slave
+	// Security is the [security] section (conf/security.go); off by default.
+	Security Security
 	// Topics are the [topic=…] sections in file order, each fully resolved
 	// (unset keys inherit [system]); Name and Pattern are the section's
 	// topic name or wildcard pattern.
@@ -113,6 +115,7 @@ type ZK struct {
 	SessionTimeout    time.Duration // zk.zkSessionTimeoutMs, default 30s
 	ConnectionTimeout time.Duration // zk.zkConnectionTimeoutMs, default 30s
 	SyncTime          time.Duration // zk.zkSyncTimeMs, default 5s
+	Auth              string        // zk.zkAuth (metaq): "user:password" digest; set = metaq's nodes get a digest ACL (docs/security.md)
 }
 
 // Slave is MetaQ's [slave] section (asynchronous replication; accepted, not
@@ -255,6 +258,7 @@ func defaults(brokerID int) *Config {
 			Group:    DefaultSlaveGroup,
 			MaxDelay: 500 * time.Millisecond,
 		},
+		Security: defaultSecurity(),
 	}
 }
 

@@ -162,6 +162,7 @@ var zkKeys = []keyDef{
 		return setDuration(&c.ZK.ConnectionTimeout, v, time.Millisecond)
 	}},
 	{"zk.zkSyncTimeMs", used, "", func(p *parser, c *Config, v string) error { return setDuration(&c.ZK.SyncTime, v, time.Millisecond) }},
+	{"zk.zkAuth", used, "", func(p *parser, c *Config, v string) error { c.ZK.Auth = v; return nil }},
 	{"diamondZKDataId", ignored, noteDiamond, func(p *parser, c *Config, v string) error { return nil }},
 	{"diamondZKGroup", ignored, noteDiamond, func(p *parser, c *Config, v string) error { return nil }},
 }
@@ -322,7 +323,7 @@ func (p *parser) parse(data []byte) (*Config, []error) {
 
 	// Classify sections; apply [system], [zookeeper], [slave] before the
 	// topics, which inherit [system].
-	var sys, zk, slave *ini.Section
+	var sys, zk, slave, security *ini.Section
 	var topics []*ini.Section
 	for _, sec := range f.Sections() {
 		name := sec.Name()
@@ -337,6 +338,8 @@ func (p *parser) parse(data []byte) (*Config, []error) {
 			zk = sec
 		case strings.TrimSpace(name) == "slave":
 			slave = sec
+		case strings.TrimSpace(name) == secSection:
+			security = sec
 		default:
 			if _, ok := topicSectionName(name); ok {
 				topics = append(topics, sec)
@@ -360,6 +363,9 @@ func (p *parser) parse(data []byte) (*Config, []error) {
 	}
 	if slave != nil {
 		p.applyKeys(c, slave, "slave", slaveKeys)
+	}
+	if security != nil {
+		p.applyKeys(c, security, secSection, securityKeys)
 	}
 
 	if c.System.HostName == "" {
@@ -538,6 +544,9 @@ func homeOf(key string) string {
 	if findKey(slaveKeys, key) != nil {
 		homes = append(homes, "[slave]")
 	}
+	if findKey(securityKeys, key) != nil {
+		homes = append(homes, "[security]")
+	}
 	for _, d := range topicKeys {
 		if d.name == key {
 			homes = append(homes, "[topic=…]")
@@ -561,7 +570,7 @@ func (p *parser) unknownKey(raw, canon, key string, known []string) {
 
 func (p *parser) unknownSection(raw string) {
 	name := strings.TrimSpace(raw)
-	cands := []string{"system", "zookeeper", "slave"}
+	cands := []string{"system", "zookeeper", "slave", secSection}
 	lower := strings.ToLower(name)
 	// "[topics=x]", "[Topic=x]", "[topic x]", "[topic:x]" → "[topic=x]"
 	if i := strings.IndexAny(lower, "=: "); i > 0 && levenshtein(strings.TrimSpace(lower[:i]), "topic") <= 2 {

@@ -143,7 +143,7 @@ func TestDocsListEveryKey(t *testing.T) {
 	}
 	text := string(doc)
 	var keys []string
-	for _, tbl := range [][]keyDef{systemKeys, zkKeys, slaveKeys} {
+	for _, tbl := range [][]keyDef{systemKeys, zkKeys, slaveKeys, securityKeys} {
 		keys = append(keys, keyNames(tbl)...)
 	}
 	for _, d := range topicKeys {

@@ -41,6 +41,7 @@ const (
 	OpTxEnd    // txend <msgId> commit|rollback|unknown <opaque> (txparse.go)
 	OpProducer // producer <group> <opaque> (txparse.go)
 	OpRetry    // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
+	OpAuth     // metaq: auth <user> <secret> <opaque> (auth.go)
 )
 
 var opNames = [...]string{
@@ -59,6 +60,7 @@ var opNames = [...]string{
 	OpTxEnd:       "txend",
 	OpProducer:    "producer",
 	OpRetry:       "retry",
+	OpAuth:        "auth",
 }
 
 // String returns the command name as typed on the wire.
@@ -108,7 +110,8 @@ type Command struct {
 	Timestamp int64 // seek, unix ms
 
 	MsgID int64  // sync, query id, retry
-	Key   []byte // query key; retry: the reason (URL-escaped, nil when absent)
+	Key   []byte // query key; retry: the reason (URL-escaped, nil when absent); auth: the secret (URL-escaped)
+	User  []byte // auth
 
 	DelayLevel int32 // retry: 0 = the broker's ladder, < 0 = dead-letter queue at once
 	MaxNum     int32 // query key

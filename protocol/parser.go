@@ -70,7 +70,7 @@ type span struct{ s, e uint16 }
 // fieldIx records which field feeds each named byte-slice field of Command
 // (0 = none; field 0 is the command name).
 type fieldIx struct {
-	topic, group, txKey, tags, where, item, key uint8
+	topic, group, txKey, tags, where, item, key, user uint8
 }
 
 const (
@@ -361,6 +361,7 @@ func (p *Parser) deliver(line []byte, h Handler) error {
 		c.Where = p.field(line, ix.where)
 		c.Item = p.field(line, ix.item)
 		c.Key = p.field(line, ix.key)
+		c.User = p.field(line, ix.user)
 	}
 	p.state = stLine
 	err := h(c)
@@ -476,6 +477,8 @@ func (p *Parser) processLine(line []byte) (lineAction, error) {
 		p.parseTxEnd(line, nf)
 	case eqFold(name, "producer"):
 		p.parseProducer(line, nf)
+	case eqFold(name, "auth"):
+		p.parseAuth(line, nf)
 	default:
 		p.cmd.Op = OpUnknown
 		p.lastOpaque(line, nf)

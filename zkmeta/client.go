@@ -59,6 +59,11 @@ type Config struct {
 	Logger Logger
 	// Dialer replaces net.DialTimeout (tests, proxies).
 	Dialer Dialer
+	// Auth is zk.zkAuth, "user:password": the session authenticates with ZooKeeper's digest
+	// scheme, and every node this client creates gets a digest ACL (all rights for that user,
+	// read for everyone), so a ZooKeeper client without the digest cannot change metaq's nodes
+	// (docs/security.md). "" = open ACLs, as MetaQ.
+	Auth string
 	// FailFast makes Connect give up (ErrRefused) as soon as every server of the connect string
 	// has refused the connection in a row (nothing listens on its port, or its name does not
 	// resolve) instead of waiting ConnectionTimeout: for command-line tools. A client that had a
@@ -98,6 +103,7 @@ func (s State) String() string {
 // A Client is safe for concurrent use.
 type Client struct {
 	cfg     Config
+	acl     []zk.ACL // of created nodes (Config.Auth); nil = open
 	paths   Paths
 	chroot  string
 	servers []string
@@ -239,6 +245,15 @@ func New(cfg Config) (*Client, error) {
 	c.eph = newKeeper(c)
 	// zk.WithLogDialErrors, WithHandshakeTimeout, WithDropLastZxid and Conn.SessionCredentials are
 	// metaq's patch of go-zookeeper (third_party/go-zookeeper-zk/PATCHES.md).
+	var authScheme string
+	if cfg.Auth != "" {
+		user, pass, ok := strings.Cut(cfg.Auth, ":")
+		if !ok || user == "" || pass == "" {
+			return nil, errors.New("zkmeta: Config.Auth (zk.zkAuth) must be user:password")
+		}
+		c.acl = append(zk.DigestACL(zk.PermAll, user, pass), zk.WorldACL(zk.PermRead)...)
+		authScheme = "digest"
+	}
 	conn, events, err := zk.Connect(servers, cfg.SessionTimeout,
 		zk.WithDialer(c.dial),
 		zk.WithHostProvider(&hostProvider{c: c}),
@@ -246,6 +261,7 @@ func New(cfg Config) (*Client, error) {
 		zk.WithLogInfo(false),
 		zk.WithLogDialErrors(false),
 		zk.WithHandshakeTimeout(c.handshakeTimeout),
+		zk.WithAuth(authScheme, []byte(cfg.Auth)),
 		zk.WithDropLastZxid(c.dropLastZxid),
 		zk.WithEventCallback(c.onEvent),
 	)
@@ -612,6 +628,14 @@ func (c *Client) do(ctx context.Context, fn func() error) error {
 
 var openACL = zk.WorldACL(zk.PermAll)
 
+// nodeACL is the ACL of the nodes this client creates (Config.Auth).
+func (c *Client) nodeACL() []zk.ACL {
+	if c.acl != nil {
+		return c.acl
+	}
+	return openACL
+}
+
 // ensureFull creates the persistent node full and its missing ancestors (empty data).
 func (c *Client) ensureFull(full string) error {
 	if full == "/" || full == "" {
@@ -620,12 +644,12 @@ func (c *Client) ensureFull(full string) error {
 	if _, ok := c.knownPaths.Load(full); ok {
 		return nil
 	}
-	_, err := c.conn.Create(full, []byte{}, 0, openACL)
+	_, err := c.conn.Create(full, []byte{}, 0, c.nodeACL())
 	if errors.Is(err, zk.ErrNoNode) {
 		if err := c.ensureFull(path.Dir(full)); err != nil {
 			return err
 		}
-		_, err = c.conn.Create(full, []byte{}, 0, openACL)
+		_, err = c.conn.Create(full, []byte{}, 0, c.nodeACL())
 	}
 	if err == nil || errors.Is(err, zk.ErrNodeExists) {
 		c.knownPaths.Store(full, struct{}{})
@@ -649,7 +673,7 @@ func (c *Client) createFull(full string, data []byte, flags int32) error {
 	if data == nil {
 		data = []byte{}
 	}
-	_, err := c.conn.Create(full, data, flags, openACL)
+	_, err := c.conn.Create(full, data, flags, c.nodeACL())
 	if errors.Is(err, zk.ErrNoNode) {
 		// A parent is missing: never created, or deleted (a wiped server, a cleanup) although
 		// the cache says otherwise. Forget the cache and create the chain.
@@ -657,7 +681,7 @@ func (c *Client) createFull(full string, data []byte, flags int32) error {
 		if err := c.ensureFull(path.Dir(full)); err != nil {
 			return err
 		}
-		_, err = c.conn.Create(full, data, flags, openACL)
+		_, err = c.conn.Create(full, data, flags, c.nodeACL())
 	}
 	return err
 }

@@ -151,9 +151,13 @@ func Dial(t testing.TB, addr string) *Client {
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
-	c := &Client{Conn: nc, R: protocol.NewReplyReader(nc, 64<<20), W: bufio.NewWriterSize(nc, 64<<10), t: t}
 	t.Cleanup(func() { nc.Close() })
-	return c
+	return Wrap(t, nc)
+}
+
+// Wrap makes a Client of an open connection (a TLS one, say).
+func Wrap(t testing.TB, nc net.Conn) *Client {
+	return &Client{Conn: nc, R: protocol.NewReplyReader(nc, 64<<20), W: bufio.NewWriterSize(nc, 64<<10), t: t}
 }
 
 // Send writes raw bytes and flushes.

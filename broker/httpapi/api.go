@@ -126,6 +126,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // authorize checks the dashboardToken of an administrative request:
 // `Authorization: Bearer <token>` or `X-Metaq-Token: <token>`.
 func (s *Server) authorize(r *http.Request) error {
+	if s.adminByUser(r) { // [security]: an authenticated admin (security.go)
+		return nil
+	}
 	if s.opts.Token == "" {
 		return &apiError{http.StatusForbidden, "read-only: dashboardToken is not set on this server"}
 	}

@@ -43,8 +43,8 @@ type minMax struct{ min, max int64 }
 
 var errNoZK = errors.New("this HTTP side runs without ZooKeeper (zk.zkEnable=false): no cluster view")
 
-func newCluster(zk *zkmeta.Client) (*cluster, error) {
-	a, err := client.NewAdmin(client.Config{RequestTimeout: 5 * time.Second, DialTimeout: 2 * time.Second})
+func newCluster(zk *zkmeta.Client, cfg client.Config) (*cluster, error) {
+	a, err := client.NewAdmin(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/metaqgo/metaq/broker"
+	"github.com/metaqgo/metaq/broker/auth"
 	"github.com/metaqgo/metaq/conf"
 	"github.com/metaqgo/metaq/zkmeta"
 )
@@ -34,6 +36,8 @@ type Options struct {
 	ZK     conf.ZK
 	Token  string // dashboardToken; "" = administrative actions refused
 	Logger *slog.Logger
+	// Security is [security] (security.go); zero = open, as MetaQ.
+	Security SecurityOptions
 
 	// DataAuth, when set, decides every data-plane request (publish,
 	// WebSocket subscribe) before it is served; its error is the answer
@@ -60,6 +64,7 @@ type Server struct {
 	cl    *cluster
 	smp   *sampler
 	pages pages
+	guard *auth.Guard // [security] (security.go); nil = open
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -75,9 +80,13 @@ func ForBroker(b *broker.Broker, log *slog.Logger) (*Server, error) {
 	if sys.DashboardHTTPPort == 0 {
 		return nil, nil
 	}
+	sec, err := BrokerSecurity(b) // security.go
+	if err != nil {
+		return nil, err
+	}
 	return Start(Options{
 		Addr:   net.JoinHostPort(sys.BindHost, fmt.Sprint(sys.DashboardHTTPPort)),
-		Broker: b, ZK: b.Config.ZK, Token: sys.DashboardToken, Logger: log,
+		Broker: b, ZK: b.Config.ZK, Token: sys.DashboardToken, Logger: log, Security: sec,
 		MaxTopics: sys.MetricsMaxTopics, MaxLagSeries: sys.MetricsMaxLagSeries, LagInterval: sys.MetricsLagInterval,
 	})
 }
@@ -92,6 +101,9 @@ func Start(opts Options) (*Server, error) {
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("dashboardHttpPort: listen %s: %w", opts.Addr, err)
+	}
+	if opts.Security.TLS != nil {
+		ln = tls.NewListener(ln, opts.Security.TLS)
 	}
 	s.Serve(ln)
 	return s, nil
@@ -117,6 +129,7 @@ func New(opts Options) (*Server, error) {
 		zc, err := zkmeta.New(zkmeta.Config{
 			ConnectString: opts.ZK.Connect, Root: opts.ZK.Root,
 			SessionTimeout: opts.ZK.SessionTimeout, ConnectionTimeout: opts.ZK.ConnectionTimeout,
+			Auth:   opts.ZK.Auth,
 			Logger: slogPrintf{s.log},
 		})
 		if err != nil {
@@ -124,7 +137,7 @@ func New(opts Options) (*Server, error) {
 		}
 		s.zk = zc
 	}
-	cl, err := newCluster(s.zk)
+	cl, err := newCluster(s.zk, opts.Security.clusterClient())
 	if err != nil {
 		if s.zk != nil {
 			s.zk.Close()
@@ -157,6 +170,7 @@ func New(opts Options) (*Server, error) {
 			}()
 		}
 	}
+	s.setupSecurity() // security.go
 	s.routes()
 	s.apiRoutes()
 	s.pageRoutes()
@@ -175,7 +189,7 @@ func (s *Server) routes() {
 }
 
 // Handler is the server's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s.handler() }
 
 // Registry is the Prometheus registry behind /metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
@@ -183,8 +197,8 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 // Serve serves ln in the background.
 func (s *Server) Serve(ln net.Listener) {
 	s.ln = ln
-	s.hs = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: nil, MaxHeaderBytes: 64 << 10}
+	s.hs = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: s.serverErrorLog(), MaxHeaderBytes: 64 << 10}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -198,8 +212,13 @@ func (s *Server) Serve(ln net.Listener) {
 // Addr is the listener's address.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
-// URL is http://<addr>.
-func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
+// URL is http://<addr> (https:// with httpTls).
+func (s *Server) URL() string {
+	if s.opts.Security.TLS != nil {
+		return "https://" + s.ln.Addr().String()
+	}
+	return "http://" + s.ln.Addr().String()
+}
 
 // RefreshLag asks the lag tracker for a pass now (no-op without one).
 func (s *Server) RefreshLag() {

@@ -296,6 +296,17 @@ func WithDropLastZxid(fn func() bool) connOption {
 	}
 }
 
+// WithAuth (metaq patch) registers credentials before the first connection: they are sent on
+// every connection before any request (as AddAuth's are after reconnects), so that no request of
+// the first session runs unauthenticated. An empty scheme adds nothing.
+func WithAuth(scheme string, auth []byte) connOption {
+	return func(c *Conn) {
+		if scheme != "" {
+			c.creds = append(c.creds, authCreds{scheme: scheme, auth: auth})
+		}
+	}
+}
+
 // SessionCredentials (metaq patch) returns the current session's id, password and negotiated
 // timeout (the requested one before the first session; id 0 and an empty password when there is
 // none). Whoever holds the id and password can take the session over (tests use them to expire a

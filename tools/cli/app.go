@@ -51,6 +51,8 @@ type App struct {
 	Verbose        bool
 	ConnectTimeout time.Duration
 
+	sec securityFlags // --tls*, --user, --zk-auth (security.go)
+
 	mu  sync.Mutex
 	zk  *zkmeta.Client
 	adm *client.Admin
@@ -135,6 +137,7 @@ func (a *App) zkClient(ctx context.Context) (*zkmeta.Client, error) {
 		SessionTimeout:    10 * time.Second,
 		ConnectionTimeout: a.ConnectTimeout,
 		Logger:            logger,
+		Auth:              a.sec.zkAuth,
 		FailFast:          true, // every server refused: exit 4 at once, not after --connect-timeout
 	})
 	if err != nil {
@@ -167,7 +170,7 @@ func (a *App) clientConfig(level slog.Level) client.Config {
 		}
 		return at
 	}})
-	return client.Config{
+	cfg := client.Config{
 		ZKConnect:           a.ZK,
 		ZKRoot:              a.ZKRoot,
 		ZKSessionTimeout:    10 * time.Second,
@@ -176,6 +179,8 @@ func (a *App) clientConfig(level slog.Level) client.Config {
 		DialTimeout:         a.ConnectTimeout,
 		RequestTimeout:      a.ConnectTimeout,
 	}
+	a.applySecurity(&cfg)
+	return cfg
 }
 
 // admin returns the command's client.Admin (created on first use, without ZooKeeper: the

@@ -66,6 +66,7 @@ func (a *App) newBencher(ctx context.Context, o *benchOpts) (*bencher, error) {
 		DialTimeout:    a.ConnectTimeout,
 		RequestTimeout: a.ConnectTimeout,
 	}
+	a.applySecurity(&cfg)
 	b := &bencher{app: a, o: o, brokers: map[string]*benchBroker{}}
 	var servers []string
 	for _, s := range o.servers {

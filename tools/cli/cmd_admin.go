@@ -249,7 +249,9 @@ id; the answer prints it. Consumers see it as a new message.`,
 				}
 				return unavailableErr("looking up message %d: %v", id, errText(err))
 			}
-			p, err := client.NewProducer(client.Config{ZKConnect: app.ZK, ZKRoot: app.ZKRoot, ZKConnectionTimeout: app.ConnectTimeout})
+			pcfg := client.Config{ZKConnect: app.ZK, ZKRoot: app.ZKRoot, ZKConnectionTimeout: app.ConnectTimeout}
+			app.applySecurity(&pcfg) // security.go
+			p, err := client.NewProducer(pcfg)
 			if err != nil {
 				return err
 			}

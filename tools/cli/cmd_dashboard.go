@@ -42,7 +42,7 @@ Runs until SIGINT/SIGTERM.`,
 			defer stop()
 			hs, err := httpapi.Start(httpapi.Options{
 				Addr:  listen,
-				ZK:    conf.ZK{Enable: true, Connect: app.ZK, Root: app.ZKRoot, SessionTimeout: conf.Default(0).ZK.SessionTimeout, ConnectionTimeout: app.ConnectTimeout},
+				ZK:    conf.ZK{Enable: true, Connect: app.ZK, Root: app.ZKRoot, SessionTimeout: conf.Default(0).ZK.SessionTimeout, ConnectionTimeout: app.ConnectTimeout, Auth: app.sec.zkAuth},
 				Token: token, Logger: log,
 			})
 			if err != nil {

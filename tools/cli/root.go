@@ -82,7 +82,7 @@ the ` + EnvZK + ` / ` + EnvZKRoot + ` environment variables).`,
 			if err := cmd.ValidateFlagGroups(); err != nil {
 				return usageErr("%v\nSee '%s --help'.", err, cmd.CommandPath())
 			}
-			return nil
+			return app.loadSecurity() // security.go
 		},
 	}
 	root.SetVersionTemplate("metaq {{.Version}}\n")
@@ -98,6 +98,7 @@ the ` + EnvZK + ` / ` + EnvZKRoot + ` environment variables).`,
 	pf.BoolVar(&app.JSON, "json", false, "print machine-readable JSON instead of tables")
 	pf.BoolVarP(&app.Verbose, "verbose", "v", false, "print connection details and ZooKeeper client logs on stderr")
 	pf.DurationVar(&app.ConnectTimeout, "connect-timeout", 10*time.Second, "timeout for connecting to ZooKeeper/brokers and for each request")
+	addSecurityFlags(app, pf) // security.go
 
 	root.SetUsageTemplate(root.UsageTemplate() + "\n" + exitCodesHelp + "\n")
 

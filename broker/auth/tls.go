@@ -1,0 +1,153 @@
+package auth
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// ServerTLS is the TLS configuration of a listener: certFile/keyFile (PEM),
+// and, when clientCA is set, mutual TLS (a client without a certificate
+// signed by clientCA is refused in the handshake). TLS 1.2 at least.
+func ServerTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tlsCert/tlsKey: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if clientCA != "" {
+		pool, err := loadPool(clientCA)
+		if err != nil {
+			return nil, fmt.Errorf("tlsClientCA: %w", err)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// ClientTLS is the TLS configuration of a client: caFile ("" = the system
+// roots) verifies the broker; certFile/keyFile (both or neither) is the
+// client certificate for mutual TLS; serverName overrides the name checked
+// ("" = the host dialed).
+func ClientTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if caFile != "" {
+		pool, err := loadPool(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("TLS CA: %w", err)
+		}
+		cfg.RootCAs = pool
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("TLS client certificate: give both the certificate and the key")
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("TLS client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// PeerTLS is the client-side TLS of the broker's own links to other
+// brokers (replication) as [security] says: nil when the broker has no
+// tlsPort; else the cluster CA is tlsClientCA (or the system roots) and the
+// broker presents its own tlsCert/tlsKey, so mutual TLS works between
+// brokers too.
+func PeerTLS(s conf.Security) (*tls.Config, error) {
+	if s.TLSPort == 0 {
+		return nil, nil
+	}
+	return ClientTLS(s.TLSClientCA, s.TLSCert, s.TLSKey, "")
+}
+
+func loadPool(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate", file)
+	}
+	return pool, nil
+}
+
+// PeerAddr maps a broker's advertised address to the one a link dials:
+// with tlsPort set and TLS configured, the peer's TLS port is assumed to be
+// the same tlsPort (brokers of a cluster share their [security] section).
+func PeerAddr(s conf.Security, addr string) string {
+	if s.TLSPort == 0 || !s.AllowPlaintext {
+		return addr
+	}
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return net.JoinHostPort(h, strconv.Itoa(s.TLSPort))
+	}
+	return addr
+}
+
+// DialBroker opens a connection to a broker the way every metaq link does
+// when security is on: TCP, then TLS when tlsCfg is set (the handshake is
+// done here, bounded by ctx), then `auth <user> <secret>` when user is set.
+// It returns the connection ready for protocol commands.
+func DialBroker(ctx context.Context, addr string, tlsCfg *tls.Config, user, secret string) (net.Conn, error) {
+	d := net.Dialer{KeepAlive: 30 * time.Second}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	nc, err = Secure(ctx, nc, addr, tlsCfg, user, secret)
+	if err != nil {
+		return nil, err
+	}
+	return nc, nil
+}
+
+// Secure turns a fresh connection to addr into a TLS one (tlsCfg set) and
+// authenticates it (user set). On error nc is closed.
+func Secure(ctx context.Context, nc net.Conn, addr string, tlsCfg *tls.Config, user, secret string) (net.Conn, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(dl)
+	} else {
+		_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
+	}
+	if tlsCfg != nil {
+		cfg := tlsCfg
+		if cfg.ServerName == "" {
+			cfg = cfg.Clone()
+			if h, _, err := net.SplitHostPort(addr); err == nil {
+				cfg.ServerName = h
+			}
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+		}
+		nc = tc
+	}
+	if user != "" {
+		if err := protocol.Login(nc, user, secret); err != nil {
+			nc.Close()
+			return nil, err
+		}
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return nc, nil
+}
+
+// EscapeSecret is how a secret travels in the auth command: URL
+// query-escaped, so that any byte can be typed (a space is %20).
+func EscapeSecret(s string) string { return url.QueryEscape(s) }

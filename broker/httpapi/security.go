@@ -1,0 +1,183 @@
+package httpapi
+
+import (
+	"crypto/subtle"
+	"crypto/tls"
+	"log"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/metaqgo/metaq/broker"
+	"github.com/metaqgo/metaq/broker/auth"
+	"github.com/metaqgo/metaq/client"
+)
+
+// The HTTP side under [security] (docs/security.md): HTTPS (httpTls),
+// authentication of every request (auth.Guard: signatures, bearer tokens,
+// the dashboard login), the per-route rights the Authorizer decides, and
+// the metaq_auth_* metrics. Nothing here runs without [security].
+
+// SecurityOptions are the HTTP side's [security] settings.
+type SecurityOptions struct {
+	Auth            *auth.Authorizer // nil: no authentication (MetaQ's open broker)
+	TLS             *tls.Config      // nil: plain HTTP
+	SignatureWindow time.Duration
+	SessionTTL      time.Duration
+	// Client is how the cluster views reach brokers' text protocol (TLS,
+	// user and secret of the broker's own links).
+	ClientTLS    *tls.Config
+	ClientUser   string
+	ClientSecret string
+}
+
+// BrokerSecurity derives the HTTP side's settings from a broker's [security].
+func BrokerSecurity(b *broker.Broker) (SecurityOptions, error) {
+	sec := b.Config.Security
+	o := SecurityOptions{Auth: b.Server.Authorizer(), SignatureWindow: sec.SignatureWindow, SessionTTL: sec.SessionTTL,
+		ClientUser: sec.ReplicationUser, ClientSecret: sec.ReplicationSecret}
+	if sec.HTTPTLS {
+		cfg, err := auth.ServerTLS(sec.TLSCert, sec.TLSKey, sec.TLSClientCA)
+		if err != nil {
+			return o, err
+		}
+		o.TLS = cfg
+	}
+	if sec.TLSPort > 0 && !sec.AllowPlaintext { // brokers advertise their TLS port
+		cfg, err := auth.PeerTLS(sec)
+		if err != nil {
+			return o, err
+		}
+		o.ClientTLS = cfg
+	}
+	return o, nil
+}
+
+// clusterClient is the configuration of the cluster views' admin client.
+func (o SecurityOptions) clusterClient() client.Config {
+	return client.Config{RequestTimeout: 5 * time.Second, DialTimeout: 2 * time.Second,
+		TLS: o.ClientTLS, User: o.ClientUser, Secret: o.ClientSecret}
+}
+
+// setupSecurity builds the guard and registers the auth metrics.
+func (s *Server) setupSecurity() {
+	a := s.opts.Security.Auth
+	if a == nil {
+		return
+	}
+	g := auth.NewGuard(a, s.opts.Security.SignatureWindow, s.opts.Security.SessionTTL, s.log)
+	g.Secure = s.opts.Security.TLS != nil
+	if tok := s.opts.Token; tok != "" {
+		g.PassBearer = func(t string) bool { return subtle.ConstantTimeCompare([]byte(t), []byte(tok)) == 1 }
+	}
+	s.guard = g
+	s.reg.MustRegister(authCollector{a})
+	if s.opts.DataAuth == nil {
+		s.opts.DataAuth = s.dataAuth // the gateway's publish and subscribe (gateway.go)
+	}
+}
+
+// dataAuth decides a data-plane request with the Authorizer, for the
+// request's authenticated user (or the anonymous policy).
+func (s *Server) dataAuth(r *http.Request, d DataAccess) error {
+	user, _ := auth.UserFrom(r.Context())
+	op := auth.OpPublish
+	if d.Op != "publish" {
+		op = auth.OpSubscribe
+	}
+	if reason := s.opts.Security.Auth.Check(user, op, []byte(d.Topic), []byte(d.Group)); reason != "" {
+		return StatusError(http.StatusForbidden, "forbidden: "+reason)
+	}
+	return nil
+}
+
+// handler is the server's whole handler: the mux, behind the guard when
+// security is on.
+func (s *Server) handler() http.Handler {
+	if s.guard == nil {
+		return s.mux
+	}
+	return s.guard.Wrap(http.HandlerFunc(s.routeRights))
+}
+
+// routeRights applies the rights of routes that read messages (the
+// message lookup of the API and the dashboard), then serves the mux.
+// Administrative actions check in authorize; data-plane endpoints check
+// their topic and group themselves.
+func (s *Server) routeRights(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; p == "/api/v1/messages" || p == "/messages" {
+		q := r.URL.Query()
+		user, _ := auth.UserFrom(r.Context())
+		var reason string
+		switch {
+		case strings.TrimSpace(q.Get("id")) != "":
+			reason = s.opts.Security.Auth.Check(user, auth.OpAdmin, nil, nil) // an id may be any topic's
+		case q.Get("topic") != "":
+			reason = s.opts.Security.Auth.Check(user, auth.OpSubscribe, []byte(strings.TrimSpace(q.Get("topic"))), nil)
+		}
+		if reason != "" {
+			writeJSONError(w, http.StatusForbidden, "forbidden: "+reason)
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func writeJSONError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// adminByUser reports whether r comes from an authenticated admin.
+func (s *Server) adminByUser(r *http.Request) bool {
+	a := s.opts.Security.Auth
+	if a == nil {
+		return false
+	}
+	user, ok := auth.UserFrom(r.Context())
+	return ok && a.IsAdmin(user)
+}
+
+// authCollector exports the Authorizer's counters.
+type authCollector struct{ a *auth.Authorizer }
+
+var (
+	descAuthDenied    = desc("metaq_auth_denied_total", "Requests refused by the ACLs (403), by operation.", "op")
+	descAuthFailures  = desc("metaq_auth_failures_total", "Failed authentications (wrong user, secret, token or signature).")
+	descAuthThrottled = desc("metaq_auth_throttled_total", "Authentication attempts slowed down or refused unchecked (per-address throttle).")
+)
+
+func (c authCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descAuthDenied
+	ch <- descAuthFailures
+	ch <- descAuthThrottled
+}
+
+func (c authCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.a.Stats()
+	for _, op := range auth.Ops() {
+		ch <- prometheus.MustNewConstMetric(descAuthDenied, prometheus.CounterValue, float64(st.Denied[op]), op.String())
+	}
+	ch <- prometheus.MustNewConstMetric(descAuthFailures, prometheus.CounterValue, float64(st.Failures))
+	ch <- prometheus.MustNewConstMetric(descAuthThrottled, prometheus.CounterValue, float64(st.Throttled))
+}
+
+// serverErrorLog routes net/http's own error lines (TLS handshake errors
+// from anyone who connects to an HTTPS port) to the logger under one
+// constant message, so the rate limiter (internal/logx) folds them; nil
+// (net/http's default) without TLS, as before.
+func (s *Server) serverErrorLog() *log.Logger {
+	if s.opts.Security.TLS == nil {
+		return nil
+	}
+	return log.New(httpErrorWriter{s.log}, "", 0)
+}
+
+type httpErrorWriter struct{ l *slog.Logger }
+
+func (w httpErrorWriter) Write(p []byte) (int, error) {
+	w.l.Info("HTTP server error", "err", strings.TrimSpace(string(p)))
+	return len(p), nil
+}
