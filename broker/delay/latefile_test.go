@@ -56,9 +56,13 @@ func TestCleanStopAfterLateEntry(t *testing.T) {
 	if err := tm.finish(); err != nil {
 		t.Fatal(err)
 	}
+	// The progress record is readable once the store has indexed it.
 	pr, found := s.loadProgress()
-	if !found {
-		t.Fatal("no progress record")
+	for deadline := time.Now().Add(30 * time.Second); !found; pr, found = s.loadProgress() {
+		if time.Now().After(deadline) {
+			t.Fatal("no progress record")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	tm2, err := newTimer(s, tdir, pr)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/protocol"
@@ -75,6 +76,13 @@ func TestTornTwoPhaseCommitCompleted(t *testing.T) {
 				st, m = open()
 				if p := m.Prepared(""); len(p) != 0 {
 					t.Fatalf("restart %d: still prepared %v", restart, p)
+				}
+				// Appended at recovery: readable once the store indexed them.
+				for deadline := time.Now().Add(30 * time.Second); st.MaxOffset("t", 0)+st.MaxOffset("t", 1) < 5; {
+					if time.Now().After(deadline) {
+						t.Fatalf("restart %d: %d+%d messages readable, want 5", restart, st.MaxOffset("t", 0), st.MaxOffset("t", 1))
+					}
+					time.Sleep(10 * time.Millisecond)
 				}
 				var got []string
 				for part := int32(0); part < 2; part++ {
