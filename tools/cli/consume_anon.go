@@ -14,9 +14,10 @@ import (
 
 // assignment is a partition read anonymously.
 type assignment struct {
-	addr   string
-	p      zkmeta.Partition
-	offset int64 // next offset to fetch
+	addr     string
+	p        zkmeta.Partition
+	offset   int64     // next offset to fetch
+	resolved time.Time // addr last read from ZooKeeper (consume_fallback.go)
 }
 
 // readAnonymously reads every partition of the topic (or the --partition one) from --from,
@@ -127,6 +128,7 @@ func (c *consumeRun) fetch(ctx context.Context, as *assignment, filter *protocol
 	req := client.FetchRequest{Topic: o.topic, Partition: as.p.Partition, MaxBytes: o.fetchSize, MaxWait: o.maxWait, Tags: o.tag, Where: o.where}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
+		c.refreshAddr(ctx, as, false) // consume_fallback.go
 		req.Offset = as.offset
 		start := time.Now()
 		res, err := a.admin().FetchWith(ctx, as.addr, req)
@@ -176,6 +178,7 @@ func (c *consumeRun) fetch(ctx context.Context, as *assignment, filter *protocol
 		}
 		a.logf("partition %s: %v; retrying in %s", as.p, err, backoff)
 		sleepCtx(ctx, backoff)
+		c.refreshAddr(ctx, as, true) // the master may be gone: a slave serves the same offsets
 		backoff = min(backoff*2, 5*time.Second)
 	}
 }
