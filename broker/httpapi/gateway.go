@@ -20,6 +20,7 @@ import (
 // HTTP side, for clients that do not speak the text protocol.
 //
 //	POST /api/v1/topics/{topic}/messages               publish one message (this file)
+//	GET  /api/v1/groups/{group}/topics/{topic}/ws      WebSocket delivery with acks (gateway_ws.go)
 //
 // They exist only next to a broker (ForBroker), follow the text protocol's
 // rules (no dashboardToken), and every request passes s.authorizeData
@@ -62,6 +63,9 @@ const (
 func (s *Server) gatewayRoutes() {
 	if s.opts.Broker != nil {
 		s.mux.HandleFunc("POST /api/v1/topics/{topic}/messages", s.handlePublish)
+	}
+	if s.opts.Delivery != nil {
+		s.mux.HandleFunc("GET /api/v1/groups/{group}/topics/{topic}/ws", s.handleWS)
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 
 // runHTTP starts the HTTP side of b on 127.0.0.1:0, closed at cleanup
 // (before the broker, which registered its cleanup first).
-func runHTTP(t *testing.T, b *brokertest.Broker, mod func(*httpapi.Options)) *httpapi.Server {
+func runHTTP(t testing.TB, b *brokertest.Broker, mod func(*httpapi.Options)) *httpapi.Server {
 	t.Helper()
 	opts := httpapi.Options{Addr: "127.0.0.1:0", Broker: b.Broker, ZK: b.Config.ZK, Token: "s3cret",
 		MaxTopics: b.Config.System.MetricsMaxTopics, MaxLagSeries: b.Config.System.MetricsMaxLagSeries,

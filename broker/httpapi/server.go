@@ -23,6 +23,7 @@ import (
 
 	"github.com/metaqgo/metaq/broker"
 	"github.com/metaqgo/metaq/broker/auth"
+	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/conf"
 	"github.com/metaqgo/metaq/zkmeta"
 )
@@ -39,11 +40,21 @@ type Options struct {
 	// Security is [security] (security.go); zero = open, as MetaQ.
 	Security SecurityOptions
 
+	// Delivery is the broker's delivery service behind the WebSocket
+	// endpoint (docs/http.md); nil: no WebSocket endpoint.
+	Delivery pop.Service
 	// DataAuth, when set, decides every data-plane request (publish,
 	// WebSocket subscribe) before it is served; its error is the answer
 	// (a StatusError keeps its status, other errors are 403). Nil:
 	// everyone may, as on the text protocol port.
 	DataAuth func(r *http.Request, a DataAccess) error
+	// WSOriginPatterns lists the browser origins (host patterns, as
+	// coder/websocket's AcceptOptions) allowed to open WebSockets besides
+	// the server's own host.
+	WSOriginPatterns []string
+	// MaxWSConnections bounds open WebSocket connections (default
+	// DefaultMaxWSConnections).
+	MaxWSConnections int
 
 	MaxTopics    int           // metricsMaxTopics
 	MaxLagSeries int           // metricsMaxLagSeries
@@ -66,6 +77,11 @@ type Server struct {
 	pages pages
 	guard *auth.Guard // [security] (security.go); nil = open
 
+	wsMu     sync.Mutex
+	wsConns  map[*wsConn]struct{} // open WebSocket connections (gateway_ws.go)
+	wsClosed bool
+	wsWG     sync.WaitGroup
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -86,7 +102,7 @@ func ForBroker(b *broker.Broker, log *slog.Logger) (*Server, error) {
 	}
 	return Start(Options{
 		Addr:   net.JoinHostPort(sys.BindHost, fmt.Sprint(sys.DashboardHTTPPort)),
-		Broker: b, ZK: b.Config.ZK, Token: sys.DashboardToken, Logger: log, Security: sec,
+		Broker: b, Delivery: brokerDelivery(b), ZK: b.Config.ZK, Token: sys.DashboardToken, Logger: log, Security: sec,
 		MaxTopics: sys.MetricsMaxTopics, MaxLagSeries: sys.MetricsMaxLagSeries, LagInterval: sys.MetricsLagInterval,
 	})
 }
@@ -119,6 +135,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.MaxLagSeries <= 0 {
 		opts.MaxLagSeries = conf.DefaultMetricsMaxLagSeries
+	}
+	if opts.MaxWSConnections <= 0 {
+		opts.MaxWSConnections = DefaultMaxWSConnections
 	}
 	if opts.LagInterval <= 0 {
 		opts.LagInterval = conf.DefaultMetricsLagInterval
@@ -235,6 +254,7 @@ func (s *Server) Close() error {
 			b.Server.SetLatencyObserver(nil)
 			b.Store.SetFlushObserver(nil)
 		}
+		s.closeWS() // hijacked: http.Server.Shutdown does not wait for them
 		if s.hs != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			err = s.hs.Shutdown(ctx)

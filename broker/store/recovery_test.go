@@ -263,6 +263,10 @@ func TestRecoverCutsIndexPastLogEnd(t *testing.T) {
 		res = append(res, r)
 	}
 	waitReadable(t, s, "a", 0, 100)
+	// Readable is not yet dispatched: the dispatcher publishes its position after the
+	// batch's partitions (and the key index), and the checkpoint records that position.
+	end := res[99].PhysicalOffset + int64(res[99].Size)
+	waitFor(t, "every record dispatched", func() bool { return s.dispatched.Load() >= end })
 	if err := s.checkpoint(); err != nil { // records dispatched=end; flushed is still 0
 		t.Fatal(err)
 	}
