@@ -32,6 +32,9 @@ type reply struct {
 	offset    int64
 	partition int32
 	t0        int64 // replyPut: sampled start (metrics.go), 0 = not sampled
+	// needsWriteOut: a result (transactions) acknowledging an async-flush
+	// append, failed like a put's when the connection's write-out fails.
+	needsWriteOut bool
 }
 
 // outQueue is the list of replies a connection's writer has not taken yet.
@@ -101,7 +104,7 @@ func (q *outQueue) addValue(res *store.ReadResult, opaque int32) {
 func (q *outQueue) failUnflushedPuts(code int, body string) (n int) {
 	for i := range q.replies {
 		r := &q.replies[i]
-		if (r.kind != replyPut && r.kind != replyBatch) || r.flush != nil {
+		if (r.kind != replyPut && r.kind != replyBatch && !r.needsWriteOut) || r.flush != nil {
 			continue
 		}
 		*r = resultReply(q, code, body, r.opaque)

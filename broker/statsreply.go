@@ -268,19 +268,20 @@ func (s *Server) appendRealtimeStats(b []byte) []byte {
 
 // appendStoreStats adds the storage engine's figures (metaq additions).
 func appendStoreStats(b []byte, st store.Stats) []byte {
-	b = protocol.AppendStatInt(b, "store_put_messages", st.PutMessages)
-	b = protocol.AppendStatInt(b, "store_put_bytes", st.PutBytes)
-	b = protocol.AppendStatInt(b, "store_put_errors", st.PutErrors)
-	b = protocol.AppendStatInt(b, "commitlog_min", st.CommitLogMin)
-	b = protocol.AppendStatInt(b, "commitlog_max", st.CommitLogMax)
-	b = protocol.AppendStatInt(b, "flushed_position", st.FlushedPosition)
-	b = protocol.AppendStatInt(b, "dispatch_lag", st.DispatchLag)
-	b = protocol.AppendStatInt(b, "unflushed_bytes", st.UnflushedBytes)
-	b = protocol.AppendStatInt(b, "segments", int64(st.Segments))
-	b = protocol.AppendStatInt(b, "fsyncs", st.Fsyncs)
-	b = protocol.AppendStatInt(b, "group_commits", st.GroupCommits)
-	b = protocol.AppendStatInt(b, "avg_fsync_us", st.AvgFsync.Microseconds())
-	b = protocol.AppendStatInt(b, "partitions", int64(st.Partitions))
+	b = protocol.AppendStatInts(b,
+		protocol.IntStat{Key: "store_put_messages", V: st.PutMessages},
+		protocol.IntStat{Key: "store_put_bytes", V: st.PutBytes},
+		protocol.IntStat{Key: "store_put_errors", V: st.PutErrors},
+		protocol.IntStat{Key: "commitlog_min", V: st.CommitLogMin},
+		protocol.IntStat{Key: "commitlog_max", V: st.CommitLogMax},
+		protocol.IntStat{Key: "flushed_position", V: st.FlushedPosition},
+		protocol.IntStat{Key: "dispatch_lag", V: st.DispatchLag},
+		protocol.IntStat{Key: "unflushed_bytes", V: st.UnflushedBytes},
+		protocol.IntStat{Key: "segments", V: int64(st.Segments)},
+		protocol.IntStat{Key: "fsyncs", V: st.Fsyncs},
+		protocol.IntStat{Key: "group_commits", V: st.GroupCommits},
+		protocol.IntStat{Key: "avg_fsync_us", V: st.AvgFsync.Microseconds()},
+		protocol.IntStat{Key: "partitions", V: int64(st.Partitions)})
 	if st.SyncFlush {
 		b = protocol.AppendStat(b, "flush_mode", "sync")
 	} else {

@@ -5,7 +5,9 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
+	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/protocol"
@@ -19,6 +21,17 @@ import (
 func (s *Server) openTx() error {
 	cfg := s.opts.Tx
 	cfg.Store, cfg.BrokerID = s.store, s.opts.BrokerID
+	cfg.CallerWritesOut = true // conn.writeOut, once per batch of commands read
+	if d := s.opts.Delay; d != nil && cfg.Schedule == nil {
+		cfg.Schedule = func(m *store.Message) (store.Message, bool, error) {
+			plan, ok, err := d.PlanFor(m.Properties, time.Now().UnixMilli())
+			if err != nil || !ok {
+				return store.Message{}, false, err
+			}
+			out, _ := delay.ScheduleMessage(m, plan, nil)
+			return out, true, nil
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = s.log
 	}
@@ -91,6 +104,7 @@ func (c *conn) txReply(res tx.Result, err error, opaque int32) {
 		}
 		r := resultReply(&c.rq, protocol.StatusSuccess, res.Body, opaque)
 		r.flush = res.Flush
+		r.needsWriteOut = res.Appended
 		c.rq.replies = append(c.rq.replies, r)
 		c.rq.bytes += replyHeaderEstimate
 	case errors.As(err, &xe):
@@ -165,6 +179,9 @@ func (c *conn) txPut(ts *topicState, cmd *protocol.Command) {
 		return
 	}
 	msg := store.Message{Topic: ts.name, Partition: cmd.Partition, Flag: flag, Properties: props, Data: data}
+	if !c.delayPropsOK(ts, &msg, cmd.Opaque) {
+		return
+	}
 	id, err := s.tx.Put(c.session(), cmd.TxKey, &msg)
 	if err != nil {
 		var br *tx.BadRequest
@@ -182,11 +199,28 @@ func (c *conn) txPut(ts *topicState, cmd *protocol.Command) {
 	c.rq.addPut(nil, id, cmd.Partition, -1, cmd.Opaque)
 }
 
+// delayPropsOK refuses (400) a transactional put whose delay properties
+// the delay service could not honour at commit.
+func (c *conn) delayPropsOK(ts *topicState, msg *store.Message, opaque int32) bool {
+	d := c.srv.opts.Delay
+	if d == nil || len(msg.Properties) == 0 {
+		return true
+	}
+	if _, _, err := d.PlanFor(msg.Properties, time.Now().UnixMilli()); err != nil {
+		c.failPut(ts, protocol.StatusBadRequest, c.srv.putError([]byte(ts.name), msg.Partition, err.Error()), opaque)
+		return false
+	}
+	return true
+}
+
 // halfPut stores a put with `tx=half&pgroup=<G>` as a half message.
 func (c *conn) halfPut(ts *topicState, grp string, msg *store.Message, opaque int32) {
 	s := c.srv
 	if grp == "" || !protocol.ValidName(grp) {
 		c.failPut(ts, protocol.StatusBadRequest, "a half message (tx=half) needs pgroup=<producer group>, a valid group name", opaque)
+		return
+	}
+	if !c.delayPropsOK(ts, msg, opaque) {
 		return
 	}
 	res, flush, err := s.tx.PutHalf(c.session(), grp, msg)

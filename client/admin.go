@@ -172,12 +172,14 @@ func fetchOn(ctx context.Context, c *brokerConn, req *FetchRequest, timeout time
 	res := &FetchResult{NextOffset: req.Offset}
 	switch {
 	case cl.value:
-		msgs, derr := d.decodeBlock(cl.body)
+		msgs, next, derr := d.decodeBlockWhere(cl.body, wm)
 		res.Messages = msgs
-		if n := len(msgs); n > 0 {
-			res.NextOffset = msgs[n-1].Offset + 1
+		if next >= 0 {
+			res.NextOffset = next
 		}
-		wm.filter(res)
+		// All filtered out here (a broker that does not evaluate the
+		// expression): continue at NextOffset, as after a 301.
+		res.Moved = len(msgs) == 0 && next >= 0
 		if derr != nil {
 			return res, &ConnError{Addr: c.addr, Err: fmt.Errorf("bad record in value block at offset %d: %w", res.NextOffset, derr)}
 		}

@@ -1,11 +1,13 @@
 package client
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/metaqgo/metaq/protocol"
 	"github.com/metaqgo/metaq/zkmeta"
@@ -179,7 +181,8 @@ type decoder struct {
 	topic    string
 	brokerID int
 	tags     map[string]string
-	where    *whereMatcher // the last get's filter expression (sql.go)
+	keys     map[string]string // property keys (key)
+	where    *whereMatcher     // the last get's filter expression (sql.go)
 }
 
 // decode fills m from r. Body and Attribute alias r.Data (a buffer that is
@@ -233,9 +236,36 @@ func (d *decoder) decodeProps(m *Message, props []byte) {
 			if m.Properties == nil {
 				m.Properties = make(map[string]string, 2)
 			}
-			m.Properties[protocol.Unescape(k)] = protocol.Unescape(v)
+			m.Properties[d.key(k)] = blockString(v)
 		}
 	}
+}
+
+// key returns a property key as a string, cached like tags (a
+// partition's messages usually carry the same few keys).
+func (d *decoder) key(raw []byte) string {
+	if k, ok := d.keys[string(raw)]; ok {
+		return k
+	}
+	k := protocol.Unescape(raw)
+	if d.keys == nil || len(d.keys) >= 256 {
+		d.keys = make(map[string]string)
+	}
+	d.keys[string(raw)] = k
+	return k
+}
+
+// blockString is a property value as a string: without escapes, a view of
+// the fetched block (which is never reused or changed, like the Body that
+// aliases it), so decoding it allocates nothing; unescaped otherwise.
+func blockString(v []byte) string {
+	if len(v) == 0 {
+		return ""
+	}
+	if bytes.IndexByte(v, '%') < 0 && bytes.IndexByte(v, '+') < 0 {
+		return unsafe.String(&v[0], len(v))
+	}
+	return protocol.Unescape(v)
 }
 
 func (d *decoder) tag(raw []byte) string {
@@ -254,6 +284,15 @@ func (d *decoder) tag(raw []byte) string {
 // Message structs). Records are verified (CRC); a bad one ends the block
 // with an error after the good ones before it.
 func (d *decoder) decodeBlock(block []byte) ([]Message, error) {
+	msgs, _, err := d.decodeBlockWhere(block, nil)
+	return msgs, err
+}
+
+// decodeBlockWhere is decodeBlock keeping only the records the expression
+// of w selects (all when w is nil); it is evaluated on the encoded record,
+// so a message filtered out is never decoded. next is the offset after the
+// last record of the block, kept or not (-1 when there is none).
+func (d *decoder) decodeBlockWhere(block []byte, w *whereMatcher) (msgs []Message, next int64, err error) {
 	n := 0
 	for b := block; len(b) >= protocol.BlankMinSize; {
 		size, _, _ := protocol.PeekRecord(b)
@@ -263,11 +302,20 @@ func (d *decoder) decodeBlock(block []byte) ([]Message, error) {
 		n++
 		b = b[size:]
 	}
-	msgs := make([]Message, 0, n)
+	if w != nil {
+		n = min(n, 64) // grows as kept messages need
+	}
+	msgs = make([]Message, 0, n)
+	next = -1
 	it := protocol.NewRecordIterator(block)
 	for it.Next() {
+		r := it.Record()
+		next = r.QueueOffset + 1
+		if w != nil && !w.matchRecord(r) {
+			continue
+		}
 		msgs = append(msgs, Message{})
-		d.decode(&msgs[len(msgs)-1], it.Record())
+		d.decode(&msgs[len(msgs)-1], r)
 	}
-	return msgs, it.Err()
+	return msgs, next, it.Err()
 }

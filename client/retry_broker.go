@@ -180,7 +180,7 @@ func (c *Consumer) bindRetry() {
 // consumer with BrokerRetry adds at Start: each retried message goes to the
 // handler of the topic it was first consumed from (Message.Topic is set
 // back to that topic; MsgID is the retried record's), filtered by that
-// subscription's tags. nil when there is nothing to add.
+// subscription's tags or SQL expression (which sees reconsumeTimes). nil when there is nothing to add.
 func (c *Consumer) retrySubscriptionLocked() *subscription {
 	br, ok := c.opts.RetryPolicy.(*BrokerRetry)
 	rt := RetryTopic(c.group)
@@ -195,6 +195,11 @@ func (c *Consumer) retrySubscriptionLocked() *subscription {
 			return nil
 		}
 		if !s.filter.All() && !s.filter.MatchTag(m.Tag) {
+			return nil
+		}
+		// The subscription's SQL expression too (a fresh matcher: handlers of
+		// several brokers' retry partitions run concurrently).
+		if s.where != nil && !(&whereMatcher{expr: s.where}).match(m) {
 			return nil
 		}
 		m.Topic = orig

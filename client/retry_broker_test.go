@@ -157,3 +157,42 @@ func TestOrderedRetryInPlaceThenDLQ(t *testing.T) {
 		t.Fatalf("dead letters %v", d)
 	}
 }
+
+// A retried message passes the subscription's SQL expression again:
+// `reconsumeTimes = 0 OR k = 'keep'` lets every first delivery through, and
+// of the retries only the one with k=keep. Retries come back in the order
+// they were given back (one level, one partition, one handler at a time), so
+// when the kept one is handled the others were already filtered out.
+func TestBrokerRetryAppliesSQL(t *testing.T) {
+	cl := newCluster(t, map[string]int{"pay": 1})
+	cl.start(1, shortLadder)
+	p := cl.producer()
+	ctx := context.Background()
+	for i, k := range []string{"drop", "drop", "drop", "keep"} {
+		if _, err := p.Send(ctx, &Message{Topic: "pay", Body: []byte(fmt.Sprintf("%s-%d", k, i)), Properties: map[string]string{"k": k}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newCollector()
+	h := func(ctx context.Context, m *Message) error {
+		c.add(m)
+		if m.ReconsumeTimes == 0 {
+			return RetryLater(100 * time.Millisecond)
+		}
+		return nil
+	}
+	cl.consumer("g", "pay", SQL("reconsumeTimes = 0 OR k = 'keep'"), h, func(c *Config) { c.Consumer.Concurrency = 1 })
+	zktest.Eventually(t, 60*time.Second, func() bool {
+		for _, m := range c.snapshot() {
+			if m.ReconsumeTimes == 1 {
+				return true
+			}
+		}
+		return false
+	}, "the kept message handled again")
+	for _, m := range c.snapshot() {
+		if m.ReconsumeTimes > 0 && string(m.Body) != "keep-3" {
+			t.Errorf("retried %s (reconsumeTimes %d) passed `k = 'keep'`", m.Body, m.ReconsumeTimes)
+		}
+	}
+}

@@ -69,22 +69,11 @@ func (d *decoder) whereMatcher(where string) (*whereMatcher, error) {
 	return d.where, nil
 }
 
-// filter drops the messages of res the expression does not select. When it
-// drops all of them the result reads as Moved: continue at NextOffset, as
-// after the broker's 301 for a run of filtered records.
-func (w *whereMatcher) filter(res *FetchResult) {
-	if w == nil || len(res.Messages) == 0 {
-		return
-	}
-	kept := res.Messages[:0]
-	for i := range res.Messages {
-		if w.match(&res.Messages[i]) {
-			kept = append(kept, res.Messages[i])
-		}
-	}
-	clear(res.Messages[len(kept):])
-	res.Messages = kept
-	res.Moved = len(kept) == 0
+// matchRecord evaluates the expression on a fetched record, before it is
+// decoded (no allocation).
+func (w *whereMatcher) matchRecord(r *protocol.Record) bool {
+	fm := filter.Message{Props: r.Properties, BornTime: r.BornTime, ReconsumeTimes: int64(r.ReconsumeTimes)}
+	return w.expr.Match(&fm)
 }
 
 func (w *whereMatcher) match(m *Message) bool {

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"github.com/metaqgo/metaq/protocol"
 	"slices"
 	"strconv"
 	"strings"
@@ -135,8 +136,8 @@ func TestSQLSubscription(t *testing.T) {
 	}
 }
 
-// The client checks fetched messages again (a MetaQ broker ignores the
-// expression); a batch with no match left reads as Moved.
+// The client checks fetched records again before decoding them (a MetaQ
+// broker ignores the expression); the offset moves past filtered ones.
 func TestWhereMatcherFilter(t *testing.T) {
 	var d decoder
 	wm, err := d.whereMatcher("TAGS = 'paid' AND amount > 100 AND reconsumeTimes = 0")
@@ -146,20 +147,29 @@ func TestWhereMatcherFilter(t *testing.T) {
 	if again, _ := d.whereMatcher("TAGS = 'paid' AND amount > 100 AND reconsumeTimes = 0"); again != wm {
 		t.Fatal("expression compiled again")
 	}
-	res := &FetchResult{NextOffset: 4, Messages: []Message{
-		{Offset: 0, Tag: "paid", Properties: map[string]string{"amount": "150"}},
-		{Offset: 1, Tag: "paid", Properties: map[string]string{"amount": "50"}},
-		{Offset: 2, Tag: "other", Properties: map[string]string{"amount": "150"}},
-		{Offset: 3, Tag: "paid", Properties: map[string]string{"amount": "101"}, ReconsumeTimes: 1},
-	}}
-	wm.filter(res)
-	if len(res.Messages) != 1 || res.Messages[0].Offset != 0 || res.Moved || res.NextOffset != 4 {
-		t.Fatalf("filtered %+v", res)
+	block := func(recs ...protocol.Record) []byte {
+		var b []byte
+		for i := range recs {
+			r := &recs[i]
+			r.Topic = []byte("t")
+			buf := make([]byte, protocol.RecordSize(len(r.Topic), len(r.Properties), len(r.Data)))
+			protocol.EncodeRecord(buf, r)
+			b = append(b, buf...)
+		}
+		return b
 	}
-	res = &FetchResult{NextOffset: 2, Messages: []Message{{Offset: 1, Tag: "x"}}}
-	wm.filter(res)
-	if len(res.Messages) != 0 || !res.Moved || res.NextOffset != 2 {
-		t.Fatalf("all filtered %+v", res)
+	msgs, next, err := d.decodeBlockWhere(block(
+		protocol.Record{QueueOffset: 0, Properties: []byte("tag=paid&amount=150")},
+		protocol.Record{QueueOffset: 1, Properties: []byte("tag=paid&amount=50")},
+		protocol.Record{QueueOffset: 2, Properties: []byte("tag=other&amount=150")},
+		protocol.Record{QueueOffset: 3, Properties: []byte("tag=paid&amount=101"), ReconsumeTimes: 1},
+	), wm)
+	if err != nil || len(msgs) != 1 || msgs[0].Offset != 0 || msgs[0].Properties["amount"] != "150" || next != 4 {
+		t.Fatalf("filtered %+v next %d: %v", msgs, next, err)
+	}
+	msgs, next, err = d.decodeBlockWhere(block(protocol.Record{QueueOffset: 1, Properties: []byte("tag=x")}), wm)
+	if err != nil || len(msgs) != 0 || next != 2 {
+		t.Fatalf("all filtered %+v next %d: %v", msgs, next, err)
 	}
 	if _, err := d.whereMatcher("amount >"); err == nil {
 		t.Fatal("bad expression accepted")

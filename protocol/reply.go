@@ -10,6 +10,7 @@ const (
 	StatusUnauthorized        = 401 // HttpStatus.Unauthorized
 	StatusForbidden           = 403 // HttpStatus.Forbidden
 	StatusNotFound            = 404 // HttpStatus.NotFound: also "no new message"
+	StatusConflict            = 409 // metaq: a dead letter resent already
 	StatusInternalServerError = 500 // HttpStatus.InternalServerError
 	StatusServiceUnavailable  = 503 // HttpStatus.ServiceUnavilable: busy / not supported yet
 	StatusGatewayTimeout      = 504 // HttpStatus.GatewayTimeout
@@ -144,6 +145,20 @@ func AppendStatInt(dst []byte, key string, v int64) []byte {
 	dst = appendStatKey(dst, key)
 	dst = strconv.AppendInt(dst, v, 10)
 	return append(dst, '\r', '\n')
+}
+
+// IntStat is one `key <decimal>` line of a stats reply.
+type IntStat struct {
+	Key string
+	V   int64
+}
+
+// AppendStatInts appends a `key <decimal>\r\n` line per stat, in order.
+func AppendStatInts(dst []byte, stats ...IntStat) []byte {
+	for _, s := range stats {
+		dst = AppendStatInt(dst, s.Key, s.V)
+	}
+	return dst
 }
 
 // appendStatKey appends `key ` with spaces and CR/LF in key replaced by '_'.

@@ -9,6 +9,8 @@ import "strconv"
 // %DLQ%<group>. delayLevel 0 lets the broker pick 3 + reconsumeTimes; a
 // negative one sends the message to the dead-letter queue at once. reason is
 // an optional URL-escaped text kept with the message (no spaces).
+// delayLevel -2 (ResendDeadLetter) resends the dead letter msgId of
+// %DLQ%<group> to its original topic, once (docs/delay.md).
 func (p *Parser) parseRetry(line []byte, nf int) {
 	c := &p.cmd
 	c.Op = OpRetry
@@ -19,7 +21,7 @@ func (p *Parser) parseRetry(line []byte, nf int) {
 	p.opaqueAt(line, 4)
 	p.ix.group = p.nameAt(line, 1, "group")
 	c.MsgID = p.num(line, 2, "msgId", 0, maxI64)
-	c.DelayLevel = int32(p.num(line, 3, "delayLevel", -1, 1000))
+	c.DelayLevel = int32(p.num(line, 3, "delayLevel", ResendDeadLetter, 1000))
 	if nf == 6 {
 		if b := p.f(line, 5); hasCtl(b) {
 			p.bad("invalid reason: control byte")
@@ -28,6 +30,9 @@ func (p *Parser) parseRetry(line []byte, nf int) {
 		}
 	}
 }
+
+// ResendDeadLetter is the retry delayLevel that resends a dead letter.
+const ResendDeadLetter = -2
 
 // SystemTopicPrefix starts every system topic name (%SCHEDULE%, %RETRY%<group>,
 // %DLQ%<group>, …): clients cannot put to them.

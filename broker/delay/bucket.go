@@ -26,7 +26,9 @@ import (
 //	off len field
 //	  0   8 due      unix ms when the message falls due (max(deliverAt, storeTime))
 //	  8   8 msgId    the %SCHEDULE% partition-0 record's id (brokerId<<48 | physical
-//	                 offset: read without an index lookup)
+//	                 offset: read without an index lookup); the top bit set marks a
+//	                 roll-forward entry: at `due` the record is re-appended as a new
+//	                 %SCHEDULE% record (before retention could remove it), not delivered
 //
 // Entries carry no checksum of their own: a file whose length is not a
 // multiple of 16 has a torn tail, which is cut at startup; an entry whose
@@ -52,15 +54,27 @@ const (
 	coarsePrefx = "h"
 )
 
-type entry struct{ due, id int64 }
+// entry is a timer index entry: at due, deliver the record id (or, when
+// roll is set, re-append it to %SCHEDULE% — a roll-forward).
+type entry struct {
+	due, id int64
+	roll    bool
+}
+
+const rollBit = uint64(1) << 63
 
 func putEntry(b []byte, e entry) {
 	binary.BigEndian.PutUint64(b, uint64(e.due))
-	binary.BigEndian.PutUint64(b[8:], uint64(e.id))
+	id := uint64(e.id)
+	if e.roll {
+		id |= rollBit
+	}
+	binary.BigEndian.PutUint64(b[8:], id)
 }
 
 func getEntry(b []byte) entry {
-	return entry{due: int64(binary.BigEndian.Uint64(b)), id: int64(binary.BigEndian.Uint64(b[8:]))}
+	id := binary.BigEndian.Uint64(b[8:])
+	return entry{due: int64(binary.BigEndian.Uint64(b)), id: int64(id &^ rollBit), roll: id&rollBit != 0}
 }
 
 func fineName(sec int64) string    { return finePrefix + strconv.FormatInt(sec, 10) }

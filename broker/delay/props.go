@@ -16,6 +16,7 @@ const (
 	PropOrigMsgID     = "origMsgId"             // the id the producer got (or the first delivery's, for retries)
 	PropRetryTopic    = protocol.PropRetryTopic // retry/DLQ: the topic the message was first consumed from
 	PropReason        = "reason"                // DLQ/retry: why the consumer gave it back
+	PropRolls         = "rolls"                 // on %SCHEDULE% records: how often it was rolled forward
 )
 
 // appendWithout appends props to dst without the pairs whose key drop
@@ -69,7 +70,7 @@ func appendStringPair(dst []byte, key, v string) []byte {
 // isRouting reports the keys the broker owns on %SCHEDULE% records; a
 // client cannot set them.
 func isRouting(k []byte) bool {
-	return string(k) == PropRealTopic || string(k) == PropRealPartition
+	return string(k) == PropRealTopic || string(k) == PropRealPartition || string(k) == PropRolls
 }
 
 func propInt(props []byte, key string) (int64, bool) {

@@ -36,21 +36,11 @@ type RetryResult struct {
 // put (flush in sync mode; WriteOut in async mode).
 func (s *Service) Retry(group string, msgID int64, delayLevel int, reason []byte, scratch []byte) (RetryResult, *store.Flush, []byte, error) {
 	var out RetryResult
-	res, err := s.st.ReadByID(msgID)
-	if errors.Is(err, store.ErrNotFound) {
-		return out, nil, scratch, fmt.Errorf("%w: %d", ErrNotFound, msgID)
-	}
+	res, r, err := s.readRecord(msgID)
 	if err != nil {
 		return out, nil, scratch, err
 	}
 	defer res.Release()
-	if res.Count == 0 {
-		return out, nil, scratch, fmt.Errorf("%w: %d", ErrNotFound, msgID)
-	}
-	r, _, err := protocol.DecodeRecord(res.Bufs[0], 0)
-	if err != nil {
-		return out, nil, scratch, err
-	}
 	origTopic := string(r.Topic)
 	if t := protocol.Property(r.Properties, PropRetryTopic); t != "" && protocol.IsSystemTopic(origTopic) {
 		origTopic = t
@@ -59,10 +49,7 @@ func (s *Service) Retry(group string, msgID int64, delayLevel int, reason []byte
 		return out, nil, scratch, fmt.Errorf("%w: %d is a delayed message not yet delivered", ErrNotFound, msgID)
 	}
 	_, hasOrig := protocol.PropertyRaw(r.Properties, PropOrigMsgID)
-	scratch = appendWithout(scratch[:0], r.Properties, func(k []byte) bool {
-		return isRouting(k) || string(k) == PropDelay || string(k) == PropDeliverAt ||
-			string(k) == PropRetryTopic || string(k) == PropReason
-	})
+	scratch = appendWithout(scratch[:0], r.Properties, isRetryOwned)
 	scratch = appendStringPair(scratch, PropRetryTopic, origTopic)
 	if !hasOrig {
 		scratch = appendIntPair(scratch, PropOrigMsgID, r.MsgID)
@@ -117,6 +104,35 @@ func (s *Service) Retry(group string, msgID int64, delayLevel int, reason []byte
 		s.announce(m.Topic)
 	}
 	return out, flush, scratch, nil
+}
+
+// readRecord reads the record msgID of this broker's log (ErrNotFound
+// when there is none); the caller releases res, which r aliases.
+func (s *Service) readRecord(msgID int64) (*store.ReadResult, protocol.Record, error) {
+	res, err := s.st.ReadByID(msgID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, protocol.Record{}, fmt.Errorf("%w: %d", ErrNotFound, msgID)
+	}
+	if err != nil {
+		return nil, protocol.Record{}, err
+	}
+	if res.Count == 0 {
+		res.Release()
+		return nil, protocol.Record{}, fmt.Errorf("%w: %d", ErrNotFound, msgID)
+	}
+	r, _, err := protocol.DecodeRecord(res.Bufs[0], 0)
+	if err != nil {
+		res.Release()
+		return nil, protocol.Record{}, err
+	}
+	return res, r, nil
+}
+
+// isRetryOwned reports the keys a retried or resent message does not keep
+// from its record: routing, delay and the retry properties (set anew).
+func isRetryOwned(k []byte) bool {
+	return isRouting(k) || string(k) == PropDelay || string(k) == PropDeliverAt ||
+		string(k) == PropRetryTopic || string(k) == PropReason
 }
 
 // LevelDelayMs is the wait of level n (1-based), clamped to the ladder.

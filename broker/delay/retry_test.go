@@ -73,7 +73,7 @@ func TestRetryBadInput(t *testing.T) {
 	if code, _ := retry(t, c, "g", 12345678, 1, ""); code != 404 {
 		t.Fatalf("unknown msgId: %d", code)
 	}
-	for _, line := range []string{"retry g 1 1\r\n", "retry g x 1 1\r\n", "retry g 1 -2 1\r\n", "retry bad/name 1 1 1\r\n", "retry g 1 1 1 a b\r\n"} {
+	for _, line := range []string{"retry g 1 1\r\n", "retry g x 1 1\r\n", "retry g 1 -3 1\r\n", "retry bad/name 1 1 1\r\n", "retry g 1 1 1 a b\r\n"} {
 		c.Send(line)
 		if r := c.Reply(); r.Code != 400 {
 			t.Fatalf("%q: %d %s", line, r.Code, r.Body)

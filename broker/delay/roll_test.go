@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
-	"github.com/metaqgo/metaq/conf"
 )
 
 // The far-future path, driven by hand (no goroutines, a chosen "now"): a
@@ -25,8 +24,7 @@ func TestHourBucketRoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	s := &Service{cfg: Config{Lookahead: 500 * time.Millisecond, ProgressEvery: time.Hour}, st: st,
-		log: slog.New(slog.DiscardHandler), levels: conf.Delay{}.DelayLevels(), seen: map[string]bool{}, stop: make(chan struct{})}
+	s := handService(st)
 	tdir := filepath.Join(dir, "timer")
 	tm, err := newTimer(s, tdir, progress{})
 	if err != nil {

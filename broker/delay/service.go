@@ -61,10 +61,14 @@ type Service struct {
 	delivered atomic.Int64 // messages appended to their real topic
 	retried   atomic.Int64
 	deadLet   atomic.Int64
+	rolled    atomic.Int64 // timer records re-appended ahead of retention
 	lateMax   atomic.Int64 // worst lateness (ms) since the last Stats
 
 	mu   sync.Mutex      // guards seen
 	seen map[string]bool // retry/DLQ topics announced through OnTopic
+
+	resendMu sync.Mutex                 // serialises Resend; guards resent
+	resent   map[string]map[int64]int64 // group → dead letter id → copy id (resend.go)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -274,6 +278,29 @@ func (s *Service) deliver(r *protocol.Record, dueMs int64, scratch []byte) ([]by
 	return scratch, nil
 }
 
+// rollForward re-appends the timer record r as a new %SCHEDULE% partition-0
+// record before retention can remove r: same data, flag, born time and
+// deliverAt, origMsgId = the id the producer was given, rolls counted. The
+// indexer files the copy like any new record (it may roll again).
+func (s *Service) rollForward(r *protocol.Record, scratch []byte) ([]byte, error) {
+	_, hasOrig := protocol.PropertyRaw(r.Properties, PropOrigMsgID)
+	n, _ := propInt(r.Properties, PropRolls)
+	scratch = appendWithout(scratch[:0], r.Properties, func(k []byte) bool { return string(k) == PropRolls })
+	if !hasOrig {
+		scratch = appendIntPair(scratch, PropOrigMsgID, r.MsgID)
+	}
+	scratch = appendIntPair(scratch, PropRolls, n+1)
+	m := store.Message{
+		Topic: scheduleTopic, Partition: TimerPartition, Flag: r.Flag, BornTime: r.BornTime,
+		SysFlag: r.SysFlag, ReconsumeTimes: r.ReconsumeTimes, Properties: scratch, Data: r.Data,
+	}
+	if _, _, err := s.st.AppendAsync(&m); err != nil {
+		return scratch, err
+	}
+	s.rolled.Add(1)
+	return scratch, nil
+}
+
 // errBackoff sleeps after a store error (sticky I/O errors, disk full);
 // false when the service is stopping.
 func (s *Service) errBackoff(what string, err error) bool {
@@ -299,6 +326,7 @@ type Stats struct {
 	Delivered    int64
 	Retried      int64
 	DeadLetters  int64
+	Rolled       int64 // far-future records re-appended ahead of retention
 	IndexBytes   int64 // timer index files on disk
 	TimerIndexed int64 // %SCHEDULE% partition-0 queue offset the timer has indexed up to (exclusive)
 }
@@ -315,7 +343,7 @@ func (st Stats) Pending() int64 {
 // Stats returns a snapshot.
 func (s *Service) Stats() Stats {
 	st := Stats{Delivered: s.delivered.Load(), Retried: s.retried.Load(), DeadLetters: s.deadLet.Load(),
-		LateMaxMs: s.lateMax.Swap(0)}
+		Rolled: s.rolled.Load(), LateMaxMs: s.lateMax.Swap(0)}
 	now := time.Now().UnixMilli()
 	for i := range s.levelOff {
 		p := int32(i + 1)

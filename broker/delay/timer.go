@@ -39,6 +39,16 @@ type timer struct {
 
 	posID int64 // every record below pos has an id below posID
 
+	// rollAfter: a record whose due time is more than this after its store
+	// time is re-appended (rolled forward) at storeTime+rollAfter, half the
+	// %SCHEDULE% retention, so that retention never removes it (0 = never).
+	rollAfter int64
+	idleEvery time.Duration // idle progress interval (inside retention)
+	// rolledSeen: the rolled-forward records delivered lately (origMsgId →
+	// due), so that two copies of one roll (a crash between the re-append
+	// and the progress record) deliver once.
+	rolledSeen map[int64]int64
+
 	// Recovery rules from the last progress record and checkpoint (id bounds).
 	recP, recT, recPi int64
 
@@ -51,6 +61,7 @@ type timer struct {
 	onDisk       int64          // entries in files (approximate, for stats)
 
 	lastQ, lastT  int64
+	maxDone       int64 // the latest due time of an entry handled (delivered or rolled)
 	ckPi          int64
 	lastProgress  time.Time
 	lastCk        time.Time
@@ -76,7 +87,12 @@ func newTimer(s *Service, dir string, pr progress) (*timer, error) {
 	t := &timer{
 		s: s, dir: dir, fine: newBucketSet(), coarse: newBucketSet(),
 		writes: map[string][]byte{}, dirty: map[string]bool{}, toDelete: map[int64]bool{},
-		wake: make(chan struct{}, 1), recT: pr.timerT,
+		wake: make(chan struct{}, 1), recT: pr.timerT, rolledSeen: map[int64]int64{},
+		idleEvery: idleProgress,
+	}
+	if ret := s.st.RetentionOf(scheduleTopic); ret > 0 {
+		t.rollAfter = max(ret.Milliseconds()/2, 1)
+		t.idleEvery = min(idleProgress, max(ret/4, 10*time.Millisecond))
 	}
 	ck, err := readCheckpoint(dir)
 	if err != nil {
@@ -181,6 +197,17 @@ func dueOf(r *protocol.Record) int64 {
 	return at
 }
 
+// entryFor is the index entry of a partition-0 record: due at dueOf, or,
+// when that lies beyond what retention keeps, a roll-forward entry at
+// storeTime+rollAfter.
+func (t *timer) entryFor(r *protocol.Record) entry {
+	due := dueOf(r)
+	if t.rollAfter > 0 && due-r.StoreTime > t.rollAfter {
+		return entry{due: r.StoreTime + t.rollAfter, id: r.MsgID, roll: true}
+	}
+	return entry{due: due, id: r.MsgID}
+}
+
 func (t *timer) run() {
 	s := t.s
 	defer s.wg.Done()
@@ -257,7 +284,7 @@ func (t *timer) step() (busy bool, err error) {
 
 func (t *timer) nextWake() time.Duration {
 	now := time.Now().UnixMilli()
-	next := now + idleProgress.Milliseconds()
+	next := now + t.idleEvery.Milliseconds()
 	if len(t.heap) > 0 {
 		next = min(next, t.heap[0].due)
 	}
@@ -304,7 +331,7 @@ func (t *timer) index() (more bool, err error) {
 					return false, derr
 				}
 				buf = buf[size:]
-				t.file(entry{due: dueOf(&r), id: r.MsgID})
+				t.file(t.entryFor(&r))
 				t.pos = r.QueueOffset + 1
 				t.posID = r.MsgID + 1
 			}
@@ -438,7 +465,7 @@ func (t *timer) readBucket(name string, lo, hi int64) ([]entry, error) {
 	// An entry filed twice (re-indexed after a crash, a roll repeated)
 	// is delivered once.
 	slices.SortFunc(out, func(a, b entry) int { return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.due, b.due)) })
-	out = slices.CompactFunc(out, func(a, b entry) bool { return a.id == b.id })
+	out = slices.CompactFunc(out, func(a, b entry) bool { return a.id == b.id && a.roll == b.roll })
 	return out, nil
 }
 
@@ -506,10 +533,15 @@ func (t *timer) load(nowMs int64) error {
 
 // deliverDue delivers the entries whose time has come, oldest first.
 func (t *timer) deliverDue() (int, error) {
+	return t.deliverUpTo(time.Now().UnixMilli(), deliverBatch)
+}
+
+// deliverUpTo delivers up to maxN entries due at or before limit.
+func (t *timer) deliverUpTo(limit int64, maxN int) (int, error) {
 	s := t.s
 	n := 0
 	now := time.Now().UnixMilli()
-	for n < deliverBatch && len(t.heap) > 0 && t.heap[0].due <= now {
+	for n < maxN && len(t.heap) > 0 && t.heap[0].due <= limit {
 		e := t.heap.pop()
 		t.onDisk--
 		// By id: the id holds the physical offset, no index lookup.
@@ -526,17 +558,28 @@ func (t *timer) deliverDue() (int, error) {
 			return n, err
 		}
 		r, _, derr := protocol.DecodeRecord(res.Bufs[0], 0)
-		if derr != nil || string(r.Topic) != scheduleTopic || r.Partition != TimerPartition || dueOf(&r) != e.due {
+		// A roll entry's time depends on the retention in force when it was
+		// filed: only its plausibility is checked.
+		match := (e.roll && e.due >= r.StoreTime) || (!e.roll && dueOf(&r) == e.due)
+		if derr != nil || string(r.Topic) != scheduleTopic || r.Partition != TimerPartition || !match {
 			res.Release()
 			s.log.Warn("timer index entry does not match its record; skipped", "msgId", e.id, "err", derr)
 			continue
 		}
-		t.scratch, err = s.deliver(&r, e.due, t.scratch)
+		switch {
+		case e.roll && dueOf(&r) > now:
+			t.scratch, err = s.rollForward(&r, t.scratch)
+		case t.seenRolled(&r, e.due, e.roll): // (a roll entry past due delivers)
+			s.log.Info("a rolled-forward deliverAt message has two copies (a crash during its roll); delivered once", "msgId", r.MsgID)
+		default:
+			t.scratch, err = s.deliver(&r, e.due, t.scratch)
+		}
 		res.Release()
 		if err != nil {
 			t.heap.push(e)
 			return n, err
 		}
+		t.maxDone = max(t.maxDone, e.due)
 		n++
 	}
 	if n > 0 {
@@ -570,7 +613,7 @@ func (t *timer) maybeProgress(now time.Time, force bool) error {
 	due := changed && now.Sub(t.lastProgress) >= t.s.cfg.ProgressEvery
 	// Idle: one record a minute keeps the newest progress inside the
 	// retention window (only once anything was ever scheduled).
-	idle := now.Sub(t.lastProgress) >= idleProgress && t.s.hasScheduled()
+	idle := now.Sub(t.lastProgress) >= t.idleEvery && t.s.hasScheduled()
 	if !force && !due && !idle {
 		return nil
 	}
@@ -580,6 +623,11 @@ func (t *timer) maybeProgress(now time.Time, force bool) error {
 		return err
 	}
 	t.lastQ, t.lastT, t.lastProgress, t.progressDirty = t.pos, w, now, false
+	for id, due := range t.rolledSeen {
+		if due+10*time.Minute.Milliseconds() < w {
+			delete(t.rolledSeen, id)
+		}
+	}
 	for sec := range t.toDelete {
 		if (sec+1)*1000 <= w {
 			if err := os.Remove(filepath.Join(t.dir, fineName(sec))); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -589,6 +637,24 @@ func (t *timer) maybeProgress(now time.Time, force bool) error {
 		}
 	}
 	return nil
+}
+
+// seenRolled reports whether a copy of r was delivered already, when r is a
+// rolled-forward record (or delivered from a roll entry); it remembers r
+// otherwise. Copies share their origMsgId (the first record's id).
+func (t *timer) seenRolled(r *protocol.Record, due int64, fromRoll bool) bool {
+	if _, rolled := protocol.PropertyRaw(r.Properties, PropRolls); !rolled && !fromRoll {
+		return false
+	}
+	orig, ok := propInt(r.Properties, PropOrigMsgID)
+	if !ok {
+		orig = r.MsgID
+	}
+	if _, seen := t.rolledSeen[orig]; seen {
+		return true
+	}
+	t.rolledSeen[orig] = due
+	return false
 }
 
 func (t *timer) publish() {
@@ -615,9 +681,21 @@ func (t *timer) snapshot() timerSnap {
 // finish writes the last progress record and checkpoint on stop; Close
 // calls it after the timer and level goroutines have all returned, so the
 // record covers every delivery.
+//
+// An entry filed late (its record indexed after later entries were
+// delivered: a record stored just before an earlier step's deliveries)
+// can sit in the window below entries already delivered; the watermark
+// would then be below those, and a restart would deliver them again from
+// their bucket. So finish first delivers what is due up to the latest due
+// time already handled: the watermark is then above every delivery.
 func (t *timer) finish() error {
 	if err := t.flushWrites(); err != nil {
 		return err
+	}
+	for len(t.heap) > 0 && t.heap[0].due <= t.maxDone {
+		if _, err := t.deliverUpTo(t.maxDone, deliverBatch); err != nil {
+			return err
+		}
 	}
 	if err := t.maybeProgress(time.Now(), true); err != nil {
 		return err

@@ -208,3 +208,9 @@ func (s *Store) expireLogically(p *partition, cutoff int64) {
 		}
 	}
 }
+
+// RetentionOf is how long topic's records are kept at least (0 = forever):
+// a record stored at time S stays readable (by offset and by id) until
+// S + RetentionOf(topic). The delay service rolls far-future records
+// forward before that (docs/delay.md).
+func (s *Store) RetentionOf(topic string) time.Duration { return s.retentionOf(topic) }

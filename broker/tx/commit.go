@@ -28,13 +28,22 @@ func (m *Manager) commit(s *Session, key string, kind Kind, onePhase bool) (Resu
 	var run []store.Message
 	if onePhase {
 		run = t.msgs
+		err = m.schedule(run)
 	} else {
 		run, err = m.loadPrepared(t)
+		if err == nil {
+			err = m.schedule(run)
+		}
 		if err != nil {
 			m.release(t, false)
 			return Result{}, xaErr(XAErrRMErr, "commit failed, the transaction stays prepared: "+err.Error())
 		}
-		run = append(run, store.Message{Topic: OpTopic, Data: appendOp(nil, "commit", key, 0, 0)})
+		run = commitRun(key, t.halfFrom, t.halfN, 0, run)
+	}
+	if onePhase && err != nil {
+		m.release(t, true)
+		m.rolledBack.Add(1)
+		return Result{}, xaErr(XARBOther, "commit failed, rolled back: "+err.Error())
 	}
 	if len(run) == 0 {
 		m.release(t, true)
@@ -54,7 +63,7 @@ func (m *Manager) commit(s *Session, key string, kind Kind, onePhase bool) (Resu
 	}
 	m.release(t, true)
 	m.committed.Add(1)
-	return Result{Flush: f}, nil
+	return Result{Flush: f, Appended: true}, nil
 }
 
 func (m *Manager) rollback(s *Session, key string, kind Kind) (Result, error) {
@@ -77,29 +86,140 @@ func (m *Manager) rollback(s *Session, key string, kind Kind) (Result, error) {
 	}
 	m.release(t, true)
 	m.rolledBack.Add(1)
-	return Result{Flush: f}, nil
+	return Result{Flush: f, Appended: true}, nil
+}
+
+// commitRun is the append of a two-phase commit: the commit op first, then
+// the messages [from, n) of the transaction (msgs), in one contiguous run.
+// The op records where the run ends, so that recovery can tell a run a
+// power loss cut short (the log keeps a prefix of it) and complete it: the
+// commit is idempotent per xid, never applied twice nor half.
+func commitRun(key string, halfFrom int64, n, from int, msgs []store.Message) []store.Message {
+	o := op{key: key, halfFrom: halfFrom, n: n, from: from}
+	for i := range msgs {
+		mm := &msgs[i]
+		o.lastBytes = int64(protocol.RecordSize(len(mm.Topic), len(mm.Properties), len(mm.Data)))
+		o.runBytes += o.lastBytes
+	}
+	run := make([]store.Message, 0, len(msgs)+1)
+	run = append(run, store.Message{Topic: OpTopic, Data: appendCommitOp(nil, &o)})
+	return append(run, msgs...)
 }
 
 // loadPrepared reads a prepared transaction's messages back from %TX_HALF%
 // and rebuilds them as they were put.
 func (m *Manager) loadPrepared(t *Tx) ([]store.Message, error) {
-	out := make([]store.Message, 0, t.halfN)
-	err := m.scan(HalfTopic, t.halfFrom, t.halfFrom+int64(t.halfN), func(r *protocol.Record) error {
+	return m.loadHalves(t.key, t.halfFrom, t.halfN, 0)
+}
+
+// loadHalves rebuilds messages [from, n) of the prepared transaction key
+// whose half records are %TX_HALF%/0 [halfFrom, halfFrom+n).
+func (m *Manager) loadHalves(key string, halfFrom int64, n, from int) ([]store.Message, error) {
+	out := make([]store.Message, 0, n-from)
+	err := m.scan(HalfTopic, halfFrom+int64(from), halfFrom+int64(n), func(r *protocol.Record) error {
 		h, err := parseHalfProps(r.Properties)
 		if err != nil {
 			return err
 		}
-		if h.xid != t.key {
+		if h.xid != key {
 			return errors.New("half record at " + strconv.FormatInt(r.QueueOffset, 10) + " belongs to " + strconv.Quote(h.xid))
 		}
 		out = append(out, realMessage(r, &h))
 		return nil
 	})
-	if err == nil && len(out) != t.halfN {
-		err = errors.New("found " + strconv.Itoa(len(out)) + " of its " + strconv.Itoa(t.halfN) + " messages in " + HalfTopic +
+	if err == nil && len(out) != n-from {
+		err = errors.New("found " + strconv.Itoa(len(out)) + " of its " + strconv.Itoa(n-from) + " messages in " + HalfTopic +
 			" (cut by retention?)")
 	}
 	return out, err
+}
+
+// A commit op found at recovery, with where its run starts in the log.
+type commitAt struct {
+	op
+	runStart int64 // physical offset right after the op record
+}
+
+// checkCommitRun is recovery's check of the newest commit op of a
+// transaction: when the run after it is shorter than the op says (a power
+// loss kept only a prefix), the missing messages are appended now, after a
+// new commit op that names them. A retried COMMIT finds the transaction
+// committed (XAER_NOTA), so nothing is appended twice.
+func (m *Manager) checkCommitRun(c *commitAt) error {
+	want := c.n - c.from
+	if m.runRecordMatches(c.runStart+c.runBytes-c.lastBytes, c, c.n-1, c.lastBytes) {
+		return nil
+	}
+	// Count the run's records that survived, in order.
+	have, pos := 0, c.runStart
+	for have < want {
+		size, ok := m.runRecordAt(pos, c, c.from+have)
+		if !ok {
+			break
+		}
+		have++
+		pos += size
+	}
+	if have == want {
+		return nil
+	}
+	rest, err := m.loadHalves(c.key, c.halfFrom, c.n, c.from+have)
+	if err == nil {
+		err = m.schedule(rest)
+	}
+	if err == nil {
+		var f *store.Flush
+		if f, err = m.appendRun(commitRun(c.key, c.halfFrom, c.n, c.from+have, rest)); err == nil {
+			if f != nil {
+				err = f.Wait()
+			} else {
+				err = m.st.WriteOut()
+			}
+		}
+	}
+	if err != nil {
+		return errors.New("tx: completing the commit of " + c.key + " cut by a crash: " + err.Error())
+	}
+	m.log.Warn("completed a two-phase commit a crash had cut short", "tx", c.key, "survived", have, "appended", len(rest))
+	return nil
+}
+
+// runRecordMatches reports whether the record at pos is message i of c's
+// transaction as committed, of size size.
+func (m *Manager) runRecordMatches(pos int64, c *commitAt, i int, size int64) bool {
+	got, ok := m.runRecordAt(pos, c, i)
+	return ok && got == size
+}
+
+// runRecordAt reads the record at physical offset pos and reports its size
+// when it is message i of c's transaction as committed: a TxCommit record
+// with the born time and data of half record i.
+func (m *Manager) runRecordAt(pos int64, c *commitAt, i int) (int64, bool) {
+	res, err := m.st.ReadByID(protocol.MakeMsgID(m.cfg.BrokerID, pos))
+	if err != nil {
+		return 0, false
+	}
+	defer res.Release()
+	if res.Count == 0 {
+		return 0, false
+	}
+	r, _, err := protocol.DecodeRecord(res.Bufs[0], 0)
+	if err != nil || r.SysFlag&protocol.SysFlagTxCommit == 0 {
+		return 0, false
+	}
+	hr, err := m.st.Read(HalfTopic, 0, c.halfFrom+int64(i), 1, nil)
+	if err != nil {
+		return 0, false
+	}
+	defer hr.Release()
+	if hr.Status != store.ReadFound {
+		return 0, false
+	}
+	h, _, err := protocol.DecodeRecord(hr.Bufs[0], 0)
+	if err != nil || h.BornTime != r.BornTime || string(h.Data) != string(r.Data) {
+		return 0, false
+	}
+	return int64(protocol.RecordSize(len(r.Topic), len(r.Properties), len(r.Data))), true
 }
 
 // realMessage rebuilds the message a %TX_HALF% record holds (copied).

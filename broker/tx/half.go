@@ -68,8 +68,8 @@ func (m *Manager) PutHalf(s *Session, grp string, msg *store.Message) (store.App
 		Data:       msg.Data,
 	}
 	res, f, err := m.st.AppendAsync(&rec)
-	if err == nil && f == nil {
-		err = m.st.WriteOut()
+	if err == nil {
+		err = m.writeOut(f)
 	}
 	if err != nil {
 		return res, nil, err
@@ -118,7 +118,7 @@ func (m *Manager) End(id int64, a Action) (Result, error) {
 		m.mu.Unlock()
 		return Result{}, err
 	}
-	return Result{Flush: f}, nil
+	return Result{Flush: f, Appended: true}, nil
 }
 
 // finishHalf appends the outcome of a half message: for a commit the real
@@ -158,6 +158,11 @@ func (m *Manager) finishHalf(id int64, a Action) (*store.Flush, error) {
 	if !found {
 		return nil, ErrNotFound
 	}
+	run := []store.Message{real}
+	if err := m.schedule(run); err != nil {
+		return nil, err
+	}
+	real = run[0]
 	f, err := m.appendRun([]store.Message{real, {Topic: OpTopic, Data: appendOp(nil, "hcommit", key, 0, 0)}})
 	if err == nil {
 		m.committed.Add(1)
@@ -245,7 +250,11 @@ func (m *Manager) scanChecks() {
 		if h.checks >= m.cfg.CheckMax {
 			m.removeHalfLocked(h)
 			m.mu.Unlock()
-			if _, err := m.finishHalf(h.id, Rollback); err != nil {
+			_, err := m.finishHalf(h.id, Rollback)
+			if err == nil && m.cfg.CallerWritesOut {
+				err = m.st.WriteOut() // no connection writes this one out
+			}
+			if err != nil {
 				m.log.Error("rolling back an unresolved half message failed; retrying later", "msgId", h.id, "err", err)
 				m.mu.Lock()
 				h.due = now.Add(m.cfg.CheckInterval)

@@ -35,8 +35,20 @@ type Config struct {
 	MaxPendingHalf int
 	// ScanBudget bounds the time one check scan may take.
 	ScanBudget time.Duration
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// Schedule turns a message about to be committed into its %SCHEDULE%
+	// record when its properties ask for a delay (delay=, deliverAt=), so
+	// that a committed transactional message keeps its delay; ok is false
+	// for a message that is not delayed. nil: delay properties are stored as
+	// given.
+	Schedule func(m *store.Message) (out store.Message, ok bool, err error)
+	Logger   *slog.Logger
+	Now      func() time.Time
+	// CallerWritesOut: the caller of Command, Put, PutHalf and End writes
+	// async-flush appends out (store.WriteOut) before acknowledging them, as
+	// a broker connection does once per batch of commands read; the table
+	// then does not write out each of its appends itself (one system call
+	// per transaction step).
+	CallerWritesOut bool
 }
 
 // Defaults.
@@ -279,6 +291,9 @@ type Result struct {
 	Body    string       // result 200 body
 	NoReply bool         // END: MetaQ sends no reply
 	Flush   *store.Flush // reply only once this group commit is durable (nil: already)
+	// Appended: the command appended to the commit log (with
+	// CallerWritesOut, the reply must fail if the caller's write-out fails).
+	Appended bool
 }
 
 // Command runs `transaction <key> <sessionId> <type> [<timeoutS>] [<uq>]`.
@@ -488,6 +503,27 @@ func (m *Manager) release(t *Tx, done bool) {
 	}
 }
 
+// schedule routes the delayed messages of a run to commit through
+// Config.Schedule (in place).
+func (m *Manager) schedule(run []store.Message) error {
+	if m.cfg.Schedule == nil {
+		return nil
+	}
+	for i := range run {
+		if len(run[i].Properties) == 0 {
+			continue
+		}
+		out, ok, err := m.cfg.Schedule(&run[i])
+		if err != nil {
+			return err
+		}
+		if ok {
+			run[i] = out
+		}
+	}
+	return nil
+}
+
 // appendRun appends msgs as one contiguous run and makes it durable as the
 // store's mode says: in async mode written out now, in sync mode the
 // returned Flush completes when it is.
@@ -497,10 +533,16 @@ func (m *Manager) appendRun(msgs []store.Message) (*store.Flush, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f == nil {
-		err = m.st.WriteOut()
+	return f, m.writeOut(f)
+}
+
+// writeOut writes an async-flush append out (store.WriteOut) unless the
+// caller does (Config.CallerWritesOut).
+func (m *Manager) writeOut(f *store.Flush) error {
+	if f != nil || m.cfg.CallerWritesOut {
+		return nil
 	}
-	return f, err
+	return m.st.WriteOut()
 }
 
 func (m *Manager) prepare(s *Session, key string, kind Kind) (Result, error) {
@@ -543,7 +585,7 @@ func (m *Manager) prepare(s *Session, key string, kind Kind) (Result, error) {
 	t.msgs, t.bytes = nil, 0
 	t.busy = false
 	m.mu.Unlock()
-	return Result{Body: strconv.Itoa(XAOK), Flush: f}, nil
+	return Result{Body: strconv.Itoa(XAOK), Flush: f, Appended: true}, nil
 }
 
 // appendPrepared appends the half records of a prepare as one run, then
@@ -558,8 +600,8 @@ func (m *Manager) appendPrepared(run []store.Message, res []store.AppendResult, 
 	}
 	op := store.Message{Topic: OpTopic, Data: appendOp(nil, "prepare", key, res[0].QueueOffset, len(run))}
 	_, f, err := m.st.AppendAsync(&op)
-	if err == nil && f == nil {
-		err = m.st.WriteOut()
+	if err == nil {
+		err = m.writeOut(f)
 	}
 	return f, err
 }

@@ -25,7 +25,13 @@ const (
 	// OpTopic holds outcomes, one text line per record:
 	//
 	//	prepare <xid> <halfFrom> <n>  XA prepared: its messages are %TX_HALF%/0 [halfFrom, halfFrom+n)
-	//	commit <xid>                  XA committed (appended right after its messages)
+	//	commit <xid> <halfFrom> <n> <from> <runBytes> <lastBytes>
+	//	                              XA committed: appended right BEFORE the run of its messages
+	//	                              [from, n) of %TX_HALF%/0 [halfFrom, halfFrom+n), in the same
+	//	                              contiguous append; the run takes runBytes of log after this
+	//	                              record, its last record lastBytes. Recovery checks the run's
+	//	                              last record and completes a run a power loss cut (commit.go).
+	//	commit <xid>                  (older brokers) XA committed, appended right after its messages
 	//	rollback <xid>                prepared XA rolled back
 	//	hcommit <msgId>               half message committed (appended right after the real message)
 	//	hrollback <msgId>             half message rolled back (txend, or after transactionCheckMax checks)
@@ -108,6 +114,10 @@ type op struct {
 	key      string // xid, or the half message's id in decimal
 	halfFrom int64
 	n        int
+	// commit (new form): the run that follows the op
+	from                int
+	runBytes, lastBytes int64
+	runKnown            bool
 }
 
 func appendOp(dst []byte, verb, key string, halfFrom int64, n int) []byte {
@@ -119,6 +129,17 @@ func appendOp(dst []byte, verb, key string, halfFrom int64, n int) []byte {
 		dst = strconv.AppendInt(dst, halfFrom, 10)
 		dst = append(dst, ' ')
 		dst = strconv.AppendInt(dst, int64(n), 10)
+	}
+	return dst
+}
+
+// appendCommitOp renders the commit op that precedes the run of messages
+// [o.from, o.n) of a prepared transaction.
+func appendCommitOp(dst []byte, o *op) []byte {
+	dst = appendOp(dst, "commit", o.key, 0, 0)
+	for _, v := range []int64{o.halfFrom, int64(o.n), int64(o.from), o.runBytes, o.lastBytes} {
+		dst = append(dst, ' ')
+		dst = strconv.AppendInt(dst, v, 10)
 	}
 	return dst
 }
@@ -141,7 +162,26 @@ func parseOp(data []byte) (op, error) {
 			return op{}, bad
 		}
 		o.halfFrom, o.n = from, n
-	case "commit", "rollback", "hcommit", "hrollback", "hcheck":
+	case "commit":
+		if len(f) == 2 {
+			break
+		}
+		if len(f) != 7 {
+			return op{}, bad
+		}
+		var v [5]int64
+		for i := range v {
+			x, err := strconv.ParseInt(string(f[2+i]), 10, 64)
+			if err != nil || x < 0 {
+				return op{}, bad
+			}
+			v[i] = x
+		}
+		o.halfFrom, o.n, o.from, o.runBytes, o.lastBytes, o.runKnown = v[0], int(v[1]), int(v[2]), v[3], v[4], true
+		if o.n <= 0 || o.from >= o.n || o.lastBytes <= 0 || o.lastBytes > o.runBytes {
+			return op{}, bad
+		}
+	case "rollback", "hcommit", "hrollback", "hcheck":
 		if len(f) != 2 {
 			return op{}, bad
 		}

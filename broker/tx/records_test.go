@@ -67,13 +67,19 @@ func TestHalfPropsRoundTrip(t *testing.T) {
 }
 
 func TestOpsRoundTrip(t *testing.T) {
-	for _, o := range []op{{"prepare", "XID:1:0a:01:q", 12, 3}, {"commit", "XID:1:0a:01:q", 0, 0}, {"hrollback", "281474976710858", 0, 0}} {
+	for _, o := range []op{{verb: "prepare", key: "XID:1:0a:01:q", halfFrom: 12, n: 3}, {verb: "commit", key: "XID:1:0a:01:q"},
+		{verb: "hrollback", key: "281474976710858"}} {
 		got, err := parseOp(appendOp(nil, o.verb, o.key, o.halfFrom, o.n))
 		if err != nil || got != o {
 			t.Fatalf("%+v: %+v %v", o, got, err)
 		}
 	}
-	for _, bad := range []string{"", "prepare x", "prepare x 1", "prepare x -1 2", "prepare x 1 0", "commit", "commit a b", "bogus a"} {
+	c := op{verb: "commit", key: "XID:1:0a:01:q", halfFrom: 12, n: 3, from: 1, runBytes: 300, lastBytes: 100, runKnown: true}
+	if got, err := parseOp(appendCommitOp(nil, &c)); err != nil || got != c {
+		t.Fatalf("%+v: %+v %v", c, got, err)
+	}
+	for _, bad := range []string{"", "prepare x", "prepare x 1", "prepare x -1 2", "prepare x 1 0", "commit", "commit a b", "bogus a",
+		"commit x 1 2 3 4", "commit x 1 2 2 300 100", "commit x 1 2 0 100 300", "commit x 1 2 0 300 0", "commit x 1 2 0 300 -5"} {
 		if _, err := parseOp([]byte(bad)); err == nil {
 			t.Errorf("parseOp(%q) accepted", bad)
 		}
@@ -97,6 +103,7 @@ func TestWithoutProp(t *testing.T) {
 func FuzzRecords(f *testing.F) {
 	f.Add([]byte("rt=orders&rp=1&pg=g&tag=a"))
 	f.Add([]byte("prepare XID:1:0a:01:q 12 3"))
+	f.Add([]byte("commit XID:1:0a:01:q 12 3 0 300 100"))
 	f.Add([]byte("XID:1:0a:01:q"))
 	f.Add([]byte("TX:s:1"))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -16,6 +16,7 @@ import (
 func (m *Manager) recover() error {
 	start := time.Now()
 	prepared := map[string]op{}
+	commits := map[string]*commitAt{} // the newest commit op of each XA transaction
 	done := map[int64]struct{}{}
 	checks := map[int64]int{}
 	bad := 0
@@ -32,6 +33,12 @@ func (m *Manager) recover() error {
 			prepared[o.key] = o
 		case "commit", "rollback":
 			delete(prepared, o.key)
+			if o.verb == "commit" && o.runKnown {
+				commits[o.key] = &commitAt{op: o, runStart: r.PhysicalOffset +
+					int64(protocol.RecordSize(len(r.Topic), len(r.Properties), len(r.Data)))}
+			} else {
+				delete(commits, o.key)
+			}
 		case "hcommit", "hrollback":
 			if id, err := strconv.ParseInt(o.key, 10, 64); err == nil {
 				done[id] = struct{}{}
@@ -69,6 +76,11 @@ func (m *Manager) recover() error {
 	})
 	if err != nil {
 		return err
+	}
+	for _, c := range commits {
+		if err := m.checkCommitRun(c); err != nil {
+			return err
+		}
 	}
 	for key, o := range prepared {
 		_, uq, err := ParseKey([]byte(key))

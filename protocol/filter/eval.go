@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"strconv"
@@ -15,6 +16,144 @@ type Expr struct {
 	nodes []node
 	root  int32
 	props []*property
+	// keys are the distinct properties-line keys the expression reads;
+	// Match finds all of them in one pass over the line (slot i holds
+	// keys[i]'s value). More than maxSlots: each reference looks its key up.
+	keys [][]byte
+}
+
+// maxSlots bounds the keys found in one pass.
+const maxSlots = 8
+
+// slots holds where the values of Expr.keys are in one message's
+// properties (on the stack: small, so that zeroing it is cheap).
+type slots struct {
+	v     [maxSlots]span
+	found uint8
+}
+
+type span struct{ off, n int32 }
+
+func (sl *slots) set(s int, props, v []byte) {
+	sl.v[s] = span{int32(cap(props) - cap(v)), int32(len(v))} // v aliases props
+	sl.found |= 1 << s
+}
+
+// assignSlots numbers the distinct keys the expression reads (after parsing).
+func (e *Expr) assignSlots() {
+	for _, p := range e.props {
+		p.slot = -1
+		if p.field != fieldProps {
+			continue
+		}
+		for i, k := range e.keys {
+			if string(k) == string(p.key) {
+				p.slot = i
+			}
+		}
+		if p.slot < 0 {
+			p.slot = len(e.keys)
+			e.keys = append(e.keys, p.key)
+		}
+	}
+	if len(e.keys) > maxSlots {
+		e.keys = nil
+		for _, p := range e.props {
+			p.slot = -1
+		}
+	}
+}
+
+// scan fills sl with the first value of each of e.keys in props: one pass
+// that stops once every key was found. A line without escapes (the usual
+// case) is walked pair by pair with a prefix check per key and a
+// vectorised skip to the next '&'.
+func (e *Expr) scan(props []byte, sl *slots) {
+	if bytes.IndexByte(props, '%') >= 0 || bytes.IndexByte(props, '+') >= 0 {
+		e.scanEscaped(props, sl)
+		return
+	}
+	want := uint8(1<<len(e.keys) - 1)
+	for rest := props; ; {
+		for s, key := range e.keys {
+			n := len(key)
+			if sl.found&(1<<s) != 0 || len(rest) < n || string(rest[:n]) != string(key) {
+				continue
+			}
+			if n == len(rest) || rest[n] == '&' {
+				sl.set(s, props, rest[n:n])
+				break
+			}
+			if rest[n] == '=' {
+				v := rest[n+1:]
+				if k := bytes.IndexByte(v, '&'); k >= 0 {
+					v = v[:k]
+				}
+				sl.set(s, props, v)
+				break
+			}
+		}
+		if sl.found == want {
+			return
+		}
+		k := bytes.IndexByte(rest, '&')
+		if k < 0 {
+			return
+		}
+		rest = rest[k+1:]
+	}
+}
+
+// scanEscaped is scan for a line that may hold escaped keys: a key is
+// compared unescaped (as lookup does).
+func (e *Expr) scanEscaped(props []byte, sl *slots) {
+	want := uint8(1<<len(e.keys) - 1)
+	for i := 0; i < len(props) && sl.found != want; {
+		j, eq := i, -1
+		for ; j < len(props); j++ {
+			if c := props[j]; c == '&' {
+				break
+			} else if c == '=' && eq < 0 {
+				eq = j
+			}
+		}
+		k, v := props[i:j], props[j:j]
+		if eq >= 0 {
+			k, v = props[i:eq], props[eq+1:j]
+		}
+		i = j + 1
+		if len(k) == 0 {
+			continue
+		}
+		matched := false
+		for s, key := range e.keys {
+			if sl.found&(1<<s) == 0 && string(k) == string(key) {
+				sl.set(s, props, v)
+				matched = true
+				break
+			}
+		}
+		if !matched && needsUnescape(k, true) { // a key written escaped
+			for s, key := range e.keys {
+				if sl.found&(1<<s) == 0 && eqEscaped(k, true, key, false) {
+					sl.set(s, props, v)
+					break
+				}
+			}
+		}
+	}
+}
+
+// raw is the raw value of property p (a properties-line key) in m.
+func (e *Expr) raw(p *property, m *Message, sl *slots) ([]byte, bool) {
+	if p.slot >= 0 && sl != nil {
+		if sl.found&(1<<p.slot) == 0 {
+			return nil, false
+		}
+		sp := sl.v[p.slot]
+		return m.Props[sp.off : sp.off+sp.n : sp.off+sp.n], true
+	}
+	return lookup(m.Props, p.key)
 }
 
 // String returns the expression as written.
@@ -37,7 +176,17 @@ type Message struct {
 
 // Match reports whether m satisfies the expression; an unknown result (a
 // comparison with a missing property) does not match. It does not allocate.
-func (e *Expr) Match(m *Message) bool { return e.eval(e.root, m) == yes }
+func (e *Expr) Match(m *Message) bool {
+	if len(e.keys) < 2 { // one key read once: a lookup is the scan
+		return e.eval(e.root, m, nil) == yes
+	}
+	if len(e.keys) == 0 {
+		return e.eval(e.root, m, nil) == yes
+	}
+	var sl slots
+	e.scan(m.Props, &sl)
+	return e.eval(e.root, m, &sl) == yes
+}
 
 // MatchRecord evaluates the expression against an encoded record (the
 // commit log's and the wire's layout, protocol/record.go). A record too
@@ -112,6 +261,7 @@ type node struct {
 	a, b    int32
 	x, y, z operand
 	list    []value
+	strList bool // IN: every literal of list is a string
 }
 
 // operand is a property reference (prop != nil) or a literal.
@@ -133,6 +283,7 @@ type property struct {
 	name  string // as written
 	key   []byte // the properties-line key it reads (fieldProps)
 	field field
+	slot  int // index in Expr.keys (-1: looked up)
 }
 
 // Names with a meaning of their own; any other name is a key of the
@@ -181,7 +332,7 @@ type value struct {
 	s     []byte
 }
 
-func (e *Expr) eval(i int32, m *Message) tri {
+func (e *Expr) eval(i int32, m *Message, sl *slots) tri {
 	n := &e.nodes[i]
 	switch n.op {
 	case opTrue:
@@ -189,11 +340,11 @@ func (e *Expr) eval(i int32, m *Message) tri {
 	case opFalse:
 		return no
 	case opAnd:
-		l := e.eval(n.a, m)
+		l := e.eval(n.a, m, sl)
 		if l == no {
 			return no
 		}
-		r := e.eval(n.b, m)
+		r := e.eval(n.b, m, sl)
 		if r == no {
 			return no
 		}
@@ -202,11 +353,11 @@ func (e *Expr) eval(i int32, m *Message) tri {
 		}
 		return unknown
 	case opOr:
-		l := e.eval(n.a, m)
+		l := e.eval(n.a, m, sl)
 		if l == yes {
 			return yes
 		}
-		r := e.eval(n.b, m)
+		r := e.eval(n.b, m, sl)
 		if r == yes {
 			return yes
 		}
@@ -215,79 +366,89 @@ func (e *Expr) eval(i int32, m *Message) tri {
 		}
 		return unknown
 	case opNot:
-		return not(e.eval(n.a, m))
+		return not(e.eval(n.a, m, sl))
 	case opCmp:
 		if p := n.x.prop; p != nil && n.y.prop == nil {
 			if p.field == fieldProps {
-				return cmpPropLit(n.cmp, p, &n.y.lit, m)
+				raw, ok := e.raw(p, m, sl)
+				if !ok {
+					return unknown
+				}
+				return cmpRawLit(n.cmp, raw, &n.y.lit)
 			}
 			if n.y.lit.isInt { // bornTime, reconsumeTimes against an integer
-				return order(n.cmp, cmpInt(n.x.get(m).i, n.y.lit.i))
+				return order(n.cmp, cmpInt(e.get(&n.x, m, sl).i, n.y.lit.i))
 			}
 		}
-		return compare(n.cmp, n.x.get(m), n.y.get(m))
+		return compare(n.cmp, e.get(&n.x, m, sl), e.get(&n.y, m, sl))
 	case opBetween:
+		var r tri
 		if p := n.x.prop; p != nil && p.field == fieldProps && n.y.prop == nil && n.z.prop == nil {
-			raw, ok := lookup(m.Props, p.key)
+			raw, ok := e.raw(p, m, sl)
 			if !ok {
 				return unknown
 			}
-			r := and(cmpRawLit(cmpGe, raw, &n.y.lit), cmpRawLit(cmpLe, raw, &n.z.lit))
-			if n.neg {
-				return not(r)
-			}
-			return r
+			r = and(cmpRawLit(cmpGe, raw, &n.y.lit), cmpRawLit(cmpLe, raw, &n.z.lit))
+		} else {
+			x := e.get(&n.x, m, sl)
+			r = and(compare(cmpGe, x, e.get(&n.y, m, sl)), compare(cmpLe, x, e.get(&n.z, m, sl)))
 		}
-		x := n.x.get(m)
-		r := and(compare(cmpGe, x, n.y.get(m)), compare(cmpLe, x, n.z.get(m)))
-		if n.neg {
-			return not(r)
-		}
-		return r
+		return negIf(n.neg, r)
 	case opIn:
+		// The value is a raw property (compared with cmpRawLit, or as bytes
+		// when every literal is a string and it has no escapes) or any other
+		// operand (compare).
+		var raw []byte
+		var x value
+		isRaw := false
 		if p := n.x.prop; p != nil && p.field == fieldProps {
-			raw, ok := lookup(m.Props, p.key)
-			if !ok {
+			var ok bool
+			if raw, ok = e.raw(p, m, sl); !ok {
 				return unknown
 			}
-			r := no
-			for j := range n.list {
-				if t := cmpRawLit(cmpEq, raw, &n.list[j]); t == yes {
-					r = yes
-					break
-				} else if t == unknown {
-					r = unknown
+			isRaw = true
+			if n.strList && !needsUnescape(raw, true) {
+				r := no
+				for j := range n.list {
+					if string(raw) == string(n.list[j].s) {
+						r = yes
+						break
+					}
 				}
+				return negIf(n.neg, r)
 			}
-			if n.neg {
-				return not(r)
-			}
-			return r
-		}
-		x := n.x.get(m)
-		if x.k == kNull {
+		} else if x = e.get(&n.x, m, sl); x.k == kNull {
 			return unknown
 		}
 		r := no
 		for j := range n.list {
-			switch compare(cmpEq, x, n.list[j]) {
-			case yes:
-				r = yes
-			case unknown:
-				r = unknown
+			var t tri
+			if isRaw {
+				t = cmpRawLit(cmpEq, raw, &n.list[j])
+			} else {
+				t = compare(cmpEq, x, n.list[j])
 			}
-			if r == yes {
+			if t == yes {
+				r = yes
 				break
 			}
+			if t == unknown {
+				r = unknown
+			}
 		}
-		if n.neg {
-			return not(r)
-		}
-		return r
+		return negIf(n.neg, r)
 	case opIsNull:
-		return triOf((n.x.get(m).k == kNull) != n.neg)
+		return triOf((e.get(&n.x, m, sl).k == kNull) != n.neg)
 	}
 	return unknown
+}
+
+// negIf is not(t) for a NOT BETWEEN / NOT IN, t otherwise.
+func negIf(neg bool, t tri) tri {
+	if neg {
+		return not(t)
+	}
+	return t
 }
 
 func not(t tri) tri {
@@ -310,8 +471,8 @@ func and(l, r tri) tri {
 	return unknown
 }
 
-// get evaluates the operand for m.
-func (x *operand) get(m *Message) value {
+// get evaluates the operand x for m.
+func (e *Expr) get(x *operand, m *Message, sl *slots) value {
 	p := x.prop
 	if p == nil {
 		return x.lit
@@ -322,7 +483,7 @@ func (x *operand) get(m *Message) value {
 	case fieldReconsumeTimes:
 		return value{k: kNum, isInt: true, i: m.ReconsumeTimes}
 	}
-	raw, ok := lookup(m.Props, p.key)
+	raw, ok := e.raw(p, m, sl)
 	if !ok {
 		return value{}
 	}
@@ -409,16 +570,6 @@ func next(s []byte, i int, esc bool) (byte, int) {
 		return s[i], i + 1
 	}
 	return protocol.UnescapeAt(s, i)
-}
-
-// cmpPropLit is compare for the common `name <op> literal`, without
-// building values.
-func cmpPropLit(op cmpOp, p *property, lit *value, m *Message) tri {
-	raw, ok := lookup(m.Props, p.key)
-	if !ok {
-		return unknown
-	}
-	return cmpRawLit(op, raw, lit)
 }
 
 // cmpRawLit compares a raw (escaped) property value with a literal.

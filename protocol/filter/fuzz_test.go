@@ -15,6 +15,7 @@ var fuzzSeeds = []string{
 	"a > 'x'",
 	"a = 1e999",
 	"NOT NOT NOT FALSE",
+	"tag = 'paid' AND amount = 15 AND TAGS IN ('paid')",
 	"",
 }
 
@@ -24,6 +25,7 @@ var fuzzProps = []string{
 	"a=1&b=x&c=&odd-name=true",
 	"a=-1.5&b=y%27z&a=2",
 	"=&&a&a=%zz&b=+",
+	"t%61g=paid&tag=x&amount=1%35&a+b=1",
 }
 
 // FuzzCompile compiles arbitrary text: it must never panic or hang; an error
@@ -51,6 +53,11 @@ func FuzzCompile(f *testing.F) {
 		}
 		m := &Message{Props: []byte(props), BornTime: 5, ReconsumeTimes: 1}
 		got := e.Match(m)
+		// The one-pass scan of the properties gives what looking each
+		// reference up does.
+		if slow := e.eval(e.root, m, nil) == yes; slow != got {
+			t.Fatalf("%q on %q: one-pass %v, per-reference lookup %v", src, props, got, slow)
+		}
 		if len(src) < MaxLen-10 {
 			neg, err := Compile("NOT (" + src + ")")
 			if err == nil && got && neg.Match(m) {

@@ -270,6 +270,16 @@ func Compile(src string) (*Expr, error) {
 		return nil, p.unexpected("AND, OR or the end")
 	}
 	p.e.root = root
+	p.e.assignSlots()
+	for i := range p.e.nodes {
+		n := &p.e.nodes[i]
+		if n.op == opIn {
+			n.strList = true
+			for j := range n.list {
+				n.strList = n.strList && n.list[j].k == kStr
+			}
+		}
+	}
 	return p.e, nil
 }
 

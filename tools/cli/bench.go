@@ -43,6 +43,7 @@ type benchOpts struct {
 	shared     sharedBenchOpts // bench_shared.go
 	trace      bool            // producers write trace records (bench_trace.go)
 	traceRuns  int             // trace workload: on/off pairs
+	tx         txBenchOpts     // bench_tx.go
 
 	durationSet bool // --duration given
 	countSet    bool // --count given
@@ -142,6 +143,15 @@ The topic's readers start at its current end; pending messages stay scheduled af
   shared-inflight             --shared-inflight messages received and held by one group: the
                               broker's RSS growth (needs its pid: --server-pid or a loopback --server)
 Use a topic with one partition for the figures of docs/push.md. Each phase uses a new group.`},
+	{use: "tx",
+		short: "Transactions: plain puts vs local transactions of --tx-size messages vs half message + txend commit",
+		long: `Three phases (--tx-phases), each its own result, over the raw protocol with --window units
+pipelined on each of --conns connections for --duration:
+  tx-plain        plain puts (the baseline)
+  tx-local        BEGIN, --tx-size transactional puts, COMMIT_ONE_PHASE (many transactions in flight
+                  on one connection); msgs/s counts messages, the note gives transactions/s
+  tx-half-commit  a half message, then txend commit once it is answered (ratio = vs tx-plain)
+Run it against a sync-flush broker (--sync checks) for the durable figures.`},
 	{use: "all",
 		short: "produce, latency, consume, e2e, and topics/partitions when their topics exist",
 		long: `Run produce (labelled by the broker's flush mode), latency, consume and e2e on --topic, then
@@ -164,6 +174,8 @@ Workloads (subcommands; the peer comparison's names are aliases):
   topics      topics-1000: publish over --topics topics vs 1 topic
   partitions  partitions-10000: publish over --partitions partitions vs 1 partition
   publish-batch  batched publish (mput frames of --batch messages); -durable on sync brokers
+  tx          transactions: plain puts (baseline), local transactions of --tx-size messages,
+              half message + txend commit; --window units pipelined per connection
   all         all of the above (topics/partitions when their topics exist)
 
 --server host:port talks to brokers directly (no ZooKeeper); without it the topic's partitions
@@ -216,6 +228,7 @@ workload succeeded.`,
 	addDelayBenchFlags(pf, &o.delay)
 	addTraceBenchFlags(pf, o) // bench_trace.go
 	addSharedBenchFlags(pf, &o.shared)
+	addTxBenchFlags(pf, &o.tx)
 
 	for _, w := range benchWorkloads {
 		cmd.AddCommand(newBenchWorkloadCommand(app, o, w))
@@ -326,6 +339,12 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		runs = append(runs, b.traceCost) // bench_trace.go
 	case "shared":
 		phases, err := b.sharedPhases()
+		if err != nil {
+			return err
+		}
+		runs = append(runs, phases...)
+	case "tx":
+		phases, err := b.txPhases()
 		if err != nil {
 			return err
 		}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"slices"
 	"strconv"
 	"time"
 
@@ -48,7 +46,8 @@ func newDLQCommand(app *App) *cobra.Command {
 		Long: `A message a consumer group failed to handle maxReconsumeTimes times (16 by default) is
 stored in the group's dead-letter topic %DLQ%<group> (docs/delay.md). "dlq list" shows those
 messages with the topic they came from, why they failed and how often they came back; "dlq
-resend" puts them back on their original topic (the dead letters stay in the DLQ: it is a log).`,
+resend" puts them back on their original topic, once: the broker marks each letter it resent
+(the dead letters stay in the DLQ: it is a log), and resending it again reports "already resent".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return usageErr("missing subcommand: metaq dlq list -g <group> | metaq dlq resend -g <group> --msg-id <id> | --all")
@@ -99,9 +98,9 @@ func (a *App) dlqAddrs(ctx context.Context, o *dlqOpts) ([]string, error) {
 	return a.topicBrokerAddrs(ctx, client.DLQTopic(o.group))
 }
 
-// dlqMessages reads up to max dead letters from every broker.
-func (a *App) dlqMessages(ctx context.Context, addrs []string, group string, max int) ([]client.Message, error) {
-	var out []client.Message
+// dlqMessages reads up to max dead letters from every broker; from[i] is
+// the broker out[i] was read from.
+func (a *App) dlqMessages(ctx context.Context, addrs []string, group string, max int) (out []client.Message, from []string, err error) {
 	topic := client.DLQTopic(group)
 	for _, addr := range addrs {
 		off := int64(0)
@@ -113,12 +112,15 @@ func (a *App) dlqMessages(ctx context.Context, addrs []string, group string, max
 				break
 			}
 			if err != nil {
-				return out, fmt.Errorf("reading %s on %s: %w", topic, addr, err)
+				return out, from, fmt.Errorf("reading %s on %s: %w", topic, addr, err)
 			}
 			if len(res.Messages) == 0 && !res.Moved {
 				break
 			}
 			out = append(out, res.Messages...)
+			for range res.Messages {
+				from = append(from, addr)
+			}
 			if res.NextOffset == off {
 				break
 			}
@@ -126,9 +128,9 @@ func (a *App) dlqMessages(ctx context.Context, addrs []string, group string, max
 		}
 	}
 	if len(out) > max {
-		out = out[:max]
+		out, from = out[:max], from[:max]
 	}
-	return out, nil
+	return out, from, nil
 }
 
 func dlqRowOf(m *client.Message) dlqRow {
@@ -144,7 +146,7 @@ func (a *App) dlqList(ctx context.Context, o *dlqOpts) error {
 	if err != nil {
 		return err
 	}
-	msgs, err := a.dlqMessages(ctx, addrs, o.group, max(o.max, 1))
+	msgs, _, err := a.dlqMessages(ctx, addrs, o.group, max(o.max, 1))
 	if err != nil {
 		return err
 	}
@@ -181,62 +183,47 @@ func (a *App) dlqResend(ctx context.Context, o *dlqOpts) error {
 	if err != nil {
 		return err
 	}
-	msgs, err := a.dlqMessages(ctx, addrs, o.group, o.max)
+	msgs, from, err := a.dlqMessages(ctx, addrs, o.group, o.max)
 	if err != nil {
 		return err
 	}
-	var pick []*client.Message
+	var pick []int
 	for i := range msgs {
 		m := &msgs[i]
 		if o.all || want[strconv.FormatInt(m.MsgID, 10)] || want[m.Properties[client.PropOrigMsgID]] {
-			pick = append(pick, m)
+			pick = append(pick, i)
 		}
 	}
 	if len(pick) == 0 {
 		return notFoundErr("no matching dead letter for group %s", o.group)
 	}
-	cfg := a.clientConfig(slog.LevelError)
-	if o.broker != "" {
-		cfg.ZKConnect, cfg.Brokers = "", []string{o.broker}
-	}
-	p, err := client.NewProducer(cfg)
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	sent := 0
+	sent, skipped := 0, 0
 	var errs []error
-	for _, m := range pick {
-		orig := m.Properties[client.PropRetryTopic]
-		if orig == "" || protocol.IsSystemTopic(orig) {
-			errs = append(errs, fmt.Errorf("dead letter %d has no original topic", m.MsgID))
+	for _, i := range pick {
+		m := &msgs[i]
+		octx, cancel := a.opCtx(ctx)
+		r, err := a.admin().ResendDeadLetter(octx, from[i], o.group, m.MsgID)
+		cancel()
+		if errors.Is(err, client.ErrAlreadyResent) {
+			skipped++
+			if !o.all && !a.JSON {
+				fmt.Fprintf(a.Stderr, "%d: %s\n", m.MsgID, errText(err))
+			}
 			continue
 		}
-		props := map[string]string{}
-		for k, v := range m.Properties {
-			if !slices.Contains([]string{client.PropRetryTopic, client.PropReason, "deliverAt", "delay"}, k) {
-				props[k] = v
-			}
-		}
-		if props[client.PropOrigMsgID] == "" {
-			props[client.PropOrigMsgID] = strconv.FormatInt(m.MsgID, 10)
-		}
-		octx, cancel := a.opCtx(ctx)
-		r, err := p.Send(octx, &client.Message{Topic: orig, Body: m.Body, Tag: m.Tag, Keys: m.Keys, Attribute: m.Attribute, Flag: m.Flag, Properties: props})
-		cancel()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("resending %d to %s: %w", m.MsgID, orig, err))
+			errs = append(errs, fmt.Errorf("resending %d: %w", m.MsgID, err))
 			continue
 		}
 		sent++
 		if !a.JSON {
-			fmt.Fprintf(a.Stdout, "%d -> %s %d %s %d\n", m.MsgID, orig, r.MsgID, r.Partition, r.Offset)
+			fmt.Fprintf(a.Stdout, "%d -> %s %d %s %d\n", m.MsgID, m.Properties[client.PropRetryTopic], r.MsgID, r.Partition, r.Offset)
 		}
 	}
 	if a.JSON {
-		_ = a.printJSON(map[string]int{"resent": sent, "failed": len(errs)})
+		_ = a.printJSON(map[string]int{"resent": sent, "alreadyResent": skipped, "failed": len(errs)})
 	} else {
-		fmt.Fprintf(a.Stderr, "resent %d of %d dead letters of group %s\n", sent, len(pick), o.group)
+		fmt.Fprintf(a.Stderr, "resent %d of %d dead letters of group %s (%d resent before)\n", sent, len(pick), o.group, skipped)
 	}
 	return errors.Join(errs...)
 }

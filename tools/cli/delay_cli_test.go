@@ -79,6 +79,15 @@ func TestProduceDelayedAndDLQCommands(t *testing.T) {
 	}
 	c.mustRun("dlq", "resend", "-g", "g", "--msg-id", strconv.FormatInt(dl[0].MsgID, 10))
 	zktest.Eventually(t, 20*time.Second, func() bool { return messages() == 5 }, "the dead letter is back on d")
+	// Resent once: --all now finds it marked and sends nothing.
+	var again map[string]int
+	if out := c.mustRun("dlq", "resend", "-g", "g", "--all", "--json"); json.Unmarshal([]byte(out), &again) != nil ||
+		again["resent"] != 0 || again["alreadyResent"] != 1 {
+		t.Fatalf("second resend: %s", out)
+	}
+	if n := messages(); n != 5 {
+		t.Fatalf("%d messages on d after a second resend, want 5", n)
+	}
 	// System topics are hidden unless --all.
 	if out := c.mustRun("topics"); strings.Contains(out, "%DLQ%") {
 		t.Fatalf("topics lists system topics: %s", out)
