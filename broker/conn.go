@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/metaqgo/metaq/broker/ha"
 	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/protocol"
 )
@@ -72,6 +73,9 @@ type conn struct {
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup // writer + parked gets
+
+	handoff   *ha.LinkRequest // `replicate`: the socket goes to broker/ha after serve (replication.go; reader only)
+	handedOff atomic.Bool     // set with handoff: closing the conn leaves the socket open
 }
 
 func newConn(srv *Server, nc net.Conn, id uint64) *conn {
@@ -100,6 +104,9 @@ func (c *conn) serve() {
 	c.readLoop()
 	c.wg.Wait()
 	c.closeTx()
+	if c.handoff != nil {
+		c.handOff() // replication.go
+	}
 }
 
 func (c *conn) signalWriter() {
@@ -302,7 +309,9 @@ func (c *conn) closeWithError(err error) {
 		c.drained.Broadcast()
 		c.mu.Unlock()
 		close(c.dead)
-		_ = c.nc.Close()
+		if !c.handedOff.Load() {
+			_ = c.nc.Close()
+		}
 		if err != nil && err != errConnClosed {
 			c.log.Info("connection closed", "err", err)
 		}

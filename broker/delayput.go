@@ -28,7 +28,7 @@ func (c *conn) delayPut(ts *topicState, m *store.Message, opaque int32) (delayed
 // partition 0 of the retry (or dead-letter) topic and -1.
 func (c *conn) handleRetry(cmd *protocol.Command) {
 	s := c.srv
-	d := s.opts.Delay
+	d := s.delayService()
 	if d == nil {
 		c.rq.addResultString(protocol.StatusServiceUnavailable, "retry is not enabled on this broker", cmd.Opaque)
 		return
@@ -54,7 +54,7 @@ func (c *conn) handleRetry(cmd *protocol.Command) {
 // appendDelayStats adds the delay service's figures to `stats` (and, with
 // detail, one line per level for `stats delay`).
 func (s *Server) appendDelayStats(b []byte, detail bool) []byte {
-	d := s.opts.Delay
+	d := s.delayService()
 	if d == nil {
 		return b
 	}

@@ -23,8 +23,20 @@ func (c *conn) handle(cmd *protocol.Command) error {
 		return nil
 	}
 	switch cmd.Op {
-	case protocol.OpPut:
-		c.handlePut(cmd)
+	case protocol.OpPut, protocol.OpTransaction, protocol.OpTxEnd, protocol.OpRetry:
+		if c.refuseWrite(cmd) { // a slave, or a fenced master (replication.go)
+			break
+		}
+		switch cmd.Op {
+		case protocol.OpPut:
+			c.handlePut(cmd)
+		case protocol.OpTransaction:
+			c.handleTransaction(cmd)
+		case protocol.OpTxEnd:
+			c.handleTxEnd(cmd)
+		default:
+			c.handleRetry(cmd)
+		}
 	case protocol.OpGet:
 		c.handleGet(cmd)
 	case protocol.OpOffset:
@@ -41,14 +53,10 @@ func (c *conn) handle(cmd *protocol.Command) error {
 		c.handleQueryID(cmd)
 	case protocol.OpQueryKey:
 		c.handleQueryKey(cmd)
-	case protocol.OpRetry:
-		c.handleRetry(cmd)
-	case protocol.OpTransaction:
-		c.handleTransaction(cmd)
-	case protocol.OpTxEnd:
-		c.handleTxEnd(cmd)
 	case protocol.OpProducer:
 		c.handleProducer(cmd)
+	case protocol.OpReplicate:
+		c.handleReplicate(cmd) // replication.go
 	case protocol.OpAuth:
 		c.handleAuth(cmd) // security.go
 	case protocol.OpSync:

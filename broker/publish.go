@@ -68,7 +68,7 @@ func (s *Server) putPartition(ts *topicState, partition int32) (int32, *PutError
 // into its %SCHEDULE% record (docs/delay.md); buf is scratch space for the
 // rewritten message and is returned for reuse.
 func (s *Server) planDelay(ts *topicState, m *store.Message, buf []byte) (delayed bool, _ []byte, _ *PutError) {
-	d := s.opts.Delay
+	d := s.delayService() // nil on a slave (replication_run.go)
 	if d == nil || len(m.Properties) == 0 {
 		return false, buf, nil
 	}
@@ -177,7 +177,7 @@ func (s *Server) Publish(ctx context.Context, m *Message) (PublishResult, error)
 		}
 		if err := flush.Err(); err != nil {
 			s.stats.putFailed.Add(1)
-			return res, putErr(protocol.StatusInternalServerError, s.putFailedMessage(err))
+			return res, putErr(replyFlushCode(err), s.putFailedMessage(err)) // 503: not replicated
 		}
 	} else if err := s.store.WriteOut(); err != nil {
 		s.stats.putFailed.Add(1)
@@ -192,6 +192,11 @@ func (s *Server) publish(m *Message) (PublishResult, int64, *store.Flush, *PutEr
 	res := PublishResult{Partition: m.Partition, QueueOffset: -1}
 	if s.shuttingDown.Load() {
 		return res, 0, nil, putErr(protocol.StatusServiceUnavailable, "broker shutting down")
+	}
+	if n := s.opts.HA; n != nil { // a slave, or a fenced master (replication.go)
+		if code, msg := n.PutRefusal(); code != 0 {
+			return res, 0, nil, putErr(code, msg)
+		}
 	}
 	if !protocol.ValidName(m.Topic) {
 		return res, 0, nil, putErr(protocol.StatusBadRequest, "bad topic name "+strconv.Quote(m.Topic))

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/metaqgo/metaq/broker/delay"
+	"github.com/metaqgo/metaq/broker/ha"
 	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/conf"
@@ -23,9 +25,15 @@ type Broker struct {
 	Server *Server
 	pop    *pop.Pop // broker-managed delivery (popserve.go)
 	zk     *zkRegistration
+	HA     *ha.Node // replication (replication_run.go)
 	log    *slog.Logger
 
-	security *securityState // [security] (security.go)
+	restart     restartSignal
+	stopElect   func() // the election's stop (autoFailover), nil when none
+	delayAdjust func(*delay.Config)
+	lateMu      sync.Mutex
+	lateDelay   *delay.Service // opened on promotion (replication_run.go)
+	security    *securityState // [security] (security.go)
 
 	logLimiter *logx.Limiter
 }
@@ -59,6 +67,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		log.Warn("config: " + w)
 	}
 	sc := StoreConfig(c, log)
+	replicationStoreConfig(c, &sc, log) // replication_run.go
 	if so.Store != nil {
 		so.Store(&sc)
 	}
@@ -74,14 +83,28 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		b.zk = newZKRegistration(c, log)
 		opts.OnTopic = b.zk.topicWritten
 	}
-	dl, err := openDelay(c, st, log, b.zk, so.Delay)
-	if err != nil {
+	var dl *delay.Service
+	if startsAsMaster(c) { // a slave runs no service that writes (replication_run.go)
+		if dl, err = openDelay(c, st, log, b.zk, so.Delay); err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+	}
+	b.delayAdjust = so.Delay
+	b.Delay, opts.Delay = dl, dl
+	if b.HA, err = b.newHA(c, st, log); err != nil { // replication_run.go
+		if dl != nil {
+			_ = dl.Close()
+		}
 		_ = st.Close()
+		lim.Stop()
 		return nil, err
 	}
-	b.Delay, opts.Delay = dl, dl
+	opts.HA = b.HA
 	if err := b.setupSecurity(c, &opts); err != nil {
-		_ = dl.Close()
+		if dl != nil {
+			_ = dl.Close()
+		}
 		_ = st.Close()
 		lim.Stop()
 		return nil, err
@@ -104,14 +127,19 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 			srv.tx.Close() // opened by New (txconn.go)
 		}
 		b.stopSecurity()
-		_ = dl.Close()
+		b.HA.Close()
+		if dl != nil {
+			_ = dl.Close()
+		}
 		_ = st.Close()
 		lim.Stop()
 		return nil, err
 	}
 	b.Server = srv
+	b.HA.Start()
 	if b.zk != nil {
 		b.zk.start(srv, st)
+		b.startElection()    // replication_run.go (autoFailover)
 		b.watchTopicConfig() // topicwatch.go
 		b.watchUsersZK()     // security.go
 	}
@@ -134,6 +162,7 @@ func flushMode(c *conf.Config) string {
 func (b *Broker) Stop(ctx context.Context) error {
 	var errs []error
 	b.stopTopicWatch() // topicwatch.go
+	b.stopElection()   // replication_run.go: before the ZooKeeper client closes
 	if b.zk != nil {
 		b.zk.unregister()
 		wait := b.Config.ZK.SyncTime
@@ -146,6 +175,7 @@ func (b *Broker) Stop(ctx context.Context) error {
 	if err := b.Server.Shutdown(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	b.HA.Close() // after the server: in-flight puts still reach the slaves
 	if b.zk != nil {
 		b.zk.close()
 	}
@@ -160,9 +190,13 @@ func (b *Broker) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := b.closeLateServices(); err != nil { // replication_run.go
+		errs = append(errs, err)
+	}
 	if err := b.Store.Close(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = dropReplicaRefusals(errs, b.log) // replication_run.go
 	b.log.Info("broker stopped")
 	b.logLimiter.Stop()
 	return errors.Join(errs...)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/metaqgo/metaq/broker/auth"
 	"github.com/metaqgo/metaq/broker/delay"
+	"github.com/metaqgo/metaq/broker/ha"
 	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/broker/tx"
@@ -56,6 +57,8 @@ type Options struct {
 	// Tx configures transactions (txserver.go); Store, BrokerID and Logger
 	// are filled in.
 	Tx tx.Config
+	// HA is the node's replication (replication.go; nil: none).
+	HA *ha.Node
 	// Security ([security], security.go; all nil/zero = MetaQ's open broker):
 	// Auth decides who may do what; TLS, when set, serves TLSAddr too
 	// (only TLSAddr with NoPlaintext).
@@ -78,7 +81,8 @@ type Server struct {
 	stats  counters
 	lat    atomic.Pointer[latencyObserver] // metrics.go
 	tx     *tx.Manager
-	pop    *pop.Pop // broker-managed delivery (popserve.go), nil until set
+	dly    atomic.Pointer[delay.Service] // opts.Delay, or opened on promotion (replication_run.go)
+	pop    *pop.Pop                      // broker-managed delivery (popserve.go), nil until set
 
 	rtMu   sync.Mutex
 	rtPrev realtimeSnap
@@ -137,6 +141,9 @@ func New(opts Options) (*Server, error) {
 
 		putBudget:  newPutBudget(opts.MaxPendingPutBytes),
 		logLimiter: lim,
+	}
+	if opts.Delay != nil {
+		s.dly.Store(opts.Delay)
 	}
 	s.topics.init(opts.Topics)
 	if err := s.openTx(); err != nil {

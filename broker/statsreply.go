@@ -111,6 +111,7 @@ func (s *Server) appendSystemStats(b []byte) []byte {
 	b = appendStoreStats(b, st)
 	b = appendDiskStats(b, s.opts.DataPath)
 	b = s.appendDelayStats(b, false)
+	b = s.appendReplicationStats(b) // replication.go
 	return b
 }
 

@@ -96,7 +96,7 @@ func (w *writer) writeQueue(q *outQueue) error {
 			}
 			if err := r.flush.Err(); err != nil {
 				w.c.srv.stats.putFailed.Add(1)
-				w.appendResult(protocol.StatusInternalServerError, w.c.srv.putFailedMessage(err), r.opaque)
+				w.appendResult(replyFlushCode(err), w.c.srv.putFailedMessage(err), r.opaque) // 503: not replicated (replication.go)
 				continue
 			}
 		}

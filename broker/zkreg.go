@@ -27,10 +27,11 @@ type zkRegistration struct {
 	pending map[string]int // topics written before the registry existed
 
 	stopFollow func() // ends followClusterTopics (zktopics.go)
+	slaveID    int    // the role registered: -1 master, else slave<slaveID> (replication_run.go)
 }
 
 func newZKRegistration(c *conf.Config, log *slog.Logger) *zkRegistration {
-	return &zkRegistration{cfg: c, log: log.With("component", "zookeeper"), pending: map[string]int{}}
+	return &zkRegistration{cfg: c, log: log.With("component", "zookeeper"), pending: map[string]int{}, slaveID: c.Slave.ID}
 }
 
 // slogPrintf adapts slog to zkmeta's Printf logger.
@@ -55,7 +56,10 @@ func (z *zkRegistration) start(srv *Server, st *store.Store) {
 		return
 	}
 	host := c.System.HostName
-	reg, err := zkmeta.NewBrokerRegistry(client, zkmeta.MasterBroker(c.System.BrokerID, host, srv.Port()))
+	z.mu.Lock()
+	role := zkmeta.SlaveBroker(c.System.BrokerID, z.slaveID, host, srv.Port()) // -1: the master
+	z.mu.Unlock()
+	reg, err := z.newRegistry(client, role) // replication_run.go
 	if err != nil {
 		z.log.Error("ZooKeeper registration", "err", err)
 		client.Close()

@@ -35,6 +35,8 @@ type Config struct {
 	System System
 	ZK     ZK
 	Slave  Slave
+	// Replication is the [replication] section (metaq; docs/replication.md).
+	Replication Replication
 	// Security is the [security] section (conf/security.go); off by default.
 	Security Security
 	// Topics are the [topic=…] sections in file order, each fully resolved
@@ -118,8 +120,27 @@ type ZK struct {
 	Auth              string        // zk.zkAuth (metaq): "user:password" digest; set = metaq's nodes get a digest ACL (docs/security.md)
 }
 
-// Slave is MetaQ's [slave] section (asynchronous replication; accepted, not
-// yet used).
+// Replication is metaq's [replication] section (docs/replication.md).
+type Replication struct {
+	// SyncReplicas: a put is acknowledged once this many slaves hold it
+	// durably too (0 = asynchronous replication). Needs sync flush
+	// (unflushThreshold=0); a master with syncReplicas > 0 flushes in sync
+	// mode whatever unflushThreshold says (a warning tells).
+	SyncReplicas int
+	// ReplicaTimeout bounds the wait for the slaves (default 3s): a put
+	// not confirmed in time, or made while fewer than SyncReplicas slaves
+	// have been in sync for this long, is answered 503.
+	ReplicaTimeout time.Duration
+	// AutoFailover: the election in ZooKeeper decides the roles
+	// (docs/replication.md); false = static roles from [slave] slaveId.
+	AutoFailover bool
+	// MasterAddr (host:port) is the master a slave follows when set;
+	// otherwise the slave reads /brokers/ids/<brokerId>/master.
+	MasterAddr string
+}
+
+// Slave is MetaQ's [slave] section: slaveId makes the broker a slave of
+// the master of its brokerId (docs/replication.md).
 type Slave struct {
 	ID                   int           // slaveId, default -1 (a master); >= 0 starts a slave
 	Group                string        // slaveGroup, default "meta-slave-group"
@@ -258,7 +279,8 @@ func defaults(brokerID int) *Config {
 			Group:    DefaultSlaveGroup,
 			MaxDelay: 500 * time.Millisecond,
 		},
-		Security: defaultSecurity(),
+		Replication: Replication{ReplicaTimeout: 3 * time.Second},
+		Security:    defaultSecurity(),
 	}
 }
 

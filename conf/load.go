@@ -119,7 +119,7 @@ var systemKeys = []keyDef{
 	{"putDataTimeoutMs", used, "", func(p *parser, c *Config, v string) error {
 		return setDuration(&c.System.PutDataTimeout, v, time.Millisecond)
 	}},
-	{"slaveId", notYetUsed, "", func(p *parser, c *Config, v string) error { return p.setSlaveID(c, v, "system") }},
+	{"slaveId", used, "", func(p *parser, c *Config, v string) error { return p.setSlaveID(c, v, "system") }},
 	{"getProcessThreadCount", ignored, noteThreads, func(p *parser, c *Config, v string) error {
 		return setInt(&c.System.GetProcessThreadCount, v)
 	}},
@@ -168,12 +168,21 @@ var zkKeys = []keyDef{
 }
 
 var slaveKeys = []keyDef{
-	{"slaveId", notYetUsed, "", func(p *parser, c *Config, v string) error { return p.setSlaveID(c, v, "slave") }},
-	{"slaveGroup", notYetUsed, "", func(p *parser, c *Config, v string) error { c.Slave.Group = v; return nil }},
-	{"slaveMaxDelayInMills", notYetUsed, "", func(p *parser, c *Config, v string) error {
+	{"slaveId", used, "", func(p *parser, c *Config, v string) error { return p.setSlaveID(c, v, "slave") }},
+	{"slaveGroup", used, "", func(p *parser, c *Config, v string) error { c.Slave.Group = v; return nil }},
+	{"slaveMaxDelayInMills", used, "", func(p *parser, c *Config, v string) error {
 		return setDuration(&c.Slave.MaxDelay, v, time.Millisecond)
 	}},
 	{"autoSyncMasterConfig", notYetUsed, "", func(p *parser, c *Config, v string) error { return set(&c.Slave.AutoSyncMasterConfig, v, parseBool) }},
+}
+
+var replicationKeys = []keyDef{
+	{"syncReplicas", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.Replication.SyncReplicas, v) }},
+	{"replicaTimeoutMs", used, "", func(p *parser, c *Config, v string) error {
+		return setDuration(&c.Replication.ReplicaTimeout, v, time.Millisecond)
+	}},
+	{"autoFailover", used, "", func(p *parser, c *Config, v string) error { return set(&c.Replication.AutoFailover, v, parseBool) }},
+	{"masterAddr", used, "", func(p *parser, c *Config, v string) error { c.Replication.MasterAddr = v; return nil }},
 }
 
 var topicKeys = []topicKeyDef{
@@ -323,7 +332,7 @@ func (p *parser) parse(data []byte) (*Config, []error) {
 
 	// Classify sections; apply [system], [zookeeper], [slave] before the
 	// topics, which inherit [system].
-	var sys, zk, slave, security *ini.Section
+	var sys, zk, slave, repl, security *ini.Section
 	var topics []*ini.Section
 	for _, sec := range f.Sections() {
 		name := sec.Name()
@@ -338,6 +347,8 @@ func (p *parser) parse(data []byte) (*Config, []error) {
 			zk = sec
 		case strings.TrimSpace(name) == "slave":
 			slave = sec
+		case strings.TrimSpace(name) == "replication":
+			repl = sec
 		case strings.TrimSpace(name) == secSection:
 			security = sec
 		default:
@@ -363,6 +374,9 @@ func (p *parser) parse(data []byte) (*Config, []error) {
 	}
 	if slave != nil {
 		p.applyKeys(c, slave, "slave", slaveKeys)
+	}
+	if repl != nil {
+		p.applyKeys(c, repl, "replication", replicationKeys)
 	}
 	if security != nil {
 		p.applyKeys(c, security, secSection, securityKeys)
@@ -543,6 +557,9 @@ func homeOf(key string) string {
 	}
 	if findKey(slaveKeys, key) != nil {
 		homes = append(homes, "[slave]")
+	}
+	if findKey(replicationKeys, key) != nil {
+		homes = append(homes, "[replication]")
 	}
 	if findKey(securityKeys, key) != nil {
 		homes = append(homes, "[security]")

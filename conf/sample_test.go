@@ -143,7 +143,7 @@ func TestDocsListEveryKey(t *testing.T) {
 	}
 	text := string(doc)
 	var keys []string
-	for _, tbl := range [][]keyDef{systemKeys, zkKeys, slaveKeys, securityKeys} {
+	for _, tbl := range [][]keyDef{systemKeys, zkKeys, slaveKeys, replicationKeys, securityKeys} {
 		keys = append(keys, keyNames(tbl)...)
 	}
 	for _, d := range topicKeys {

@@ -1,6 +1,9 @@
 package conf
 
-import "fmt"
+import (
+	"fmt"
+	"net"
+)
 
 // locator returns the line of key in section (0 when unknown).
 type locator func(section, key string) int
@@ -191,6 +194,18 @@ func validateSlave(c *Config, p *problems) {
 	}
 	if c.Slave.MaxDelay < 0 {
 		p.bad("slave", "slaveMaxDelayInMills", "must not be negative")
+	}
+	r := &c.Replication
+	if r.SyncReplicas < 0 || r.SyncReplicas > 64 {
+		p.bad("replication", "syncReplicas", "%d is out of range 0..64", r.SyncReplicas)
+	}
+	if r.ReplicaTimeout <= 0 {
+		p.bad("replication", "replicaTimeoutMs", "must be > 0")
+	}
+	if r.MasterAddr != "" {
+		if _, port, err := net.SplitHostPort(r.MasterAddr); err != nil || port == "" {
+			p.bad("replication", "masterAddr", "%q is not host:port", r.MasterAddr)
+		}
 	}
 }
 

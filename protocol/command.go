@@ -38,10 +38,11 @@ const (
 	OpSeek
 	OpQueryID
 	OpQueryKey
-	OpTxEnd    // txend <msgId> commit|rollback|unknown <opaque> (txparse.go)
-	OpProducer // producer <group> <opaque> (txparse.go)
-	OpRetry    // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
-	OpAuth     // metaq: auth <user> <secret> <opaque> (auth.go)
+	OpTxEnd     // txend <msgId> commit|rollback|unknown <opaque> (txparse.go)
+	OpProducer  // producer <group> <opaque> (txparse.go)
+	OpRetry     // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
+	OpReplicate // metaq: replicate <brokerId> <slaveId> <position> <epoch> <opaque> (haparse.go)
+	OpAuth      // metaq: auth <user> <secret> <opaque> (auth.go)
 )
 
 var opNames = [...]string{
@@ -60,6 +61,7 @@ var opNames = [...]string{
 	OpTxEnd:       "txend",
 	OpProducer:    "producer",
 	OpRetry:       "retry",
+	OpReplicate:   "replicate",
 	OpAuth:        "auth",
 }
 

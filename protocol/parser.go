@@ -477,6 +477,8 @@ func (p *Parser) processLine(line []byte) (lineAction, error) {
 		p.parseTxEnd(line, nf)
 	case eqFold(name, "producer"):
 		p.parseProducer(line, nf)
+	case eqFold(name, "replicate"):
+		p.parseReplicate(line, nf)
 	case eqFold(name, "auth"):
 		p.parseAuth(line, nf)
 	default:

@@ -12,9 +12,10 @@ package ha
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 
+	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/zkmeta"
 )
 
@@ -73,16 +74,16 @@ type Controller interface {
 	Fence(reason string)
 }
 
-// Errors returned by a Controller and by the put path.
+// Errors returned by a Controller and by the put path. Each matches
+// store.ErrNotReplicated, so a put whose round fails with it is answered 503.
 var (
-	// ErrNotMaster: a put reached a slave (the broker answers 403 naming
-	// the master).
-	ErrNotMaster = errors.New("ha: not the master")
-	// ErrFenced: the master was fenced (503).
-	ErrFenced = errors.New("ha: fenced")
+	// ErrNotMaster: the node stopped being the master while the put waited.
+	ErrNotMaster = fmt.Errorf("ha: not the master (%w)", store.ErrNotReplicated)
+	// ErrFenced: the master was fenced.
+	ErrFenced = fmt.Errorf("ha: fenced (%w)", store.ErrNotReplicated)
 	// ErrReplicaTimeout: fewer than syncReplicas slaves confirmed the put
-	// durable within replicaTimeoutMs (503).
-	ErrReplicaTimeout = errors.New("ha: not enough in-sync replicas")
+	// durable within replicaTimeoutMs.
+	ErrReplicaTimeout = fmt.Errorf("ha: not replicated (%w)", store.ErrNotReplicated)
 )
 
 // DemotedMasterSlaveID is the slave number a node configured as master

@@ -158,6 +158,7 @@ func New(opts Options) (*Server, error) {
 		s.reg.MustRegister(&brokerCollector{srv: b.Server, dataPath: b.Config.System.DataPath, role: "master",
 			own: map[string]bool{}, maxTopics: opts.MaxTopics})
 		s.reg.MustRegister(featureCollector{b})
+		s.reg.MustRegister(replicationCollector{b}) // replication_metrics.go
 		b.Server.SetLatencyObserver(s.hist)
 		b.Store.SetFlushObserver(s.hist.flushObserver(b.Config.System.SyncFlush()))
 		if s.zk != nil {

@@ -44,7 +44,7 @@ func (s *Store) AppendBatch(msgs []Message, res []AppendResult) (*Flush, error) 
 // appendBatch appends validated msgs as one run needing room bytes (AppendBatch).
 func (l *commitLog) appendBatch(msgs []Message, res []AppendResult, room, now int64) (*Flush, error) {
 	l.mu.Lock()
-	if err := l.appendErrLocked(); err != nil {
+	if err := l.localAppendErrLocked(); err != nil {
 		l.putErrors++
 		l.mu.Unlock()
 		return nil, err

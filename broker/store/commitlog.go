@@ -82,6 +82,7 @@ type commitLog struct {
 	stage       stage // records staged for writing out (stage.go)
 	fillFence   int64 // appends stop below this while a zero-fill chunk is written, MaxInt64 none (prefill.go)
 	closed      bool
+	replica     bool      // a slave's copy: local appends refused (raw.go)
 	appendParts partCache // the appender's partition cache (partcache.go)
 	puts        int64
 	putBytes    int64
@@ -94,9 +95,10 @@ type commitLog struct {
 	flushedRec atomic.Int64 // last record below flushed (checkpoint's clean-stop check)
 	logMin     atomic.Int64 // base of the oldest segment
 
-	flushMu   sync.Mutex                    // serialises flush rounds; held across fdatasync
-	lastFsync atomic.Int64                  // duration of the last commit-log fsync (ns)
-	flushObs  atomic.Pointer[FlushObserver] // metrics (observe.go)
+	flushMu   sync.Mutex                      // serialises flush rounds; held across fdatasync
+	lastFsync atomic.Int64                    // duration of the last commit-log fsync (ns)
+	flushObs  atomic.Pointer[FlushObserver]   // metrics (observe.go)
+	gate      atomic.Pointer[ReplicationGate] // holds rounds until replicated (raw.go)
 
 	segsMu sync.Mutex
 	segs   atomic.Pointer[segList]
@@ -273,7 +275,7 @@ func (s *Store) AppendAsync(m *Message) (AppendResult, *Flush, error) {
 // the record (appendLocked), and registers it on the group-commit round.
 func (l *commitLog) append(m *Message, size, now int64) (AppendResult, *Flush, error) {
 	l.mu.Lock()
-	if err := l.appendErrLocked(); err != nil {
+	if err := l.localAppendErrLocked(); err != nil {
 		l.putErrors++
 		l.mu.Unlock()
 		return AppendResult{}, nil, err
@@ -363,6 +365,15 @@ func (l *commitLog) appendLocked(p *partition, m *Message, size, now int64) (App
 		StoreTime:      st,
 		Size:           int(size),
 	}, f, kickFlusher
+}
+
+// localAppendErrLocked is appendErrLocked for a local append (not a
+// replicated one, raw.go): a replica refuses them.
+func (l *commitLog) localAppendErrLocked() error {
+	if l.replica && !l.closed {
+		return ErrReplica
+	}
+	return l.appendErrLocked()
 }
 
 // appendErrLocked returns why appends are refused, if they are.

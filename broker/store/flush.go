@@ -160,8 +160,13 @@ func (l *commitLog) flushOnce() error {
 		}
 		l.mu.Unlock()
 		l.ctr.rounds.Add(1)
-		f.err = err
-		close(f.done)
+		if g := l.gate.Load(); g != nil && err == nil {
+			// Sync replication: the round completes once enough slaves
+			// have it durable too (raw.go, broker/ha).
+			(*g).Hold(end, f.complete)
+		} else {
+			f.complete(err)
+		}
 	}
 	l.observeFlush(synced, f)
 	return err

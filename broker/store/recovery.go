@@ -38,6 +38,10 @@ import (
 func (s *Store) recover() error {
 	_, err := os.Stat(s.abortPath())
 	crashed := err == nil
+	rkind, rpos, reset, err := s.takeReset() // raw_reset.go
+	if err != nil {
+		return err
+	}
 	ck, ckOK := s.readCheckpoint()
 	if !crashed {
 		f, err := os.OpenFile(s.abortPath(), os.O_CREATE|os.O_WRONLY, 0o644)
@@ -59,6 +63,9 @@ func (s *Store) recover() error {
 		if ckOK {
 			base = ck.flushed
 		}
+		if reset && rkind == ResetWipe {
+			base = rpos
+		}
 		g, err := createSegment(s.logDir, base, s.cfg.SegmentSize, s.hooks)
 		if err != nil {
 			return err
@@ -67,6 +74,18 @@ func (s *Store) recover() error {
 	}
 	s.clog.setSegments(segs)
 	logMin := segs[0].base
+	if reset && rkind == ResetTruncate {
+		if rpos < logMin {
+			rpos = logMin
+		}
+		cut, err := s.clog.truncateLog(rpos)
+		if err != nil {
+			return err
+		}
+		s.log.Warn("replication: truncated the commit log at the divergence point from the master's history",
+			"at", rpos, "bytesCut", cut.bytes, "messagesCut", cut.records, "segmentsDeleted", cut.segments)
+		crashed, ckOK = true, false // rescan the log and rebuild every index
+	}
 
 	end, lastRec, scanned := int64(0), int64(-1), false
 	if !crashed && ckOK && torn < 0 && s.clog.cleanTailOK(ck) {
@@ -125,6 +144,9 @@ func (s *Store) recover() error {
 	}
 	if err := s.checkpoint(); err != nil {
 		return err
+	}
+	if reset {
+		return s.doneReset()
 	}
 	return nil
 }

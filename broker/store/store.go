@@ -208,6 +208,8 @@ type Store struct {
 	logLimit logLimiter // rate-limits log lines readers can trigger (repair.go)
 
 	counters counters
+
+	visWait visibleWaiters // WaitVisible (raw.go)
 }
 
 // topicState is one topic's partitions.
@@ -244,7 +246,10 @@ func Open(cfg Config) (*Store, error) {
 	s.tails = newTailPool(cfg.IndexBufferSize)
 	s.clog = newCommitLog(&s.cfg, s.log, s.logDir, &s.counters, s.stop, &s.wg)
 	s.clog.partitionFor = func(topic string, part int32) *partition { return s.partition(topic, part, true) }
-	s.clog.onVisible = s.wakeDispatcher
+	s.clog.onVisible = func() {
+		s.wakeDispatcher()
+		s.visWait.wake()
+	}
 	s.disp = newDispatcher(s)
 	for _, d := range []string{cfg.Dir, s.logDir, s.indexDir, s.keyDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {

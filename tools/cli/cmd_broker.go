@@ -124,18 +124,20 @@ func runBroker(ctx context.Context, app *App, cfg *conf.Config, log *slog.Logger
 		defer lz.Stop()
 	}
 
+restart:
 	b, err := broker.Start(cfg, log)
 	if err != nil {
 		log.Error("broker failed to start", "err", err)
 		return silentExit{code: ExitFailure}
 	}
 	stopHTTP := startBrokerHTTP(b, log)
-	defer reloadOnSIGHUP(b, log)() // cmd_admin.go
+	stopReload := reloadOnSIGHUP(b, log) // cmd_admin.go
 
 	var zkDied <-chan struct{}
 	if lz != nil {
 		zkDied = lz.Done()
 	}
+	again := false
 	for waiting := true; waiting; {
 		select {
 		case s := <-sigs:
@@ -147,6 +149,11 @@ func runBroker(ctx context.Context, app *App, cfg *conf.Config, log *slog.Logger
 		case <-zkDied:
 			log.Error("the local ZooKeeper exited; the broker keeps serving and retries the registration", "log", lz.LogFile())
 			zkDied = nil
+		case <-b.NeedsRestart():
+			// Replication wrote a store reset marker (docs/replication.md):
+			// stop and start again in place, same configuration.
+			log.Warn("restarting the broker in place to reopen its store", "why", b.RestartReason())
+			waiting, again = false, true
 		}
 	}
 
@@ -159,6 +166,10 @@ func runBroker(ctx context.Context, app *App, cfg *conf.Config, log *slog.Logger
 	}()
 	select {
 	case err := <-stopped:
+		stopReload()
+		if again {
+			goto restart
+		}
 		if err != nil {
 			log.Error("broker stopped with errors", "err", err)
 			return silentExit{code: ExitFailure}

@@ -16,6 +16,12 @@ type brokerRow struct {
 	Up      bool   `json:"up"`
 	Version string `json:"version,omitempty"`
 	Error   string `json:"error,omitempty"`
+	// Replication (docs/replication.md), from the node's stats: the role it
+	// serves in, its epoch, and (slaves) how far behind its master it is.
+	Serving  string `json:"serving,omitempty"`
+	Epoch    int64  `json:"epoch"`
+	LagBytes int64  `json:"lagBytes"`
+	LagMs    int64  `json:"lagMs"`
 }
 
 func newBrokersCommand(app *App) *cobra.Command {
@@ -46,11 +52,13 @@ func newBrokersCommand(app *App) *cobra.Command {
 					r.Version, r.Up = strings.TrimSpace(v), err == nil
 					if err != nil {
 						r.Error = errText(err)
+						continue
 					}
+					app.replicationColumns(ctx, r) // ha_brokers.go
 				}
 			}
 			return printList(app, rows, "no broker registered", func() error {
-				tw := app.table("ID", "ROLE", "ADDRESS", "STATUS", "VERSION")
+				tw := app.table("ID", "ROLE", "ADDRESS", "STATUS", "VERSION", "SERVING", "EPOCH", "LAG BYTES", "LAG MS")
 				for _, r := range rows {
 					status := "up"
 					switch {
@@ -59,7 +67,11 @@ func newBrokersCommand(app *App) *cobra.Command {
 					case !r.Up:
 						status = "DOWN"
 					}
-					row(tw, r.ID, r.Role, r.Address, status, dash(r.Version))
+					lagB, lagMs := "-", "-"
+					if strings.HasPrefix(r.Serving, "slave") {
+						lagB, lagMs = fmt.Sprint(r.LagBytes), fmt.Sprint(r.LagMs)
+					}
+					row(tw, r.ID, r.Role, r.Address, status, dash(r.Version), dash(r.Serving), r.Epoch, lagB, lagMs)
 				}
 				return tw.Flush()
 			})

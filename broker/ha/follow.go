@@ -1,0 +1,377 @@
+package ha
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// follower is a slave's side of the link: it connects to the master, asks
+// for the log from its own write position, appends what arrives at the same
+// physical offsets, makes each batch durable with one fdatasync (all the
+// frames one read returned) and reports the durable position — group commit
+// across the network. It reconnects by itself (backoff up to 2 s).
+type follower struct {
+	n    *Node
+	addr string // "" = cfg.FindMaster
+
+	stopc chan struct{}
+	once  sync.Once
+	done  chan struct{}
+
+	mu sync.Mutex // leaf: nc
+	nc net.Conn
+
+	up         atomic.Bool
+	masterEnd  atomic.Int64
+	caughtUp   atomic.Int64 // unix ns of the last moment durable >= the master's end
+	masterAddr atomic.Pointer[string]
+}
+
+func newFollower(n *Node, addr string) *follower {
+	f := &follower{n: n, addr: addr, stopc: make(chan struct{}), done: make(chan struct{})}
+	if addr != "" {
+		f.masterAddr.Store(&addr)
+	}
+	return f
+}
+
+// stop ends the follower and waits for it.
+func (f *follower) stop() {
+	f.once.Do(func() {
+		close(f.stopc)
+		f.mu.Lock()
+		if f.nc != nil {
+			_ = f.nc.Close()
+		}
+		f.mu.Unlock()
+	})
+	<-f.done
+}
+
+func (f *follower) stopped() bool {
+	select {
+	case <-f.stopc:
+		return true
+	default:
+		return false
+	}
+}
+
+func (f *follower) connected() bool { return f.up.Load() }
+
+func (f *follower) inSync() bool {
+	if !f.up.Load() {
+		return false
+	}
+	if f.n.st.FlushedPos() >= f.masterEnd.Load() {
+		return true
+	}
+	return time.Since(time.Unix(0, f.caughtUp.Load())) <= f.n.cfg.MaxDelay
+}
+
+func (f *follower) info() FollowerInfo {
+	fi := FollowerInfo{Connected: f.up.Load(), Durable: f.n.st.FlushedPos(), MasterEnd: f.masterEnd.Load()}
+	if a := f.masterAddr.Load(); a != nil {
+		fi.Master = *a
+	}
+	fi.InSync = f.inSync()
+	fi.LagBytes = max(fi.MasterEnd-fi.Durable, 0)
+	if fi.LagBytes > 0 && f.caughtUp.Load() > 0 {
+		fi.Lag = time.Since(time.Unix(0, f.caughtUp.Load()))
+	}
+	return fi
+}
+
+// errRestart: a reset marker was written; only reopening the store helps.
+var errRestart = errors.New("ha: the store must be reopened")
+
+func (f *follower) run() {
+	defer close(f.done)
+	backoff := 100 * time.Millisecond
+	for !f.stopped() {
+		err := f.session()
+		f.up.Store(false)
+		if errors.Is(err, errRestart) {
+			return
+		}
+		if f.stopped() {
+			return
+		}
+		if err != nil {
+			f.n.log.Info("replication link down; reconnecting", "master", f.currentMaster(), "err", err, "retryIn", backoff)
+		}
+		select {
+		case <-f.stopc:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+		if err == nil {
+			backoff = 100 * time.Millisecond
+		}
+	}
+}
+
+func (f *follower) currentMaster() string {
+	if a := f.masterAddr.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
+
+// resolve finds the master's address.
+func (f *follower) resolve() (string, error) {
+	if f.addr != "" {
+		return f.addr, nil
+	}
+	if f.n.cfg.FindMaster == nil {
+		return "", errors.New("no master known: set [replication] masterAddr or enable ZooKeeper")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	a, err := f.n.cfg.FindMaster(ctx)
+	if err != nil {
+		return "", err
+	}
+	if a == "" {
+		return "", errors.New("no master registered in ZooKeeper")
+	}
+	f.masterAddr.Store(&a)
+	f.n.master.Store(&a)
+	return a, nil
+}
+
+// session runs one connection to the master.
+func (f *follower) session() error {
+	addr, err := f.resolve()
+	if err != nil {
+		return err
+	}
+	nc, err := dialer.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	if f.stopped() {
+		f.mu.Unlock()
+		nc.Close()
+		return nil
+	}
+	f.nc = nc
+	f.mu.Unlock()
+	defer nc.Close()
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+		_ = tc.SetReadBuffer(4 << 20)
+	}
+	st := f.n.st
+	pos := st.WritePos()
+	epoch, err := lastEpoch(st)
+	if err != nil {
+		return err
+	}
+	n := f.n
+	line := fmt.Sprintf("replicate %d %d %d %d 1\r\n", n.cfg.BrokerID, n.demotedK, pos, epoch)
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := nc.Write([]byte(line)); err != nil {
+		return err
+	}
+	br := bufio.NewReaderSize(nc, 64<<10)
+	code, body, err := readResult(br)
+	if err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	switch code {
+	case 200:
+	case 409:
+		end, perr := strconv.ParseInt(strings.TrimSpace(body), 10, 64)
+		if perr != nil || end < 0 {
+			return fmt.Errorf("handshake: bad 409 %q", body)
+		}
+		return f.reset(store.ResetTruncate, end,
+			"this log goes past the end of its last epoch in the master's history")
+	default:
+		return fmt.Errorf("master %s refused: %d %s", addr, code, body)
+	}
+	var start, segSize int64
+	var mEpoch int64
+	if _, err := fmt.Sscan(body, &start, &segSize, &mEpoch); err != nil {
+		return fmt.Errorf("handshake: bad reply %q", body)
+	}
+	if segSize != st.SegmentSize() {
+		return fmt.Errorf("the master's maxSegmentSize is %d, this broker's %d: they must be equal", segSize, st.SegmentSize())
+	}
+	if mEpoch > n.epoch.Load() {
+		n.epoch.Store(mEpoch)
+	}
+	if start > pos {
+		if st.WritePos() == st.MinPos() {
+			return f.reset(store.ResetWipe, start, "this slave is behind the master's retention (empty log)")
+		}
+		return f.reset(store.ResetWipe, start, "this slave is behind the master's retention")
+	}
+	if start != pos {
+		return fmt.Errorf("handshake: the master starts at %d, this log ends at %d", start, pos)
+	}
+	_ = nc.SetDeadline(time.Time{})
+	f.up.Store(true)
+	n.log.Info("following the master", "master", addr, "from", pos, "epoch", mEpoch)
+	return f.stream(nc, br, pos)
+}
+
+// reset writes a reset marker and asks the broker to reopen the store.
+func (f *follower) reset(kind store.ResetKind, pos int64, why string) error {
+	st := f.n.st
+	f.n.log.Warn("replication: the store must be reopened to follow the master", "why", why, "action", string(kind),
+		"at", pos, "writePosition", st.WritePos())
+	if err := store.ScheduleReset(f.n.cfg.Store.Dir(), kind, pos); err != nil {
+		return err
+	}
+	if f.n.cfg.Restart != nil {
+		f.n.cfg.Restart(why)
+	} else {
+		f.n.log.Error("replication stopped: restart the broker to apply the reset")
+	}
+	return errRestart
+}
+
+// stream appends frames until the link breaks.
+func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64) error {
+	st := f.n.st
+	buf := make([]byte, 8<<20)
+	// Bytes already buffered by the handshake's reader come first.
+	have := 0
+	if k := br.Buffered(); k > 0 {
+		b, _ := br.Peek(k)
+		have = copy(buf, b)
+	}
+	var ack [ackSize]byte
+	idle := max(10*f.n.cfg.Heartbeat, 5*time.Second)
+	fr := frameReader{}
+	for {
+		if have == 0 || !complete(buf[:have]) {
+			_ = nc.SetReadDeadline(time.Now().Add(idle))
+			k, err := nc.Read(buf[have:])
+			have += k
+			if err != nil && k == 0 {
+				if errors.Is(err, io.EOF) {
+					return errors.New("the master closed the link")
+				}
+				return err
+			}
+		}
+		fr.buf = buf[:have]
+		appended := false
+		for {
+			h, payload, ok, err := fr.next()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+			f.masterEnd.Store(h.end)
+			if h.kind == frameHeartbeat {
+				continue
+			}
+			if h.pos != pos {
+				return fmt.Errorf("the master sent %d, this log is at %d", h.pos, pos)
+			}
+			if err := st.AppendRaw(h.pos, payload); err != nil {
+				return err
+			}
+			pos = h.pos + int64(len(payload))
+			if len(payload) == protocol.BlankMinSize && isBlank(payload) {
+				pos = st.WritePos() // rolled: the next segment's base
+			}
+			appended = true
+		}
+		// Keep the partial frame at the start of the buffer.
+		rest := len(fr.buf)
+		copy(buf, fr.buf)
+		have = rest
+		if need := partialNeed(buf[:have]); need > len(buf) {
+			nb := make([]byte, need)
+			copy(nb, buf[:have])
+			buf = nb
+		}
+		dur := st.FlushedPos()
+		if appended {
+			var err error
+			if dur, err = st.SyncRaw(); err != nil {
+				return err
+			}
+		}
+		if dur >= f.masterEnd.Load() {
+			f.caughtUp.Store(time.Now().UnixNano())
+		}
+		putAck(ack[:], dur)
+		_ = nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := nc.Write(ack[:]); err != nil {
+			return err
+		}
+	}
+}
+
+// complete reports whether b starts with a whole frame.
+func complete(b []byte) bool {
+	if len(b) < frameHeaderSize {
+		return false
+	}
+	h, err := decodeFrameHeader(b)
+	if err != nil {
+		return true // let the parser report it
+	}
+	return len(b) >= frameHeaderSize+h.n
+}
+
+// partialNeed is the buffer size the frame starting b needs.
+func partialNeed(b []byte) int {
+	if len(b) < frameHeaderSize {
+		return 0
+	}
+	h, err := decodeFrameHeader(b)
+	if err != nil {
+		return 0
+	}
+	return frameHeaderSize + h.n
+}
+
+func isBlank(b []byte) bool {
+	_, magic, ok := protocol.PeekRecord(b)
+	return ok && magic == protocol.BlankMagic
+}
+
+// readResult reads `result <code> <len> <opaque>\r\n<body>`.
+func readResult(br *bufio.Reader) (int, string, error) {
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return 0, "", err
+	}
+	f := strings.Fields(line)
+	if len(f) < 3 || f[0] != "result" {
+		return 0, "", fmt.Errorf("unexpected reply %q", strings.TrimSpace(line))
+	}
+	code, err1 := strconv.Atoi(f[1])
+	n, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil || n < 0 || n > 1<<16 {
+		return 0, "", fmt.Errorf("unexpected reply %q", strings.TrimSpace(line))
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return 0, "", err
+	}
+	return code, string(body), nil
+}

@@ -1,0 +1,501 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/store"
+)
+
+// Config configures a Node.
+type Config struct {
+	Store    *store.Store
+	BrokerID int
+	// SlaveID is [slave] slaveId: -1 starts the node as master, k >= 0 as
+	// slave k (unless AutoFailover: then the election decides).
+	SlaveID        int
+	SyncReplicas   int           // [replication] syncReplicas (0 = asynchronous)
+	ReplicaTimeout time.Duration // [replication] replicaTimeoutMs (default 3s)
+	MaxDelay       time.Duration // [slave] slaveMaxDelayInMills: the in-sync window (default 500ms)
+	AutoFailover   bool          // [replication] autoFailover: start as a slave following nobody
+	MasterAddr     string        // [replication] masterAddr: the master a static slave follows
+	// FindMaster returns the master's host:port (from ZooKeeper's
+	// /brokers/ids/<id>/master) when MasterAddr is empty; nil: none.
+	FindMaster func(ctx context.Context) (string, error)
+	Logger     *slog.Logger
+	// OnRole is called after every role change (registration, services):
+	// slaveID is the slave number the node registers under (-1 master).
+	OnRole func(role Role, slaveID int)
+	// Restart asks the broker to reopen the store: a reset marker was
+	// written (store.ScheduleReset) that only an Open applies. nil: the
+	// node logs and stops following.
+	Restart func(reason string)
+	// Heartbeat is the idle interval of the stream (default 200ms; tests).
+	Heartbeat time.Duration
+}
+
+// Node is one broker's replication: its role, the streams to its slaves
+// (master), the follower of its master (slave) and the sync gate. It
+// implements Controller.
+//
+// Lock rules: n.mu guards role changes' bookkeeping (follower, links,
+// replicas, closed); it is never held across network I/O, a store append
+// or a wait. roleMu serialises Promote and Demote. Each replica's fields
+// are atomics or under its own leaf lock.
+type Node struct {
+	cfg Config
+	st  *store.Store
+	log *slog.Logger
+
+	role     atomic.Int32
+	epoch    atomic.Int64
+	fenced   atomic.Pointer[string]
+	master   atomic.Pointer[string] // the master followed (slave)
+	demotedK int                    // slave number when a slave
+
+	roleMu sync.Mutex
+
+	mu       sync.Mutex
+	closed   bool
+	follower *follower
+	links    map[*link]struct{}
+	replicas map[int]*replica
+
+	gate *gate
+	wg   sync.WaitGroup
+	done chan struct{}
+}
+
+// New returns a node in its configured role; Start starts it.
+func New(cfg Config) (*Node, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("ha: no store")
+	}
+	if cfg.ReplicaTimeout <= 0 {
+		cfg.ReplicaTimeout = 3 * time.Second
+	}
+	if cfg.MaxDelay <= 0 {
+		cfg.MaxDelay = 500 * time.Millisecond
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 200 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	n := &Node{
+		cfg: cfg, st: cfg.Store, log: cfg.Logger.With("component", "replication"),
+		links: map[*link]struct{}{}, replicas: map[int]*replica{}, done: make(chan struct{}),
+	}
+	n.demotedK = cfg.SlaveID
+	if n.demotedK < 0 {
+		n.demotedK = DemotedMasterSlaveID
+	}
+	n.gate = newGate(n)
+	if cfg.SlaveID >= 0 || cfg.AutoFailover {
+		n.role.Store(int32(RoleSlave))
+	} else {
+		n.role.Store(int32(RoleMaster))
+	}
+	e, err := lastEpoch(n.st)
+	if err != nil {
+		return nil, fmt.Errorf("ha: reading the epoch history: %w", err)
+	}
+	n.epoch.Store(e)
+	return n, nil
+}
+
+// Start begins: a master installs the sync gate; a static slave starts
+// following its master; an auto-failover node waits for the election.
+func (n *Node) Start() {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.gate.run()
+	}()
+	if n.Role() == RoleMaster {
+		n.becomeMasterLocked()
+		return
+	}
+	n.st.SetReplica(true)
+	if !n.cfg.AutoFailover {
+		n.startFollowing(n.cfg.MasterAddr)
+	}
+}
+
+// becomeMasterLocked installs the gate and accepts appends (roleMu held
+// or not yet shared).
+func (n *Node) becomeMasterLocked() {
+	n.st.SetReplica(false)
+	if n.cfg.SyncReplicas > 0 {
+		n.st.SetReplicationGate(n.gate)
+	}
+}
+
+// Close stops following and streaming; rounds still held fail (503).
+func (n *Node) Close() {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.closed = true
+	f := n.follower
+	n.follower = nil
+	links := make([]*link, 0, len(n.links))
+	for l := range n.links {
+		links = append(links, l)
+	}
+	n.mu.Unlock()
+	if f != nil {
+		f.stop()
+	}
+	for _, l := range links {
+		l.close()
+	}
+	n.st.SetReplicationGate(nil)
+	close(n.done)
+	n.wg.Wait()
+}
+
+// Role implements Controller.
+func (n *Node) Role() Role { return Role(n.role.Load()) }
+
+// Epoch implements Controller.
+func (n *Node) Epoch() int64 { return n.epoch.Load() }
+
+// DurablePos implements Controller.
+func (n *Node) DurablePos() int64 { return n.st.FlushedPos() }
+
+// MasterAddr implements Controller.
+func (n *Node) MasterAddr() string {
+	if p := n.master.Load(); p != nil && n.Role() == RoleSlave {
+		return *p
+	}
+	return ""
+}
+
+// InSync implements Controller.
+func (n *Node) InSync() bool {
+	if n.Role() == RoleMaster {
+		return n.fenced.Load() == nil
+	}
+	n.mu.Lock()
+	f := n.follower
+	n.mu.Unlock()
+	return f != nil && f.inSync()
+}
+
+// SlaveID is the slave number this node registers under (-1 as master).
+func (n *Node) SlaveID() int {
+	if n.Role() == RoleMaster {
+		return -1
+	}
+	return n.demotedK
+}
+
+// Fence implements Controller.
+func (n *Node) Fence(reason string) {
+	if reason == "" {
+		reason = "fenced"
+	}
+	if n.fenced.Swap(&reason) == nil {
+		n.log.Warn("fenced: puts are refused", "reason", reason)
+	}
+	n.gate.kick()
+}
+
+// Promote implements Controller.
+func (n *Node) Promote(ctx context.Context, epoch int64) error {
+	n.roleMu.Lock()
+	defer n.roleMu.Unlock()
+	if n.Role() == RoleMaster {
+		if epoch > n.epoch.Load() {
+			if _, err := writeEpoch(n.st, epoch); err != nil {
+				return err
+			}
+			n.epoch.Store(epoch)
+		}
+		n.fenced.Store(nil)
+		return nil
+	}
+	n.mu.Lock()
+	f := n.follower
+	n.follower = nil
+	n.mu.Unlock()
+	if f != nil {
+		f.stop() // what arrived is durable (SyncRaw per batch)
+	}
+	if _, err := n.st.SyncRaw(); err != nil {
+		return fmt.Errorf("ha: promote: %w", err)
+	}
+	n.st.SetReplica(false)
+	if epoch > n.epoch.Load() {
+		start, err := writeEpoch(n.st, epoch)
+		if err != nil {
+			n.st.SetReplica(true)
+			return err
+		}
+		n.log.Info("promoted to master", "epoch", epoch, "epochStart", start)
+		n.epoch.Store(epoch)
+	} else {
+		n.log.Info("promoted to master", "epoch", n.epoch.Load())
+	}
+	n.master.Store(nil)
+	n.role.Store(int32(RoleMaster))
+	n.fenced.Store(nil)
+	n.becomeMasterLocked()
+	if n.cfg.OnRole != nil {
+		n.cfg.OnRole(RoleMaster, -1)
+	}
+	return nil
+}
+
+// Demote implements Controller.
+func (n *Node) Demote(ctx context.Context, masterAddr string, epoch int64) error {
+	n.roleMu.Lock()
+	defer n.roleMu.Unlock()
+	wasMaster := n.Role() == RoleMaster
+	if !wasMaster && n.MasterAddr() == masterAddr && masterAddr != "" {
+		n.mu.Lock()
+		f := n.follower
+		n.mu.Unlock()
+		if f != nil && f.addr == masterAddr {
+			return nil // already following it (the election may repeat a Demote)
+		}
+	}
+	n.role.Store(int32(RoleSlave))
+	n.st.SetReplica(true)
+	n.st.SetReplicationGate(nil)
+	n.fenced.Store(nil)
+	n.gate.failAll(fmt.Errorf("%w: this broker is no longer the master", ErrNotMaster))
+	// Epoch() becomes the new master's epoch once the follower's handshake
+	// succeeded, i.e. once this log is a prefix of that master's history
+	// (after a truncation if it had to; follow.go).
+	n.mu.Lock()
+	links := make([]*link, 0, len(n.links))
+	for l := range n.links {
+		links = append(links, l)
+	}
+	n.mu.Unlock()
+	for _, l := range links {
+		l.close()
+	}
+	if wasMaster {
+		n.log.Info("demoted to slave", "master", masterAddr, "epoch", epoch)
+	}
+	if n.cfg.OnRole != nil {
+		n.cfg.OnRole(RoleSlave, n.demotedK)
+	}
+	n.startFollowing(masterAddr)
+	// Wait (bounded by ctx) until the link is up.
+	for {
+		n.mu.Lock()
+		f := n.follower
+		n.mu.Unlock()
+		if f == nil || f.connected() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil // keeps trying in the background
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// startFollowing replaces the follower by one following addr ("" = find
+// the master through cfg.FindMaster).
+func (n *Node) startFollowing(addr string) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	old := n.follower
+	f := newFollower(n, addr)
+	n.follower = f
+	n.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	if addr != "" {
+		n.master.Store(&addr)
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f.run()
+	}()
+}
+
+// PutRefusal says whether a put must be refused now, and how: 403 naming
+// the master on a slave, 503 with the reason when fenced or when fewer than
+// syncReplicas slaves have been in sync for replicaTimeoutMs. code 0: accept.
+func (n *Node) PutRefusal() (code int, msg string) {
+	if n.Role() != RoleMaster {
+		m := n.MasterAddr()
+		if m == "" {
+			m = "unknown yet"
+		} else {
+			m = "meta://" + m
+		}
+		return 403, "this broker is slave " + strconv.Itoa(n.demotedK) + " of broker " + strconv.Itoa(n.cfg.BrokerID) +
+			" and does not accept puts; the master is " + m
+	}
+	if r := n.fenced.Load(); r != nil {
+		return 503, "this master is fenced: " + *r
+	}
+	if why := n.gate.outOfSync(); why != "" {
+		return 503, why
+	}
+	return 0, ""
+}
+
+// replica is the master's view of one slave.
+type replica struct {
+	id        int
+	acked     atomic.Int64 // durable position reported
+	connected atomic.Bool
+	addr      atomic.Pointer[string]
+
+	mu     sync.Mutex // leaf: sent
+	sent   []sentMark // ends of data sent and not yet acked, with their time
+	behind time.Time  // since when acked < visible (zero: caught up)
+}
+
+type sentMark struct {
+	end int64
+	at  time.Time
+}
+
+// noteSent records that the stream reached end at t.
+func (r *replica) noteSent(end int64, t time.Time) {
+	r.mu.Lock()
+	if len(r.sent) < 4096 {
+		r.sent = append(r.sent, sentMark{end, t})
+	} else {
+		r.sent[len(r.sent)-1].end = end
+	}
+	r.mu.Unlock()
+}
+
+// noteAck records a durable position.
+func (r *replica) noteAck(pos int64) {
+	r.acked.Store(pos)
+	r.mu.Lock()
+	i := 0
+	for i < len(r.sent) && r.sent[i].end <= pos {
+		i++
+	}
+	r.sent = append(r.sent[:0], r.sent[i:]...)
+	r.mu.Unlock()
+}
+
+// lag returns the replica's lag behind visible: bytes, and how long the
+// oldest byte it has not confirmed has been waiting.
+func (r *replica) lag(visible int64, now time.Time) (bytes int64, d time.Duration) {
+	a := r.acked.Load()
+	bytes = max(visible-a, 0)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if bytes == 0 {
+		r.behind = time.Time{}
+		return 0, 0
+	}
+	if len(r.sent) > 0 {
+		return bytes, now.Sub(r.sent[0].at)
+	}
+	if r.behind.IsZero() {
+		r.behind = now
+	}
+	return bytes, now.Sub(r.behind)
+}
+
+// inSync: connected and within slaveMaxDelayInMills.
+func (n *Node) replicaInSync(r *replica, visible int64, now time.Time) bool {
+	if !r.connected.Load() {
+		return false
+	}
+	_, d := r.lag(visible, now)
+	return d <= n.cfg.MaxDelay
+}
+
+func (n *Node) replica(id int) *replica {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r := n.replicas[id]
+	if r == nil {
+		r = &replica{id: id}
+		r.acked.Store(-1)
+		n.replicas[id] = r
+	}
+	return r
+}
+
+// ReplicaInfo describes one slave as the master sees it.
+type ReplicaInfo struct {
+	SlaveID   int
+	Addr      string // remote address of its link
+	Connected bool
+	InSync    bool
+	Acked     int64 // durable position (-1 never reported)
+	LagBytes  int64
+	Lag       time.Duration
+}
+
+// Replicas lists the slaves this master has seen, by slave id.
+func (n *Node) Replicas() []ReplicaInfo {
+	n.mu.Lock()
+	rs := make([]*replica, 0, len(n.replicas))
+	for _, r := range n.replicas {
+		rs = append(rs, r)
+	}
+	n.mu.Unlock()
+	sort.Slice(rs, func(i, j int) bool { return rs[i].id < rs[j].id })
+	vis, now := n.st.VisiblePos(), time.Now()
+	out := make([]ReplicaInfo, 0, len(rs))
+	for _, r := range rs {
+		b, d := r.lag(vis, now)
+		ri := ReplicaInfo{SlaveID: r.id, Connected: r.connected.Load(), Acked: r.acked.Load(), LagBytes: b, Lag: d}
+		ri.InSync = n.replicaInSync(r, vis, now)
+		if a := r.addr.Load(); a != nil {
+			ri.Addr = *a
+		}
+		out = append(out, ri)
+	}
+	return out
+}
+
+// FollowerInfo describes this slave's link to its master.
+type FollowerInfo struct {
+	Master    string
+	Connected bool
+	InSync    bool
+	Durable   int64
+	MasterEnd int64 // the master's end as last heard
+	LagBytes  int64
+	Lag       time.Duration
+}
+
+// Follower describes the link of a slave (ok false on a master).
+func (n *Node) Follower() (FollowerInfo, bool) {
+	n.mu.Lock()
+	f := n.follower
+	n.mu.Unlock()
+	if f == nil || n.Role() != RoleSlave {
+		return FollowerInfo{}, false
+	}
+	return f.info(), true
+}
+
+// dialer is how a follower connects (tests may shorten timeouts).
+var dialer = net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}

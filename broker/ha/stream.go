@@ -1,0 +1,273 @@
+package ha
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/store"
+)
+
+// The master's side of a link: one per connected slave, two goroutines as
+// every connection has — the writer owns the socket's write side and
+// streams the log from the slave's position (big reads of mapped segments,
+// several chunks per writev, no per-message work), the reader takes the
+// slave's acks.
+
+const (
+	readChunk  = 1 << 20 // bytes per ReadRaw
+	writeBatch = 8 << 20 // bytes gathered per writev
+)
+
+// LinkRequest is the parsed `replicate` command.
+type LinkRequest struct {
+	BrokerID int
+	SlaveID  int
+	Position int64
+	Epoch    int64
+	Opaque   int32
+}
+
+type link struct {
+	n    *Node
+	nc   net.Conn
+	r    *replica
+	stop chan struct{}
+	once sync.Once
+}
+
+func (l *link) close() {
+	l.once.Do(func() {
+		close(l.stop)
+		_ = l.nc.Close()
+	})
+}
+
+// reply writes a text result (the handshake) on nc.
+func reply(nc net.Conn, code int, body string, opaque int32) error {
+	b := []byte("result " + strconv.Itoa(code) + " " + strconv.Itoa(len(body)) + " " +
+		strconv.Itoa(int(opaque)) + "\r\n" + body)
+	_ = nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_, err := nc.Write(b)
+	return err
+}
+
+// ServeLink serves a slave's `replicate` request on nc, which the broker
+// hands over after reading the command (nothing else was sent on it). It
+// answers the handshake, then streams until the link breaks or the node
+// closes; it always closes nc. It does not block the caller's connection
+// bookkeeping: call it in its own goroutine.
+func (n *Node) ServeLink(nc net.Conn, req LinkRequest) {
+	st := n.st
+	fail := func(code int, msg string) {
+		_ = reply(nc, code, msg, req.Opaque)
+		_ = nc.Close()
+	}
+	switch {
+	case req.BrokerID != n.cfg.BrokerID:
+		fail(400, "this is broker "+strconv.Itoa(n.cfg.BrokerID)+", not "+strconv.Itoa(req.BrokerID))
+		return
+	case n.Role() != RoleMaster:
+		code, msg := n.PutRefusal()
+		fail(code, msg)
+		return
+	case req.Epoch > n.Epoch():
+		// The slave follows a newer history: this master has been deposed.
+		why := "a slave follows epoch " + strconv.FormatInt(req.Epoch, 10) + ", newer than this master's " +
+			strconv.FormatInt(n.Epoch(), 10) + ": this master has been deposed"
+		n.Fence(why)
+		fail(503, why)
+		return
+	}
+	es, err := readEpochs(st)
+	if err != nil {
+		fail(503, "reading the epoch history: "+err.Error())
+		return
+	}
+	vis := st.VisiblePos()
+	if end := epochEnd(es, req.Epoch, vis); req.Position > end {
+		// The slave holds bytes this master never had in that epoch (or
+		// more than it has at all): it must cut them first.
+		n.log.Warn("a slave's log goes past its epoch in this master's history; it must truncate",
+			"slave", req.SlaveID, "position", req.Position, "epoch", req.Epoch, "epochEnd", end)
+		fail(409, strconv.FormatInt(end, 10))
+		return
+	}
+	start := req.Position
+	if mp := st.MinPos(); start < mp {
+		n.log.Warn("a slave is behind this master's retention: it restarts from the oldest segment",
+			"slave", req.SlaveID, "position", req.Position, "oldestSegment", mp)
+		start = mp
+	}
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		fail(503, "shutting down")
+		return
+	}
+	r := n.replicas[req.SlaveID]
+	if r == nil {
+		r = &replica{id: req.SlaveID}
+		n.replicas[req.SlaveID] = r
+	}
+	l := &link{n: n, nc: nc, r: r, stop: make(chan struct{})}
+	n.links[l] = struct{}{}
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.links, l)
+		n.mu.Unlock()
+		r.connected.Store(false)
+		n.gate.kick()
+	}()
+	body := strconv.FormatInt(start, 10) + " " + strconv.FormatInt(st.SegmentSize(), 10) + " " + strconv.FormatInt(n.Epoch(), 10)
+	if err := reply(nc, 200, body, req.Opaque); err != nil {
+		_ = nc.Close()
+		return
+	}
+	addr := nc.RemoteAddr().String()
+	r.addr.Store(&addr)
+	r.mu.Lock()
+	r.sent = r.sent[:0]
+	r.mu.Unlock()
+	r.acked.Store(start) // it holds everything below start (or will restart there)
+	if req.Position < start {
+		r.acked.Store(req.Position)
+	}
+	r.connected.Store(true)
+	n.log.Info("slave connected", "slave", req.SlaveID, "remote", addr, "from", start)
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer l.close()
+		l.readAcks()
+	}()
+	err = l.stream(start)
+	l.close()
+	wg.Wait()
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		n.log.Info("slave link closed", "slave", req.SlaveID, "err", err)
+	} else {
+		n.log.Info("slave link closed", "slave", req.SlaveID)
+	}
+}
+
+// readAcks reads the slave's durable positions until the link breaks.
+func (l *link) readAcks() {
+	br := bufio.NewReaderSize(l.nc, 4096)
+	var b [ackSize]byte
+	idle := max(10*l.n.cfg.Heartbeat, 5*time.Second)
+	for {
+		_ = l.nc.SetReadDeadline(time.Now().Add(idle))
+		if _, err := io.ReadFull(br, b[:]); err != nil {
+			return
+		}
+		pos, err := decodeAck(b[:])
+		if err != nil {
+			l.n.log.Warn("bad ack from a slave; closing its link", "slave", l.r.id, "err", err)
+			return
+		}
+		l.r.noteAck(pos)
+		l.n.gate.kick()
+	}
+}
+
+// stream sends the log from pos until stopped.
+func (l *link) stream(pos int64) error {
+	st := l.n.st
+	hb := time.NewTimer(l.n.cfg.Heartbeat)
+	defer hb.Stop()
+	var (
+		hdrs   []byte
+		chunks []store.RawChunk
+		iov    net.Buffers
+	)
+	release := func() {
+		for i := range chunks {
+			chunks[i].Release()
+		}
+		chunks = chunks[:0]
+	}
+	defer release()
+	for {
+		// Gather what is visible, up to writeBatch bytes.
+		hdrs = hdrs[:0]
+		size := 0
+		for size < writeBatch {
+			c, ok, err := st.ReadRaw(pos, readChunk)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+			chunks = append(chunks, c)
+			pos = c.Next
+			size += len(c.Buf)
+		}
+		now := time.Now()
+		if len(chunks) > 0 {
+			end := st.VisiblePos()
+			iov = iov[:0]
+			hdrs = make([]byte, 0, frameHeaderSize*len(chunks))
+			for i := range chunks {
+				c := &chunks[i]
+				off := len(hdrs)
+				hdrs = hdrs[:off+frameHeaderSize]
+				putFrameHeader(hdrs[off:], frameHeader{kind: frameData, n: len(c.Buf), pos: c.Pos, end: max(end, c.Pos+int64(len(c.Buf))), time: now.UnixMilli()})
+				iov = append(iov, hdrs[off:off+frameHeaderSize], c.Buf)
+			}
+			_ = l.nc.SetWriteDeadline(now.Add(max(10*l.n.cfg.Heartbeat, 10*time.Second)))
+			l.r.noteSent(pos, now)
+			if _, err := iov.WriteTo(l.nc); err != nil {
+				return err
+			}
+			release()
+			if !hb.Stop() {
+				select {
+				case <-hb.C:
+				default:
+				}
+			}
+			hb.Reset(l.n.cfg.Heartbeat)
+			continue
+		}
+		select {
+		case <-l.stop:
+			return nil
+		case <-st.WaitVisible(pos):
+		case <-hb.C:
+			var h [frameHeaderSize]byte
+			end := st.VisiblePos()
+			putFrameHeader(h[:], frameHeader{kind: frameHeartbeat, pos: end, end: end, time: time.Now().UnixMilli()})
+			_ = l.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			if _, err := l.nc.Write(h[:]); err != nil {
+				return err
+			}
+			hb.Reset(l.n.cfg.Heartbeat)
+		}
+	}
+}
+
+// HandOff serves the link on nc in a goroutine the node waits for at Close.
+func (n *Node) HandOff(nc net.Conn, req LinkRequest) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		_ = reply(nc, 503, "shutting down", req.Opaque)
+		_ = nc.Close()
+		return
+	}
+	n.wg.Add(1)
+	n.mu.Unlock()
+	go func() {
+		defer n.wg.Done()
+		n.ServeLink(nc, req)
+	}()
+}

@@ -1,0 +1,245 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/delay"
+	"github.com/metaqgo/metaq/broker/ha"
+	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/zkmeta"
+)
+
+// replicationStoreConfig: syncReplicas > 0 needs group-commit rounds, i.e.
+// sync flush (docs/replication.md).
+func replicationStoreConfig(c *conf.Config, sc *store.Config, log *slog.Logger) {
+	if c.Replication.SyncReplicas > 0 && sc.UnflushThreshold > 0 {
+		log.Warn("config: [replication] syncReplicas > 0 needs sync flush: unflushThreshold is taken as 0",
+			"unflushThreshold", sc.UnflushThreshold)
+		sc.UnflushThreshold = 0
+	}
+}
+
+// restartSignal is closed when replication asks for the store to be
+// reopened (a truncation or reset marker was written): the process running
+// the broker stops it and starts it again (tools/cli `metaq broker` does).
+type restartSignal struct {
+	once sync.Once
+	ch   chan struct{}
+	why  string
+}
+
+// NeedsRestart is closed when the broker must be stopped and started again
+// (replication wrote a store reset marker that only opening the store
+// applies; docs/replication.md). RestartReason says why.
+func (b *Broker) NeedsRestart() <-chan struct{} { return b.restart.ch }
+
+// RestartReason is why NeedsRestart was closed.
+func (b *Broker) RestartReason() string { return b.restart.why }
+
+// newHA builds the replication node of c's broker.
+func (b *Broker) newHA(c *conf.Config, st *store.Store, log *slog.Logger) (*ha.Node, error) {
+	b.restart.ch = make(chan struct{})
+	hc := ha.Config{
+		Store:          st,
+		BrokerID:       c.System.BrokerID,
+		SlaveID:        c.Slave.ID,
+		SyncReplicas:   c.Replication.SyncReplicas,
+		ReplicaTimeout: c.Replication.ReplicaTimeout,
+		MaxDelay:       c.Slave.MaxDelay,
+		AutoFailover:   c.Replication.AutoFailover,
+		MasterAddr:     c.Replication.MasterAddr,
+		Logger:         log,
+		Restart: func(why string) {
+			b.restart.once.Do(func() {
+				b.restart.why = why
+				log.Warn("the broker must be restarted to reopen its store", "why", why)
+				close(b.restart.ch)
+			})
+		},
+		OnRole: func(role ha.Role, slaveID int) {
+			b.roleServices(role)
+			if b.zk != nil {
+				b.zk.setRole(slaveID)
+			}
+		},
+	}
+	if b.zk != nil {
+		z := b.zk
+		hc.FindMaster = func(ctx context.Context) (string, error) {
+			z.mu.Lock()
+			client := z.client
+			z.mu.Unlock()
+			if client == nil {
+				return "", errors.New("ZooKeeper not connected yet")
+			}
+			bs, err := client.Brokers(ctx)
+			if err != nil {
+				return "", err
+			}
+			for _, bi := range bs {
+				if bi.ID == c.System.BrokerID {
+					return bi.Master, nil
+				}
+			}
+			return "", nil
+		}
+	}
+	return ha.New(hc)
+}
+
+// setRole re-registers the broker in ZooKeeper under its new role: master
+// (slaveID -1) or slave slaveID (docs/zookeeper.md).
+func (z *zkRegistration) setRole(slaveID int) {
+	z.mu.Lock()
+	z.slaveID = slaveID
+	client, old, stop := z.client, z.reg, z.stopFollow
+	z.mu.Unlock()
+	if client == nil || old == nil || old.Broker().SlaveID == slaveID {
+		return // start registers the current role
+	}
+	if stop != nil {
+		stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := old.Unregister(ctx); err != nil {
+		z.log.Warn("unregistering the old role", "err", err)
+	}
+	cancel()
+	b := old.Broker()
+	b.SlaveID = slaveID
+	reg, err := z.newRegistry(client, b)
+	if err != nil {
+		z.log.Error("ZooKeeper registration", "err", err)
+		return
+	}
+	for _, name := range old.Topics() {
+		z.registerTopic(reg, name)
+	}
+	if err := reg.Start(); err != nil {
+		z.log.Error("ZooKeeper registration", "err", err)
+	}
+	stop = z.followClusterTopics(client, reg)
+	z.mu.Lock()
+	z.reg, z.stopFollow = reg, stop
+	z.mu.Unlock()
+	z.log.Info("re-registered in ZooKeeper under the new role", "broker", b.String())
+}
+
+// startsAsMaster: the node takes puts from the start (no election, no
+// [slave] slaveId).
+func startsAsMaster(c *conf.Config) bool { return c.Slave.ID < 0 && !c.Replication.AutoFailover }
+
+// delayService is the running delay service (nil on a slave).
+func (s *Server) delayService() *delay.Service { return s.dly.Load() }
+
+// roleServices starts the services that write (the delay timer) when the
+// node becomes master and stops them when it becomes a slave. Transaction
+// checks stay running: their writes are refused on a slave (store replica
+// mode) and no producer of a slave's half messages connects to it.
+func (b *Broker) roleServices(role ha.Role) {
+	b.lateMu.Lock()
+	defer b.lateMu.Unlock()
+	srv := b.Server
+	if srv == nil {
+		return
+	}
+	switch {
+	case role == ha.RoleMaster && srv.delayService() == nil:
+		d, err := openDelay(b.Config, b.Store, b.log, b.zk, b.delayAdjust)
+		if err != nil {
+			b.log.Error("starting the delay service after promotion", "err", err)
+			return
+		}
+		b.lateDelay = d
+		srv.dly.Store(d)
+	case role == ha.RoleSlave && srv.delayService() != nil:
+		d := srv.dly.Swap(nil)
+		if d == b.Delay {
+			return // opened at start: closed by Stop
+		}
+		b.lateDelay = nil
+		if err := d.Close(); err != nil {
+			b.log.Warn("stopping the delay service after demotion", "err", err)
+		}
+	}
+}
+
+// closeLateServices closes what roleServices opened (Stop).
+func (b *Broker) closeLateServices() error {
+	b.lateMu.Lock()
+	defer b.lateMu.Unlock()
+	if d := b.lateDelay; d != nil {
+		b.lateDelay = nil
+		return d.Close()
+	}
+	return nil
+}
+
+// dropReplicaRefusals: a service that records its state at Close (a
+// checkpoint record) cannot on a slave, whose log only the master writes;
+// that is expected, not a failed stop.
+func dropReplicaRefusals(errs []error, log *slog.Logger) []error {
+	out := errs[:0]
+	for _, err := range errs {
+		if errors.Is(err, store.ErrReplica) {
+			log.Info("a service could not record its state at stop: this broker is a slave", "err", err)
+			continue
+		}
+		out = append(out, err)
+	}
+	return out
+}
+
+// startElection starts the election when [replication] autoFailover=true
+// (broker/ha/election*.go): the node started as a slave following nobody
+// and the election calls Promote or Demote on it.
+func (b *Broker) startElection() {
+	c := b.Config
+	if !c.Replication.AutoFailover || b.zk == nil {
+		return
+	}
+	b.zk.mu.Lock()
+	client := b.zk.client
+	b.zk.mu.Unlock()
+	if client == nil {
+		b.log.Error("autoFailover: no ZooKeeper client; this node stays a slave following nobody")
+		return
+	}
+	stop, err := ha.StartElection(ha.ElectionConfig{
+		ZK:         client,
+		BrokerID:   c.System.BrokerID,
+		SlaveID:    c.Slave.ID,
+		Addr:       net.JoinHostPort(c.System.HostName, strconv.Itoa(b.Server.Port())),
+		Controller: b.HA,
+		Logger:     b.log,
+	})
+	if err != nil {
+		b.log.Error("autoFailover: the election did not start; this node stays a slave following nobody", "err", err)
+		return
+	}
+	b.stopElect = stop
+}
+
+func (b *Broker) stopElection() {
+	if b.stopElect != nil {
+		b.stopElect()
+		b.stopElect = nil
+	}
+}
+
+// newRegistry: with autoFailover the master node is the election's
+// (zkmeta.NewElectedBrokerRegistry never creates it, not even after a
+// session expiry); otherwise the broker registers it itself.
+func (z *zkRegistration) newRegistry(c *zkmeta.Client, b zkmeta.Broker) (*zkmeta.BrokerRegistry, error) {
+	if z.cfg.Replication.AutoFailover {
+		return zkmeta.NewElectedBrokerRegistry(c, b)
+	}
+	return zkmeta.NewBrokerRegistry(c, b)
+}

@@ -1,0 +1,314 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/metaqgo/metaq/protocol"
+)
+
+// The replication seam (docs/internal/store-api.md, "What replication will
+// need"): a master's log is read as raw bytes from a physical offset
+// (ReadRaw), a slave appends those bytes at the same physical offsets
+// (AppendRaw) and makes them durable in batches (SyncRaw); the master's
+// group-commit rounds can be held until a replication gate says enough
+// slaves have them (SetReplicationGate); a slave's store refuses every
+// local append (SetReplica). Truncation and the reset of a slave that is
+// behind the master's retention are done at Open, from a marker written by
+// ScheduleReset (raw_reset.go).
+
+// Errors of the replication seam.
+var (
+	// ErrReplica: the store is a slave's copy and refuses local appends.
+	ErrReplica = errors.New("store: this store is a replica (slave): local appends are refused")
+	// ErrNotReplicated (matched by errors.Is on the replication gate's
+	// errors): the round is durable locally but not confirmed by enough
+	// slaves; the broker answers 503.
+	ErrNotReplicated = errors.New("store: not replicated")
+	// ErrRawPosition: AppendRaw at a position other than the write position,
+	// or ReadRaw past the visible limit.
+	ErrRawPosition = errors.New("store: raw position mismatch")
+	// ErrRawTooOld: ReadRaw below the oldest segment (deleted by retention).
+	ErrRawTooOld = errors.New("store: raw position below the oldest segment")
+	// ErrRawBad: AppendRaw was given bytes that are not whole valid records
+	// for this position (a damaged stream, or a different maxSegmentSize).
+	ErrRawBad = errors.New("store: bad raw records")
+)
+
+// RawChunk is a run of commit-log bytes returned by ReadRaw. Buf aliases the
+// mapped segment, whose reference the chunk holds until Release.
+type RawChunk struct {
+	Pos  int64  // physical offset of Buf[0]
+	Buf  []byte // whole records, or one BLANK header (8 bytes) closing a segment
+	Next int64  // position after this chunk (a BLANK: the next segment's base)
+	seg  *segment
+}
+
+// Release drops the segment reference; Buf is invalid afterwards.
+func (c *RawChunk) Release() {
+	if c.seg != nil {
+		c.seg.release()
+		c.seg = nil
+	}
+	c.Buf = nil
+}
+
+// ReadRaw returns the visible commit-log bytes from pos (a record boundary),
+// at most max bytes of whole records (at least one record when one is
+// visible) and never past the end of pos's segment. A segment's BLANK tail
+// is returned as its 8-byte header alone (Next is then the next segment's
+// base). ok is false when nothing is visible at pos yet. pos below the
+// oldest segment: ErrRawTooOld; past the visible limit: ErrRawPosition.
+func (s *Store) ReadRaw(pos int64, max int) (c RawChunk, ok bool, err error) {
+	l := s.clog
+	lim := l.visibleLimit()
+	switch {
+	case pos > lim:
+		return c, false, fmt.Errorf("%w: read at %d past the visible limit %d", ErrRawPosition, pos, lim)
+	case pos < l.minPos():
+		return c, false, fmt.Errorf("%w: %d < %d", ErrRawTooOld, pos, l.minPos())
+	case pos == lim:
+		return c, false, nil
+	}
+	g := l.acquireSegment(pos)
+	if g == nil {
+		if pos < l.minPos() {
+			return c, false, fmt.Errorf("%w: %d < %d", ErrRawTooOld, pos, l.minPos())
+		}
+		return c, false, fmt.Errorf("%w: no segment at %d", ErrIO, pos)
+	}
+	end := min(lim, g.end())
+	b := g.data[pos-g.base : end-g.base]
+	n := 0
+	for n < len(b) {
+		size, magic, okh := protocol.PeekRecord(b[n:])
+		if !okh {
+			break
+		}
+		if magic == protocol.BlankMagic {
+			if n == 0 {
+				return RawChunk{Pos: pos, Buf: b[:protocol.BlankMinSize], Next: g.end(), seg: g}, true, nil
+			}
+			break
+		}
+		if magic != protocol.RecordMagic || size < protocol.RecordOverhead || n+size > len(b) {
+			g.release()
+			return c, false, fmt.Errorf("%w: bad record header at %d", ErrCorrupt, pos+int64(n))
+		}
+		if n > 0 && n+size > max {
+			break
+		}
+		n += size
+	}
+	if n == 0 {
+		g.release()
+		return c, false, nil
+	}
+	return RawChunk{Pos: pos, Buf: b[:n], Next: pos + int64(n), seg: g}, true, nil
+}
+
+// WritePos is the commit log's write position (the end of what is appended).
+func (s *Store) WritePos() int64 { return s.clog.writePos() }
+
+// FlushedPos is the durable end of the commit log.
+func (s *Store) FlushedPos() int64 { return s.clog.flushedPos() }
+
+// VisiblePos is the end of what may be read (and replicated).
+func (s *Store) VisiblePos() int64 { return s.clog.visibleLimit() }
+
+// MinPos is the base of the oldest segment.
+func (s *Store) MinPos() int64 { return s.clog.minPos() }
+
+// SegmentSize is the configured segment size (master and slaves must agree).
+func (s *Store) SegmentSize() int64 { return s.cfg.SegmentSize }
+
+// SetReplica makes the store refuse (on) or accept (off) local appends:
+// Append, AppendAsync and AppendBatch fail with ErrReplica while on;
+// AppendRaw is unaffected.
+func (s *Store) SetReplica(on bool) {
+	l := s.clog
+	l.mu.Lock()
+	l.replica = on
+	l.mu.Unlock()
+}
+
+// AppendRaw appends b, whole records (or one BLANK header) read from the
+// master's log at pos, at the same physical offset: pos must be the write
+// position. The records keep the master's queue offsets, store times and
+// msgIds; each partition's next offset follows them, and the dispatcher
+// indexes them as usual once they are visible. A BLANK header closes the
+// active segment (which must end where the master's did). Records are
+// verified (layout and CRC). Nothing is durable before SyncRaw.
+func (s *Store) AppendRaw(pos int64, b []byte) error {
+	l := s.clog
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.appendErrLocked(); err != nil {
+		return err
+	}
+	if pos != l.wpos {
+		return fmt.Errorf("%w: append at %d, write position %d", ErrRawPosition, pos, l.wpos)
+	}
+	for len(b) > 0 {
+		size, magic, ok := protocol.PeekRecord(b)
+		if !ok {
+			return fmt.Errorf("%w: %d stray bytes at %d", ErrRawBad, len(b), l.wpos)
+		}
+		rem := l.active.end() - l.wpos
+		if magic == protocol.BlankMagic {
+			if int64(size) != rem || len(b) != protocol.BlankMinSize {
+				return fmt.Errorf("%w: BLANK of %d bytes at %d, %d left in the segment (maxSegmentSize differs from the master's?)",
+					ErrRawBad, size, l.wpos, rem)
+			}
+			// Roll: asking for one byte more than is left makes room in
+			// the next segment exactly as a master's append does.
+			end := l.active.end()
+			if err := l.makeRoomLocked(rem + 1); err != nil {
+				return err
+			}
+			if l.wpos != end {
+				return fmt.Errorf("%w: roll at %d went to %d", ErrRawBad, end, l.wpos)
+			}
+			b = b[protocol.BlankMinSize:]
+			continue
+		}
+		if size > len(b) {
+			return fmt.Errorf("%w: record of %d bytes at %d, %d given", ErrRawBad, size, l.wpos, len(b))
+		}
+		rec, _, err := protocol.DecodeRecord(b[:size], 0)
+		if err != nil {
+			return fmt.Errorf("%w: at %d: %v", ErrRawBad, l.wpos, err)
+		}
+		if rec.PhysicalOffset != l.wpos {
+			return fmt.Errorf("%w: record of %d says physical offset %d", ErrRawBad, l.wpos, rec.PhysicalOffset)
+		}
+		if !(int64(size) == rem || int64(size)+protocol.BlankMinSize <= rem) {
+			return fmt.Errorf("%w: record of %d bytes at %d does not fit the %d left in the segment (maxSegmentSize differs from the master's?)",
+				ErrRawBad, size, l.wpos, rem)
+		}
+		if err := l.makeRoomLocked(int64(size)); err != nil { // staging room only: it fits
+			return err
+		}
+		if l.wpos != pos {
+			return fmt.Errorf("%w: write position moved to %d under a raw append at %d", ErrRawPosition, l.wpos, pos)
+		}
+		topic := unsafe.String(unsafe.SliceData(rec.Topic), len(rec.Topic))
+		p := l.appendParts.get(topic, rec.Partition)
+		if p == nil {
+			if p = l.appendPartitionLocked(string(rec.Topic), rec.Partition); p == nil {
+				return fmt.Errorf("%w: bad topic at %d", ErrRawBad, l.wpos)
+			}
+		}
+		copy(l.stagedLocked(int64(size)), b[:size])
+		if p.next.Load() == 0 && rec.QueueOffset > 0 && p.min.Load() == 0 {
+			// A partition whose first records were deleted by the master's
+			// retention before this copy began (a reset replica): it
+			// starts where the master's oldest segment does.
+			p.min.Store(rec.QueueOffset)
+			p.indexed.Store(rec.QueueOffset)
+		}
+		p.next.Store(rec.QueueOffset + 1)
+		phys := l.wpos
+		l.wpos = phys + int64(size)
+		pos = l.wpos
+		l.lastRecord = phys
+		if rec.StoreTime > l.lastStore {
+			l.lastStore = rec.StoreTime
+		}
+		l.written.Store(l.wpos)
+		if l.pre.ahead && (phys^l.wpos)>>l.pre.shift != 0 {
+			kick(l.pre.fillc)
+		}
+		l.puts++
+		l.putBytes += int64(size)
+		p.topic.puts++
+		b = b[size:]
+	}
+	return nil
+}
+
+// SyncRaw makes everything appended so far durable (one write-out and one
+// fdatasync) and returns the durable position: a slave calls it once per
+// batch received, then reports the position to its master.
+func (s *Store) SyncRaw() (int64, error) {
+	if s.isClosed.Load() {
+		return 0, ErrClosed
+	}
+	if err := s.clog.flushOnce(); err != nil {
+		return s.clog.flushedPos(), err
+	}
+	return s.clog.flushedPos(), nil
+}
+
+// ReplicationGate holds the group-commit rounds of a master until enough
+// slaves have them durable (broker/ha). Hold is called by the flusher once
+// per round, after the round is durable locally, with the commit-log
+// position the round ends at; the gate calls release exactly once: nil when
+// replicated, else an error wrapping ErrNotReplicated (the round's appends
+// are answered 503). Hold must not block.
+type ReplicationGate interface {
+	Hold(end int64, release func(error))
+}
+
+// SetReplicationGate installs (nil: removes) the gate. Only sync-flush mode
+// has rounds; in async-flush mode the gate is never called.
+func (s *Store) SetReplicationGate(g ReplicationGate) {
+	if g == nil {
+		s.clog.gate.Store(nil)
+		return
+	}
+	s.clog.gate.Store(&g)
+}
+
+// complete ends the round with err and wakes its appenders.
+func (f *Flush) complete(err error) {
+	f.err = err
+	close(f.done)
+}
+
+// WaitVisible returns a channel closed once the visible limit passes pos
+// (already closed if it has). Cheap when nobody waits: onVisible only takes
+// the lock while a waiter is armed.
+func (s *Store) WaitVisible(pos int64) <-chan struct{} {
+	w := &s.visWait
+	if s.clog.visibleLimit() > pos {
+		return closedChan
+	}
+	w.mu.Lock()
+	if w.ch == nil {
+		w.ch = make(chan struct{})
+		w.armed.Store(true)
+	}
+	ch := w.ch
+	w.mu.Unlock()
+	if s.clog.visibleLimit() > pos {
+		return closedChan
+	}
+	return ch
+}
+
+// visibleWaiters wakes WaitVisible callers (a leaf lock).
+type visibleWaiters struct {
+	mu    sync.Mutex
+	ch    chan struct{}
+	armed atomic.Bool
+}
+
+func (w *visibleWaiters) wake() {
+	if !w.armed.Load() {
+		return
+	}
+	w.mu.Lock()
+	if w.ch != nil {
+		close(w.ch)
+		w.ch = nil
+		w.armed.Store(false)
+	}
+	w.mu.Unlock()
+}
+
+// Dir is the store's data directory.
+func (s *Store) Dir() string { return s.cfg.Dir }
