@@ -287,3 +287,23 @@ func (w *writer) write(iov net.Buffers) error {
 	w.tlsBuf = buf[:0]
 	return nil
 }
+
+// ReplicationDialer is how this broker's own links to other brokers
+// (replication: a slave's connection to its master) connect under
+// [security]: to the peer's tlsPort over TLS when tlsPort is set (the
+// cluster CA is tlsClientCA; the broker presents its own certificate),
+// then `auth replicationUser replicationSecret` when set. nil, nil: plain
+// TCP, as without [security].
+func ReplicationDialer(c *conf.Config) (func(ctx context.Context, addr string) (net.Conn, error), error) {
+	sec := c.Security
+	tlsCfg, err := auth.PeerTLS(sec)
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg == nil && sec.ReplicationUser == "" {
+		return nil, nil
+	}
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		return auth.DialBroker(ctx, auth.PeerAddr(sec, addr), tlsCfg, sec.ReplicationUser, sec.ReplicationSecret)
+	}, nil
+}

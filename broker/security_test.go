@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -428,5 +429,67 @@ func TestSecurityTLSOnly(t *testing.T) {
 	p.Send("version 2\r\n")
 	if r, err := p.TryReply(30 * time.Second); err == nil && r.Code == 200 {
 		t.Fatal("plain text served on the TLS port")
+	}
+}
+
+// TestSecurityTLSPortWithZooKeeper: a broker that keeps its plain port
+// advertises it in ZooKeeper; a Go client with TLS and TLSPort finds the
+// broker there and dials its TLS port.
+func TestSecurityTLSPortWithZooKeeper(t *testing.T) {
+	addr := zktest.Server(t)
+	ca := authtest.NewCA(t)
+	cert, key := ca.Issue(t, "broker")
+	b := brokertest.RunBroker(t, brokertest.Options{ZK: addr,
+		ExtraINI: fmt.Sprintf("\n[security]\ntlsPort=1\ntlsCert=%s\ntlsKey=%s\n", cert, key),
+		Server:   func(o *broker.Options) { o.TLSAddr = "127.0.0.1:0" }})
+	_, port, _ := net.SplitHostPort(b.Server.TLSAddr().String())
+	tp, _ := strconv.Atoi(port)
+	cfg, _ := auth.ClientTLS(ca.CAFile, "", "", "127.0.0.1")
+	p, err := client.NewProducer(client.Config{ZKConnect: addr, TLS: cfg, TLSPort: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		_, err := p.Send(ctx, &client.Message{Topic: "test", Body: []byte("found in zk")})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("send: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSecurityPeerLink: the broker's own links (replication) dial with
+// auth.DialBroker: TLS with the broker's certificate against the cluster
+// CA (mutual TLS), then auth as the replication user (an admin).
+func TestSecurityPeerLink(t *testing.T) {
+	b := runSecure(t, true, "", nil)
+	cert, key := b.CA.Issue(t, "peer")
+	cfg, err := auth.ClientTLS(b.CA.CAFile, cert, key, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := auth.DialBroker(ctx, b.TLSAddr, cfg, "root", "pw-root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := brokertest.Wrap(t, nc)
+	c.Send("query id 1 5\r\n") // admin only: 404, not 403
+	if r := c.Reply(); r.Code == 403 {
+		t.Fatalf("the replication user is not admin: %+v", r)
+	}
+	if _, err := auth.DialBroker(ctx, b.TLSAddr, cfg, "root", "wrong"); !errors.Is(err, protocol.ErrAuth) {
+		t.Fatalf("wrong secret: %v", err)
+	}
+	if d, err := broker.ReplicationDialer(b.Config); err != nil || d == nil {
+		t.Fatalf("ReplicationDialer: %v", err)
 	}
 }

@@ -75,10 +75,15 @@ type Config struct {
 	// when User is set, authenticate each connection with `auth` right
 	// after it is made. ZKAuth is zk.zkAuth ("user:password") for
 	// ZooKeeper's digest ACLs.
-	TLS    *tls.Config
-	User   string
-	Secret string
-	ZKAuth string
+	TLS *tls.Config
+	// TLSPort, when set with TLS, is the port dialed on every broker's
+	// host instead of the advertised one (brokers that keep their plain
+	// serverPort for MetaQ 1.x clients advertise that one in ZooKeeper; a
+	// cluster shares its [security] tlsPort).
+	TLSPort int
+	User    string
+	Secret  string
+	ZKAuth  string
 }
 
 // ProducerOptions are the Producer's knobs.
@@ -242,7 +247,7 @@ func (c *Config) connConfig() *connConfig {
 		window:         c.MaxInFlight,
 		maxReplyBody:   64 << 20,
 		log:            c.Logger,
-		sec:            security{tls: c.TLS, user: c.User, secret: c.Secret},
+		sec:            security{tls: c.TLS, tlsPort: c.TLSPort, user: c.User, secret: c.Secret},
 	}
 }
 

@@ -479,7 +479,7 @@ func (c *brokerConn) run() {
 	failures := 0
 	for {
 		d := net.Dialer{Timeout: c.cfg.dialTimeout, KeepAlive: 30 * time.Second}
-		nc, err := d.DialContext(c.dialCtx, "tcp", c.addr)
+		nc, err := d.DialContext(c.dialCtx, "tcp", c.cfg.sec.dialAddr(c.addr))
 		if err == nil {
 			nc, err = c.cfg.sec.secure(c.dialCtx, nc, c.addr, c.cfg.dialTimeout) // secure.go
 		}

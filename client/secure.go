@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/metaqgo/metaq/protocol"
@@ -14,7 +15,19 @@ import (
 // Secret; docs/security.md).
 type security struct {
 	tls          *tls.Config
+	tlsPort      int
 	user, secret string
+}
+
+// dialAddr is the address to dial for a broker advertised at addr.
+func (s security) dialAddr(addr string) string {
+	if s.tls == nil || s.tlsPort <= 0 {
+		return addr
+	}
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return net.JoinHostPort(h, strconv.Itoa(s.tlsPort))
+	}
+	return addr
 }
 
 // secure runs the TLS handshake and the `auth` exchange on a fresh

@@ -27,6 +27,7 @@ const (
 type securityFlags struct {
 	tlsCA, tlsCert, tlsKey, tlsServerName string
 	tlsOn                                 bool
+	tlsPort                               int
 	user, secretFile                      string
 	zkAuth                                string
 
@@ -41,6 +42,7 @@ func addSecurityFlags(app *App, pf *pflag.FlagSet) {
 	pf.StringVar(&s.tlsCert, "tls-cert", "", "PEM client certificate (mutual TLS)")
 	pf.StringVar(&s.tlsKey, "tls-key", "", "PEM key of --tls-cert")
 	pf.StringVar(&s.tlsServerName, "tls-server-name", "", "name to verify in the broker's certificate (default: the host dialed)")
+	pf.IntVar(&s.tlsPort, "tls-port", 0, "with TLS: dial this port on every broker found in ZooKeeper (the brokers' tlsPort, when they advertise their plain port)")
 	pf.StringVar(&s.user, "user", app.getenv(EnvUser), "authenticate as this user (env "+EnvUser+"; the secret comes from "+EnvSecret+" or --secret-file)")
 	pf.StringVar(&s.secretFile, "secret-file", "", "file whose first line is the secret of --user")
 	pf.StringVar(&s.zkAuth, "zk-auth", app.getenv(EnvZKAuth), "ZooKeeper digest user:password, zk.zkAuth (env "+EnvZKAuth+")")
@@ -79,7 +81,7 @@ func (a *App) loadSecurity() error {
 
 // applySecurity puts the flags into a client configuration.
 func (a *App) applySecurity(cfg *client.Config) {
-	cfg.TLS, cfg.User, cfg.Secret, cfg.ZKAuth = a.sec.tls, a.sec.user, a.sec.secret, a.sec.zkAuth
+	cfg.TLS, cfg.TLSPort, cfg.User, cfg.Secret, cfg.ZKAuth = a.sec.tls, a.sec.tlsPort, a.sec.user, a.sec.secret, a.sec.zkAuth
 }
 
 func init() { AddCommand(newAuthCommand) }
