@@ -45,8 +45,9 @@ var (
 )
 
 // StartElection runs the election of cfg's broker group until stop is called (docs/internal/ha-seam.md).
-// stop fences nothing: the broker shuts down (or is killed) and its session takes the master
-// node with it.
+// stop fences a master first (the broker is shutting down: once its registration goes a slave
+// may be elected at once, and this node must not acknowledge a put meanwhile that the slave
+// might not have); its session, closed later, takes the master node with it.
 func StartElection(cfg ElectionConfig) (stop func(), err error) {
 	if cfg.ZK == nil || cfg.Controller == nil {
 		return nil, errors.New("ha: election needs a ZooKeeper client and a controller")
@@ -79,6 +80,9 @@ func StartElection(cfg ElectionConfig) (stop func(), err error) {
 		<-fenceDone
 	}()
 	return func() {
+		if e.masterNow.Load() {
+			e.ctl.Fence("shutting down")
+		}
 		e.cancel()
 		<-e.done
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
