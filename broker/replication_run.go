@@ -70,6 +70,11 @@ func (b *Broker) newHA(c *conf.Config, st *store.Store, log *slog.Logger) (*ha.N
 			}
 		},
 	}
+	dial, err := ReplicationDialer(c) // TLS and auth on the link (security.go)
+	if err != nil {
+		return nil, err
+	}
+	hc.Dial = dial
 	if b.zk != nil {
 		z := b.zk
 		hc.FindMaster = func(ctx context.Context) (string, error) {

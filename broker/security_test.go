@@ -493,3 +493,32 @@ func TestSecurityPeerLink(t *testing.T) {
 		t.Fatalf("ReplicationDialer: %v", err)
 	}
 }
+
+// The replication link authenticates as [security] replicationUser: a master that lets
+// anonymous connections do nothing (anonymous=none, `replicate` is an admin command) still
+// feeds a slave that logs in as its admin user, and the slave's log is the master's.
+func TestSecurityReplicationLinkAuthenticates(t *testing.T) {
+	m := runSecure(t, false, "", nil)
+	slave := brokertest.RunBroker(t, brokertest.Options{
+		Topics: map[string]int{"orders.*": 2, "test": 1, "public": 1},
+		ExtraINI: fmt.Sprintf("\n[slave]\nslaveId=0\nslaveMaxDelayInMills=500\n[replication]\nmasterAddr=%s\n"+
+			"[security]\nreplicationUser=root\nreplicationSecret=pw-root\n", m.Addr),
+	})
+	c := m.Dial()
+	defer c.Close()
+	login(t, c, "bob", "pw bob+")
+	for i := 0; i < 50; i++ {
+		want(t, c, fmt.Sprintf("put test 0 5 0 %d\r\nhello", i), 200)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for slave.Store.FlushedPos() != m.Store.VisiblePos() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the slave did not catch up over the authenticated link: slave %d, master %d",
+				slave.Store.FlushedPos(), m.Store.VisiblePos())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := slave.Store.MaxOffset("test", 0); got != 50 {
+		t.Fatalf("slave holds %d messages of test/0, want 50", got)
+	}
+}

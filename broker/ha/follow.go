@@ -159,7 +159,14 @@ func (f *follower) session() error {
 	if err != nil {
 		return err
 	}
-	nc, err := dialer.Dial("tcp", addr)
+	var nc net.Conn
+	if dial := f.n.cfg.Dial; dial != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		nc, err = dial(ctx, addr)
+		cancel()
+	} else {
+		nc, err = dialer.Dial("tcp", addr)
+	}
 	if err != nil {
 		return err
 	}

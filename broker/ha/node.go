@@ -40,6 +40,10 @@ type Config struct {
 	Restart func(reason string)
 	// Heartbeat is the idle interval of the stream (default 200ms; tests).
 	Heartbeat time.Duration
+	// Dial opens the follower's connection to its master, ready for the
+	// `replicate` command: TLS and `auth` as the replicationUser when
+	// [security] says so (broker.ReplicationDialer). nil: plain TCP.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Node is one broker's replication: its role, the streams to its slaves
