@@ -97,55 +97,52 @@ type reader struct {
 	err bool
 }
 
-func (r *reader) u8() byte {
-	if len(r.b) < 1 {
+// take returns the next n bytes, or nil (and marks the record bad) when
+// fewer remain.
+func (r *reader) take(n int) []byte {
+	if n < 0 || len(r.b) < n {
 		r.err = true
-		return 0
+		return nil
 	}
-	v := r.b[0]
-	r.b = r.b[1:]
+	v := r.b[:n]
+	r.b = r.b[n:]
 	return v
+}
+
+func (r *reader) u8() byte {
+	if b := r.take(1); b != nil {
+		return b[0]
+	}
+	return 0
 }
 
 func (r *reader) u16() uint16 {
-	if len(r.b) < 2 {
-		r.err = true
-		return 0
+	if b := r.take(2); b != nil {
+		return be.Uint16(b)
 	}
-	v := be.Uint16(r.b)
-	r.b = r.b[2:]
-	return v
+	return 0
 }
 
 func (r *reader) u32() uint32 {
-	if len(r.b) < 4 {
-		r.err = true
-		return 0
+	if b := r.take(4); b != nil {
+		return be.Uint32(b)
 	}
-	v := be.Uint32(r.b)
-	r.b = r.b[4:]
-	return v
+	return 0
 }
 
 func (r *reader) u64() uint64 {
-	if len(r.b) < 8 {
-		r.err = true
-		return 0
+	if b := r.take(8); b != nil {
+		return be.Uint64(b)
 	}
-	v := be.Uint64(r.b)
-	r.b = r.b[8:]
-	return v
+	return 0
 }
 
 func (r *reader) str() string {
 	n := int(r.u8())
-	if r.err || len(r.b) < n {
-		r.err = true
+	if r.err {
 		return ""
 	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
+	return string(r.take(n))
 }
 
 // decodeDone calls fn for every offset of a done record.
