@@ -1,7 +1,6 @@
 package broker_test
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"strings"
@@ -151,40 +150,9 @@ func benchPipelinedBatchPut(b *testing.B, sync bool, batch, frames int) {
 	}
 	frame := mputFrame("test", 0, bodies, 1)
 	n := (b.N + batch - 1) / batch
-	credits := make(chan struct{}, frames)
-	for i := 0; i < frames; i++ {
-		credits <- struct{}{}
-	}
-	done := make(chan error, 1)
-	go func() {
-		rr := protocol.NewReplyReader(bufio.NewReaderSize(nc, 256<<10), 1<<20)
-		for i := 0; i < n; i++ {
-			r, err := rr.Next()
-			if err != nil || r.Code != 200 {
-				done <- fmt.Errorf("reply %d: %v", r.Code, err)
-				return
-			}
-			credits <- struct{}{}
-		}
-		done <- nil
-	}()
-	w := bufio.NewWriterSize(nc, 256<<10)
 	b.SetBytes(100)
 	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < n; i++ {
-		select {
-		case <-credits:
-		default:
-			w.Flush()
-			<-credits
-		}
-		w.Write(frame)
-	}
-	w.Flush()
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
+	pipeline(b, nc, frame, n, frames, 256<<10)
 	b.ReportMetric(float64(n*batch)/b.Elapsed().Seconds(), "msgs/s")
 }
 

@@ -1,7 +1,6 @@
 package broker_test
 
 import (
-	"bufio"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -52,41 +51,9 @@ func benchSecurePut(b *testing.B, useTLS bool) {
 	}
 	body := make([]byte, 100)
 	frame := protocol.AppendPut(nil, "test", 0, 0, protocol.ChecksumNone, "", 1, body)
-	const window = 1000
-	credits := make(chan struct{}, window)
-	for range window {
-		credits <- struct{}{}
-	}
-	done := make(chan error, 1)
-	go func() {
-		rr := protocol.NewReplyReader(bufio.NewReaderSize(nc, 64<<10), 1024)
-		for i := 0; i < b.N; i++ {
-			r, err := rr.Next()
-			if err != nil || r.Code != 200 {
-				done <- fmt.Errorf("reply %+v: %v", r, err)
-				return
-			}
-			credits <- struct{}{}
-		}
-		done <- nil
-	}()
-	w := bufio.NewWriterSize(nc, 64<<10)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		select {
-		case <-credits:
-		default:
-			w.Flush()
-			<-credits
-		}
-		w.Write(frame)
-	}
-	w.Flush()
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
+	pipeline(b, nc, frame, b.N, 1000, 64<<10)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
