@@ -24,6 +24,7 @@ func openPop(c *conf.Config, st *store.Store, d *delay.Service, srv *Server, adj
 		MaxInflight:   c.System.Pop.MaxInflight,
 		MaxRecordSize: c.System.MaxMessageSize,
 		Logger:        srv.log,
+		OnEvent:       srv.popTraceHook(), // tracetxpop.go
 	}
 	if d != nil {
 		pc.DeadLetter = func(group string, msgID int64, reason string) (*store.Flush, error) {

@@ -85,6 +85,7 @@ type Server struct {
 	tx     *tx.Manager
 	dly    atomic.Pointer[delay.Service] // opts.Delay, or opened on promotion (replication_run.go)
 	pop    *pop.Pop                      // broker-managed delivery (popserve.go), nil until set
+	trace  traceState                    // traced messages in flight (tracetxpop.go)
 
 	rtMu   sync.Mutex
 	rtPrev realtimeSnap

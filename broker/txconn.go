@@ -22,6 +22,7 @@ func (s *Server) openTx() error {
 	cfg := s.opts.Tx
 	cfg.Store, cfg.BrokerID = s.store, s.opts.BrokerID
 	cfg.CallerWritesOut = true // conn.writeOut, once per batch of commands read
+	cfg.OnEvent = s.txTraceHook() // tracetxpop.go
 	if d := s.opts.Delay; d != nil && cfg.Schedule == nil {
 		cfg.Schedule = func(m *store.Message) (store.Message, bool, error) {
 			plan, ok, err := d.PlanFor(m.Properties, time.Now().UnixMilli())

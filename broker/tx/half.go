@@ -77,6 +77,7 @@ func (m *Manager) PutHalf(s *Session, grp string, msg *store.Message) (store.App
 	m.mu.Lock()
 	m.addHalfLocked(&half{id: res.MsgID, group: grp, due: m.cfg.Now().Add(m.cfg.CheckInterval)})
 	m.mu.Unlock()
+	m.emit(Event{Kind: EvHalf, ID: res.MsgID, Group: grp, Topic: msg.Topic, Partition: msg.Partition, Props: msg.Properties, Result: res})
 	m.RegisterProducer(s, grp)
 	return res, f, nil
 }
@@ -105,6 +106,7 @@ func (m *Manager) End(id int64, a Action) (Result, error) {
 		return Result{}, ErrNotFound
 	}
 	if a == Unknown {
+		m.emit(Event{Kind: EvEnd, ID: id, Group: h.group, Checks: h.checks, Action: a})
 		m.mu.Unlock()
 		return Result{}, nil
 	}
@@ -118,6 +120,7 @@ func (m *Manager) End(id int64, a Action) (Result, error) {
 		m.mu.Unlock()
 		return Result{}, err
 	}
+	m.emit(Event{Kind: EvEnd, ID: id, Group: h.group, Checks: h.checks, Action: a})
 	return Result{Flush: f, Appended: true}, nil
 }
 
@@ -163,9 +166,10 @@ func (m *Manager) finishHalf(id int64, a Action) (*store.Flush, error) {
 		return nil, err
 	}
 	real = run[0]
-	f, err := m.appendRun([]store.Message{real, {Topic: OpTopic, Data: appendOp(nil, "hcommit", key, 0, 0)}})
+	first, f, err := m.appendRunFirst([]store.Message{real, {Topic: OpTopic, Data: appendOp(nil, "hcommit", key, 0, 0)}})
 	if err == nil {
 		m.committed.Add(1)
+		m.emit(Event{Kind: EvCommit, ID: id, Topic: real.Topic, Partition: real.Partition, Props: real.Properties, Result: first})
 	}
 	return f, err
 }
@@ -263,6 +267,7 @@ func (m *Manager) scanChecks() {
 				continue
 			}
 			m.checkRollbacks.Add(1)
+			m.emit(Event{Kind: EvExpired, ID: h.id, Group: h.group, Checks: h.checks})
 			m.log.Warn("half message rolled back: no outcome after the maximum number of checks",
 				"msgId", h.id, "producerGroup", h.group, "checks", h.checks)
 			continue
@@ -281,6 +286,7 @@ func (m *Manager) scanChecks() {
 		}
 		m.mu.Unlock()
 		m.recordCheck(h.id)
+		m.emit(Event{Kind: EvCheck, ID: h.id, Group: h.group, Checks: h.checks, Sent: p != nil})
 		if p != nil && p.SendCheck(h.id) {
 			m.checksSent.Add(1)
 		} else if warn {

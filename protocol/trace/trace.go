@@ -37,9 +37,15 @@ const (
 	Delivered    Type = "delivered"     // broker: a delayed or retried copy was appended to its topic
 	Retried      Type = "retry-stored"  // broker: a give-back was stored in %RETRY%<group>
 	DeadLetter   Type = "dlq"           // broker: stored in %DLQ%<group>
-	TxCommit     Type = "tx-commit"     // broker: a transactional message was committed
+	TxHalf       Type = "tx-half"       // broker: a half message was stored (invisible until committed)
+	TxCheck      Type = "tx-check"      // broker: checked back with a producer of the group
+	TxAnswer     Type = "tx-answer"     // broker: the producer's txend after a check, or unknown
+	TxCommit     Type = "tx-commit"     // broker: a transactional message was committed (rid: the committed record)
 	TxRollback   Type = "tx-rollback"   // broker: a transactional message was rolled back
-	Push         Type = "push"          // broker: pushed to a consumer (broker-managed delivery)
+	Push         Type = "push"          // broker: delivered to a member of a group (broker-managed delivery)
+	PushAck      Type = "push-ack"      // broker: the delivery was acknowledged
+	PushRelease  Type = "push-release"  // broker: the member released it (delivered again later)
+	PushReject   Type = "push-reject"   // broker: the member rejected it (dead-letter queue)
 )
 
 // Event is one trace event. MsgID is the traced message — the id its
@@ -536,8 +542,9 @@ func (b *Batch) Reset() {
 
 // typeOrder breaks ties between events of the same millisecond: the order
 // a message's life goes through.
-var typeOrder = map[Type]int{Produce: 0, TxCommit: 1, TxRollback: 1, Store: 2, Delivered: 3, Retried: 3,
-	DeadLetter: 3, Push: 4, ConsumeBegin: 5, ConsumeEnd: 6, Retry: 7}
+var typeOrder = map[Type]int{Produce: 0, Store: 1, TxHalf: 2, TxCheck: 3, TxAnswer: 4, TxCommit: 5, TxRollback: 5,
+	Delivered: 6, Retried: 6, Push: 7, ConsumeBegin: 8, ConsumeEnd: 9, Retry: 10, PushAck: 11, PushRelease: 11,
+	PushReject: 11, DeadLetter: 12}
 
 // Sort orders a message's events in time order. Ties (the same
 // millisecond) go in the order of a message's life: the events of the
