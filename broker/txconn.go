@@ -21,7 +21,7 @@ import (
 func (s *Server) openTx() error {
 	cfg := s.opts.Tx
 	cfg.Store, cfg.BrokerID = s.store, s.opts.BrokerID
-	cfg.CallerWritesOut = true // conn.writeOut, once per batch of commands read
+	cfg.CallerWritesOut = true    // conn.writeOut, once per batch of commands read
 	cfg.OnEvent = s.txTraceHook() // tracetxpop.go
 	if d := s.opts.Delay; d != nil && cfg.Schedule == nil {
 		cfg.Schedule = func(m *store.Message) (store.Message, bool, error) {

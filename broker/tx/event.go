@@ -10,12 +10,12 @@ import "github.com/metaqgo/metaq/broker/store"
 type EventKind uint8
 
 const (
-	EvHalf     EventKind = iota + 1 // stored in %TX_HALF% (Props, Result: the half record, Topic/Partition: the real ones)
-	EvPending                       // found pending when the table was rebuilt at start (Props: the half record's)
-	EvCheck                         // checked back (Checks: this is the n-th; Sent: a live producer of the group was asked)
-	EvEnd                           // the producer's txend was applied (Action; Checks: checks before it)
-	EvCommit                        // committed: the real message appended (Result, Topic/Partition, Props: its own)
-	EvExpired                       // rolled back after CheckMax checks without an outcome (Checks)
+	EvHalf    EventKind = iota + 1 // stored in %TX_HALF% (Props, Result: the half record, Topic/Partition: the real ones)
+	EvPending                      // found pending when the table was rebuilt at start (Props: the half record's)
+	EvCheck                        // checked back (Checks: this is the n-th; Sent: a live producer of the group was asked)
+	EvEnd                          // the producer's txend was applied (Action; Checks: checks before it)
+	EvCommit                       // committed: the real message appended (Result, Topic/Partition, Props: its own)
+	EvExpired                      // rolled back after CheckMax checks without an outcome (Checks)
 )
 
 // Event is what Config.OnEvent receives. Props aliases the record or the

@@ -129,7 +129,9 @@ func TestTraceTransaction(t *testing.T) {
 	copyID := committed.Load()
 
 	mt := waitTrace(t, c, half, map[string]func(e *trace.Event) bool{
-		"produce":    func(e *trace.Event) bool { return e.Type == trace.Produce && e.OK && e.Topic == "orders" && e.Group == "shop" },
+		"produce": func(e *trace.Event) bool {
+			return e.Type == trace.Produce && e.OK && e.Topic == "orders" && e.Group == "shop"
+		},
 		"half store": func(e *trace.Event) bool { return e.Type == trace.Store && e.RecordID == 0 && e.Topic == "%TX_HALF%" },
 		"tx-half":    func(e *trace.Event) bool { return e.Type == trace.TxHalf && e.Group == "shop" && e.Topic == "orders" },
 		"tx-check":   func(e *trace.Event) bool { return e.Type == trace.TxCheck && e.Attempt >= 1 && e.OK },
@@ -225,7 +227,9 @@ func TestTracePushDelivery(t *testing.T) {
 		"push 1 workers": func(e *trace.Event) bool {
 			return e.Type == trace.Push && e.Group == "workers" && e.Attempt == 1
 		},
-		"release": func(e *trace.Event) bool { return e.Type == trace.PushRelease && e.Group == "workers" && e.Attempt == 1 },
+		"release": func(e *trace.Event) bool {
+			return e.Type == trace.PushRelease && e.Group == "workers" && e.Attempt == 1
+		},
 		"push 2 workers": func(e *trace.Event) bool {
 			return e.Type == trace.Push && e.Group == "workers" && e.Attempt == 2 && strings.Contains(e.Detail, "after a release")
 		},
@@ -237,7 +241,9 @@ func TestTracePushDelivery(t *testing.T) {
 			return e.Type == trace.Push && e.Group == "lazy" && e.Attempt == 2 && strings.Contains(e.Detail, "lock of attempt 1 ran out")
 		},
 		"reject": func(e *trace.Event) bool { return e.Type == trace.PushReject && e.Group == "lazy" && !e.OK },
-		"dlq":    func(e *trace.Event) bool { return e.Type == trace.DeadLetter && e.Group == "lazy" && e.Err == "rejected" },
+		"dlq": func(e *trace.Event) bool {
+			return e.Type == trace.DeadLetter && e.Group == "lazy" && e.Err == "rejected"
+		},
 	})
 	if mt.MsgID != id || !mt.Found {
 		t.Errorf("trace header %+v", mt)
