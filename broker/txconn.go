@@ -21,8 +21,9 @@ import (
 func (s *Server) openTx() error {
 	cfg := s.opts.Tx
 	cfg.Store, cfg.BrokerID = s.store, s.opts.BrokerID
-	cfg.CallerWritesOut = true    // conn.writeOut, once per batch of commands read
-	cfg.OnEvent = s.txTraceHook() // tracetxpop.go
+	cfg.CallerWritesOut = true // conn.writeOut, once per batch of commands read
+	// The trace events of traced half messages (tracetxpop.go).
+	cfg.OnEvent = s.txTraceHook()
 	if d := s.opts.Delay; d != nil && cfg.Schedule == nil {
 		cfg.Schedule = func(m *store.Message) (store.Message, bool, error) {
 			plan, ok, err := d.PlanFor(m.Properties, time.Now().UnixMilli())
