@@ -23,7 +23,10 @@ import (
 //     will serve, up to its byte budget, in one syscall. Waiting for the
 //     disk then happens inside a syscall, where the runtime hands the P to
 //     another goroutine, and the minor faults of fresh mappings (one per
-//     16 pages of fault-around) become one page-table walk.
+//     16 pages of fault-around) become one page-table walk. Reads of less
+//     than 64 KiB (consumers at the tail, reading what was just written and
+//     is in the page cache) are left alone: one syscall per small get would
+//     cost more than the faults it saves.
 //
 // Both remember the 1 MiB chunks of the commit log they covered in small
 // rings, so hot reads (and many readers of the same data) cost a few atomic
@@ -38,7 +41,8 @@ const (
 	raStep       = 4 << 20 // a new advice once the read is this far into the last one
 	raRing       = 64
 
-	madvPopulateRead = 22 // MADV_POPULATE_READ (Linux 5.14); not in package syscall
+	madvPopulateRead = 22       // MADV_POPULATE_READ (Linux 5.14); not in package syscall
+	populateMin      = 64 << 10 // smaller reads are not populated
 )
 
 // readAheads remembers recently covered chunks (chunk+1; 0 = empty).
@@ -74,15 +78,15 @@ func (s *Store) readAhead(g *segment, off, limit int64) {
 }
 
 // populate maps g's pages from off up to n bytes (never past limit, the
-// write position) before a read touches them, unless every 1 MiB chunk of
-// the range was populated recently.
+// write position) before a read touches them, unless the range is shorter
+// than populateMin or every 1 MiB chunk of it was populated recently.
 func (s *Store) populate(g *segment, off int64, n int, limit int64) {
 	if populateOff.Load() {
 		return
 	}
 	end := min(off+int64(n), g.size, limit-g.base)
-	if end <= off {
-		return
+	if end-off < populateMin {
+		return // a small read (a consumer at the tail): its few pages are not worth a syscall
 	}
 	first, last := (g.base+off)>>raChunkShift, (g.base+end-1)>>raChunkShift
 	c := first
