@@ -140,14 +140,10 @@ func (d *dispatcher) batchTo(limit int64) error {
 			return fmt.Errorf("%w: record at %d: %v", ErrCorrupt, pos, err)
 		}
 		p := d.partition(rec.topic, rec.partition)
-		var tag uint32
-		if len(rec.props) > 0 {
-			tag = protocol.PropsTagHash(rec.props)
-			if s.keys != nil {
-				s.keys.add(rec.topic, rec.props, pos, rec.storeTime)
-			}
+		d.addUnit(p, rec.queueOffset, pos, int32(size), rec.props)
+		if s.keys != nil && len(rec.props) > 0 {
+			s.keys.add(rec.topic, rec.props, pos, rec.storeTime)
 		}
-		d.addUnit(p, rec.queueOffset, pos, int32(size), tag)
 		pos += int64(size)
 		n++
 	}
@@ -226,7 +222,7 @@ func (d *dispatcher) partition(topic []byte, part int32) *partition {
 	return p
 }
 
-func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, tag uint32) {
+func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, props []byte) {
 	if p.inBatch && q != p.pendStart+int64(len(p.pend)/unitSize) {
 		// Not contiguous (only after damage): flush the run, start another.
 		d.warnOffset(p, p.pendStart+int64(len(p.pend)/unitSize), q)
@@ -244,7 +240,7 @@ func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, tag uint32
 		d.batch = append(d.batch, p)
 	}
 	var u [unitSize]byte
-	putUnit(u[:], phys, size, tag)
+	putRecordUnit(u[:], phys, size, props)
 	p.pend = append(p.pend, u[:]...)
 }
 
