@@ -333,15 +333,22 @@ func (s *Pop) Poll(group, topic string, f Filter, limit int, invisible time.Dura
 	return nil
 }
 
-// redeliverLocked delivers p's ready messages again.
+// redeliverLocked delivers p's ready messages again. A run of consecutive
+// ready offsets (a batch whose lock ended) is read with one store read and
+// locked with one timer entry, as a fresh batch is: a burst of expiries is
+// redelivered as fast as new messages are delivered.
 func (s *Pop) redeliverLocked(q *queue, p *part, b *Batch, limit int, deadline int64) {
+	runStart, runEnd := int64(-1), int64(-1) // delivered offsets not yet on the timer
 	for !b.full(limit) {
-		o, ok := p.takeReady()
+		o, ok := p.peekReady()
 		if !ok {
-			return
+			break
 		}
-		e := p.at(o)
-		res, err := s.st.Read(q.topic, p.id, o, 1, nil)
+		size := 1 // a lone offset: one record
+		if n := min(p.readyRun(), int64(limit-len(b.Items))); n > 1 {
+			size = int(min(max(n*512, 16<<10), 1<<20))
+		}
+		res, err := s.st.Read(q.topic, p.id, o, size, nil)
 		if err != nil || res.Status != store.ReadFound {
 			if res != nil {
 				res.Release()
@@ -349,27 +356,69 @@ func (s *Pop) redeliverLocked(q *queue, p *part, b *Batch, limit int, deadline i
 			if err != nil && !errors.Is(err, store.ErrClosed) {
 				s.log.Error("redelivery read failed; the message is dropped for the group", "group", q.group, "topic", q.topic, "partition", p.id, "offset", o, "err", err)
 			}
-			e.state = stDone // gone (retention) or unreadable: nothing left to deliver
-			p.advance()
+			s.dropGoneLocked(p, o) // gone (retention) or unreadable: nothing left to deliver
 			continue
 		}
-		rec := firstRecord(res.Bufs[0])
-		if rec == nil || int64(be.Uint64(rec[protocol.OffQueueOffset:])) != o {
+		used := false
+	scan:
+		for _, buf := range res.Bufs {
+			for len(buf) > 0 {
+				rec := firstRecord(buf)
+				if rec == nil {
+					break scan
+				}
+				buf = buf[len(rec):]
+				ro := int64(be.Uint64(rec[protocol.OffQueueOffset:]))
+				if ro < o {
+					continue
+				}
+				if ro > o {
+					break scan // o is not in this read (a gap, or the run ended)
+				}
+				p.dropReady()
+				e := p.at(o)
+				e.state, e.deadline = stInflight, deadline
+				if e.attempt < 0xFFFE {
+					e.attempt++
+				}
+				b.Items = append(b.Items, Item{Partition: p.id, Offset: o, MsgID: int64(be.Uint64(rec[protocol.OffMsgID:])), Attempt: int(e.attempt), Record: rec})
+				b.Bytes += len(rec)
+				s.stats.Redelivered.Add(1)
+				used = true
+				if o != runEnd {
+					if runStart >= 0 {
+						s.tm.schedule(tentry{at: deadline, q: q, p: p, off: runStart, n: int32(runEnd - runStart)})
+					}
+					runStart = o
+				}
+				runEnd = o + 1
+				if b.full(limit) {
+					break scan
+				}
+				if o, ok = p.peekReady(); !ok {
+					break scan
+				}
+			}
+		}
+		if used {
+			b.reads = append(b.reads, res)
+		} else {
 			res.Release()
-			e.state = stDone
-			p.advance()
-			continue
+			s.dropGoneLocked(p, o) // the read starts past o: o is gone
 		}
-		b.reads = append(b.reads, res)
-		e.state, e.deadline = stInflight, deadline
-		if e.attempt < 0xFFFE {
-			e.attempt++
-		}
-		b.Items = append(b.Items, Item{Partition: p.id, Offset: o, MsgID: int64(be.Uint64(rec[protocol.OffMsgID:])), Attempt: int(e.attempt), Record: rec})
-		b.Bytes += len(rec)
-		s.tm.schedule(tentry{at: deadline, q: q, p: p, off: o, n: 1})
-		s.stats.Redelivered.Add(1)
 	}
+	if runStart >= 0 {
+		s.tm.schedule(tentry{at: deadline, q: q, p: p, off: runStart, n: int32(runEnd - runStart)})
+	}
+}
+
+// dropGoneLocked ends ready offset o, whose message cannot be read any more.
+func (s *Pop) dropGoneLocked(p *part, o int64) {
+	p.dropReady()
+	if e := p.at(o); e != nil {
+		e.state = stDone
+	}
+	p.advance()
 }
 
 func firstRecord(buf []byte) []byte {
@@ -520,6 +569,9 @@ type Handle struct {
 	Partition int32
 	Offset    int64
 	Attempt   int
+	// Stale is set by Finish when the handle was not the current delivery
+	// of its message (nothing was done for it).
+	Stale bool
 }
 
 // FormatHandle renders a handle: `<topic>:<partition>:<offset>:<attempt>`.
@@ -606,13 +658,13 @@ const (
 
 // Finish applies op to the deliveries hs of group: ack, release (arg =
 // delay), reject or extend (arg = invisibility from now). It returns how
-// many were applied, the first per-handle failure (ErrStale), and the
-// flush the caller waits for before answering (sync-flush mode; in async
+// many were applied and how many were not current deliveries (each of
+// those has Handle.Stale set; the others were applied), and the flush the caller waits for before answering (sync-flush mode; in async
 // mode it must call store.WriteOut first, as for a put). scratch is reused
 // for the %POP% record.
-func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratch []byte) (applied int, stale error, flush *store.Flush, _ []byte, err error) {
+func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratch []byte) (applied, stale int, flush *store.Flush, _ []byte, err error) {
 	if s.closed() {
-		return 0, nil, nil, scratch, ErrClosed
+		return 0, 0, nil, scratch, ErrClosed
 	}
 	dp := donePool.Get().(*[]doneRef)
 	done := (*dp)[:0]
@@ -621,11 +673,11 @@ func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratc
 	now := nowMs()
 	for i := range hs {
 		h := &hs[i]
+		h.Stale = false
 		q := s.lookup(group, h.Topic)
 		if q == nil {
-			if stale == nil {
-				stale = ErrStale
-			}
+			h.Stale = true
+			stale++
 			continue
 		}
 		q.mu.Lock()
@@ -639,9 +691,8 @@ func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratc
 		}
 		if e == nil || e.state != stInflight || int(e.attempt) != h.Attempt {
 			q.mu.Unlock()
-			if stale == nil {
-				stale = ErrStale
-			}
+			h.Stale = true
+			stale++
 			continue
 		}
 		q.dirty = true
@@ -737,8 +788,8 @@ func (s *Pop) finishOne(group, handle string, op Op, arg time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if stale != nil {
-		return stale
+	if stale > 0 {
+		return ErrStale
 	}
 	return s.durable(f)
 }
@@ -890,7 +941,7 @@ func (s *Pop) Snapshots() []Snapshot {
 		q.mu.Lock()
 		for _, p := range q.parts {
 			sn.Window += p.inflight()
-			sn.Ready += len(p.ready) - p.rhead
+			sn.Ready += p.readyLen()
 			for _, e := range p.win[p.head:] {
 				if e.state != stDone {
 					sn.Inflight++

@@ -27,13 +27,18 @@ type entry struct {
 	state    uint8
 }
 
+// rrun is a run of ready offsets [off, off+n).
+type rrun struct {
+	off, n int64
+}
+
 type part struct {
 	id     int32
 	base   int64
 	cursor int64
 	win    []entry // win[head+i] is offset base+i
 	head   int
-	ready  []int64 // offsets in state stReady, oldest first (from rhead)
+	ready  []rrun // runs of offsets in state stReady, oldest first (from rhead)
 	rhead  int
 	inited bool // base/cursor set (from recovery or the partition's min offset)
 }
@@ -71,25 +76,55 @@ func (p *part) advance() {
 	}
 }
 
+// addReady appends offset o to the ready list (a run of consecutive
+// offsets grows by one: a batch whose lock ended is one run).
 func (p *part) addReady(o int64) {
-	p.ready = append(p.ready, o)
+	if n := len(p.ready); n > p.rhead && p.ready[n-1].off+p.ready[n-1].n == o {
+		p.ready[n-1].n++
+		return
+	}
+	p.ready = append(p.ready, rrun{off: o, n: 1})
 }
 
-// takeReady pops the oldest ready offset.
-func (p *part) takeReady() (int64, bool) {
+// peekReady returns the oldest ready offset (dropping stale ones).
+func (p *part) peekReady() (int64, bool) {
 	for p.rhead < len(p.ready) {
-		o := p.ready[p.rhead]
-		p.rhead++
-		if p.rhead == len(p.ready) {
-			p.ready, p.rhead = p.ready[:0], 0
-		}
+		o := p.ready[p.rhead].off
 		if e := p.at(o); e != nil && e.state == stReady {
 			return o, true
 		}
+		p.dropReady()
 	}
 	return 0, false
 }
 
-func (p *part) hasReady() bool { return p.rhead < len(p.ready) }
+// readyRun is how many offsets follow the oldest ready one in its run.
+func (p *part) readyRun() int64 {
+	if p.rhead < len(p.ready) {
+		return p.ready[p.rhead].n
+	}
+	return 0
+}
+
+// dropReady removes the oldest ready offset.
+func (p *part) dropReady() {
+	r := &p.ready[p.rhead]
+	r.off++
+	if r.n--; r.n == 0 {
+		p.rhead++
+		if p.rhead == len(p.ready) {
+			p.ready, p.rhead = p.ready[:0], 0
+		}
+	}
+}
+
+// readyLen counts the ready offsets (stale ones included).
+func (p *part) readyLen() int {
+	n := 0
+	for _, r := range p.ready[p.rhead:] {
+		n += int(r.n)
+	}
+	return n
+}
 
 func nowMs() int64 { return time.Now().UnixMilli() }
