@@ -62,11 +62,11 @@ type segment struct {
 }
 
 type spill struct {
-	dir  string
-	mu   sync.Mutex
-	segs []*segment
+	dir       string
+	mu        sync.Mutex
+	segs      []*segment
 	freeSlots []*slot
-	used int // slots holding a slice
+	used      int // slots holding a slice
 }
 
 // openSpill prepares dir, removing the side files of an earlier run.
