@@ -139,7 +139,7 @@ func (d *dispatcher) batchTo(limit int64) error {
 			return fmt.Errorf("%w: record at %d: %v", ErrCorrupt, pos, err)
 		}
 		p := d.partition(rec.Topic, rec.Partition)
-		d.addUnit(p, rec.QueueOffset, pos, int32(size), protocol.PropsTagHash(rec.Properties))
+		d.addUnit(p, rec.QueueOffset, pos, int32(size), rec.Properties)
 		if s.keys != nil {
 			s.keys.add(rec.Topic, rec.Properties, pos, rec.StoreTime)
 		}
@@ -172,7 +172,7 @@ func (d *dispatcher) partition(topic []byte, part int32) *partition {
 	return p
 }
 
-func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, tag uint32) {
+func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, props []byte) {
 	if p.inBatch && q != p.pendStart+int64(len(p.pend)/unitSize) {
 		// Not contiguous (only after damage): flush the run, start another.
 		d.warnOffset(p, p.pendStart+int64(len(p.pend)/unitSize), q)
@@ -190,7 +190,7 @@ func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, tag uint32
 		d.batch = append(d.batch, p)
 	}
 	var u [unitSize]byte
-	putUnit(u[:], phys, size, tag)
+	putRecordUnit(u[:], phys, size, props)
 	p.pend = append(p.pend, u[:]...)
 }
 
