@@ -243,7 +243,7 @@ scan:
 				stopped = true
 				break scan
 			}
-			if err := s.appendRecord(r, p, q, phys, int(size)); err != nil {
+			if err := s.appendRecord(r, p, q, phys, int(size), maxBytes); err != nil {
 				switch act, why := s.onRecordError(r, p, q, err); act {
 				case recordStop:
 					stopped = true
@@ -341,8 +341,9 @@ func (s *Store) onRecordError(r *ReadResult, p *partition, q int64, err error) (
 const maxReadRepairs = 4
 
 // appendRecord verifies the record a unit points to and adds it to r,
-// coalescing it with the previous one when adjacent.
-func (s *Store) appendRecord(r *ReadResult, p *partition, q, phys int64, size int) error {
+// coalescing it with the previous one when adjacent. maxBytes is the read's
+// byte budget (what a cold read populates ahead, readahead.go).
+func (s *Store) appendRecord(r *ReadResult, p *partition, q, phys int64, size, maxBytes int) error {
 	g := r.lastSeg
 	if g == nil || phys < g.base || phys+int64(size) > g.end() {
 		if phys < s.clog.minPos() {
@@ -361,7 +362,9 @@ func (s *Store) appendRecord(r *ReadResult, p *partition, q, phys int64, size in
 		return errUnitPastSegment
 	}
 	if r.Count == 0 || r.lastSeg != g {
-		s.readAhead(g, off, s.clog.writePos()) // cold backlogs: readahead.go
+		limit := s.clog.writePos()
+		s.readAhead(g, off, limit) // cold backlogs: readahead.go
+		s.populate(g, off, max(maxBytes-r.Bytes, size), limit)
 	}
 	rec := g.data[off : off+int64(size)]
 	if !verifyRecord(rec, p, q) {
