@@ -55,6 +55,11 @@ func (c *conn) handlePop(cmd *protocol.Command) {
 	if err == nil && len(b.Items) == 0 && cmd.MaxWaitMs > 0 && !s.shuttingDown.Load() {
 		waits := append([]<-chan struct{}(nil), b.Waits...)
 		b.Release()
+		// The replies of the commands before this one go to the writer now:
+		// the parked pop may be answered at once (a lock ending) and must not
+		// overtake them (docs/protocol.md, "Ordering on a connection").
+		c.writeOut()
+		c.publish()
 		c.parkPop(popReq{group: group, topic: ts.name, filter: f, max: int(cmd.Count),
 			invisible: time.Duration(cmd.Millis) * time.Millisecond, opaque: cmd.Opaque}, waits, cmd.MaxWaitMs)
 		return
@@ -220,8 +225,7 @@ func (c *conn) handleFinish(cmd *protocol.Command) {
 	}
 	applied, stale, flush, scratch, err := p.Finish(cmd.Group, hs, op, time.Duration(cmd.Millis)*time.Millisecond, c.pop.scratch)
 	c.pop.scratch = scratch
-	clear(hs)
-	var nb [24]byte
+	var nb [512]byte
 	switch {
 	case err != nil:
 		code := protocol.StatusInternalServerError
@@ -231,13 +235,47 @@ func (c *conn) handleFinish(cmd *protocol.Command) {
 			c.log.Error(cmd.Op.String()+" failed", "group", string(cmd.Group), "err", err)
 		}
 		c.rq.addResultString(code, cmd.Op.String()+" failed: "+err.Error(), cmd.Opaque)
+		clear(hs)
 		return
-	case stale != nil:
-		body := strconv.AppendInt(nb[:0], int64(applied), 10)
-		c.rq.addResult(protocol.StatusNotFound, append(append(body, " of "...), strconv.Itoa(len(hs))+
-			" applied; the others are not current deliveries (acknowledged, released, timed out or redelivered)"...), cmd.Opaque)
+	case stale > 0:
+		c.rq.addResult(protocol.StatusNotFound, appendStale(nb[:0], applied, stale, hs), cmd.Opaque)
 	default:
 		c.rq.addResult(protocol.StatusSuccess, strconv.AppendInt(nb[:0], int64(applied), 10), cmd.Opaque)
 	}
 	c.rq.replies[len(c.rq.replies)-1].flush = flush
+	clear(hs)
+}
+
+// maxStaleListed bounds the stale handles a 404 names.
+const maxStaleListed = 8
+
+// appendStale renders the 404 body of a finish some of whose handles were
+// not current: `<applied> of <n> applied; <k> not current …: <handle>…`,
+// naming the first maxStaleListed of them.
+func appendStale(b []byte, applied, stale int, hs []pop.Handle) []byte {
+	b = strconv.AppendInt(b, int64(applied), 10)
+	b = append(b, " of "...)
+	b = strconv.AppendInt(b, int64(len(hs)), 10)
+	b = append(b, " applied; "...)
+	b = strconv.AppendInt(b, int64(stale), 10)
+	b = append(b, " not current (acknowledged, released, timed out or redelivered):"...)
+	listed := 0
+	for i := range hs {
+		if !hs[i].Stale {
+			continue
+		}
+		if listed == maxStaleListed {
+			b = append(b, " …"...)
+			break
+		}
+		h := &hs[i]
+		b = append(append(append(b, ' '), h.Topic...), ':')
+		b = strconv.AppendInt(b, int64(h.Partition), 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, h.Offset, 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, int64(h.Attempt), 10)
+		listed++
+	}
+	return b
 }

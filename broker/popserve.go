@@ -1,6 +1,9 @@
 package broker
 
 import (
+	"path/filepath"
+	"time"
+
 	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/broker/store"
@@ -31,6 +34,11 @@ func startPop(c *conf.Config, st *store.Store, d *delay.Service, srv *Server, ad
 		MaxInflight:   c.System.Pop.MaxInflight,
 		MaxRecordSize: c.System.MaxMessageSize,
 		Logger:        srv.log,
+		SpillAfter:    time.Duration(c.System.Pop.SpillAfterMs) * time.Millisecond,
+		SpillMemory:   int64(c.System.Pop.MemoryMb) << 20,
+	}
+	if c.System.Pop.MemoryMb >= 0 {
+		pc.SpillDir = filepath.Join(c.System.DataPath, "pop-spill")
 	}
 	if d != nil {
 		pc.DeadLetter = func(group string, msgID int64, reason string) (*store.Flush, error) {
@@ -97,6 +105,10 @@ func (s *Server) appendPopStats(b []byte, detail bool) []byte {
 	b = protocol.AppendStatInt(b, "pop_dead_letters", c.DeadLettered.Load())
 	b = protocol.AppendStatInt(b, "pop_checkpoints", c.Checkpoints.Load())
 	b = protocol.AppendStatInt(b, "pop_timer_entries", int64(p.TimerLen()))
+	b = protocol.AppendStatInt(b, "pop_spilled", c.Spilled.Load())
+	slices, bytes := p.SpillStats()
+	b = protocol.AppendStatInt(b, "pop_spill_slices", int64(slices))
+	b = protocol.AppendStatInt(b, "pop_spill_file_bytes", bytes)
 	if detail {
 		for _, sn := range p.Snapshots() {
 			k := "pop_" + sn.Group + "_" + sn.Topic
