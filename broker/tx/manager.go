@@ -91,7 +91,8 @@ type half struct {
 	group  string
 	due    time.Time
 	checks int
-	idx    int // position in Manager.due
+	// the due list (guarded by Manager.mu)
+	prev, next *half
 }
 
 // Prober is a live producer connection the broker can send `check` to.
@@ -115,13 +116,17 @@ type Manager struct {
 	xa       map[string]*Tx
 	held     int64
 	halves   map[int64]*half
-	due      dueHeap
+	dueHead  *half // the due list, earliest first (half.go)
+	dueTail  *half
+	free     []*half // finished halves for reuse
 	groups   map[string]*group
 	localN   int
 	closed   bool
 	lastWarn time.Time // rate limit of "no live producer" warnings
 
 	provisional atomic.Int64 // provisional ids of puts inside a transaction
+	pending     atomic.Int64 // len(halves), read without the lock (PutHalf's bound)
+	scanEnd     endScratch   // EndBatch buffers of the check scan (its goroutine only)
 
 	begun, xaBegun, committed, rolledBack, timedOut, checksSent, checkRollbacks atomic.Int64
 
@@ -251,6 +256,33 @@ type Session struct {
 	probes []string       // producer groups this connection registered in (guarded by m.mu)
 	probe  Prober
 	closed bool
+
+	// Used only by the connection's reader goroutine (the one caller of
+	// PutHalf and EndBatch with this session): buffers reused command
+	// after command, and the names seen last.
+	props []byte
+	end   endScratch
+	names nameCache
+}
+
+// nameCache keeps the producer group and the topic named last as strings.
+type nameCache struct{ group, topic string }
+
+// GroupName returns the producer group named by raw (a property value,
+// still URL-escaped) as a string, the one of the previous call when it is
+// the same group: a connection sends one group's half messages in a row.
+func (s *Session) GroupName(raw []byte) string {
+	if string(raw) != s.names.group {
+		s.names.group = protocol.Unescape(raw)
+	}
+	return s.names.group
+}
+
+func (c *nameCache) topicName(raw []byte) string {
+	if string(raw) != c.topic {
+		c.topic = protocol.Unescape(raw)
+	}
+	return c.topic
 }
 
 // NewSession returns the transaction state of a new connection; p is the
@@ -510,7 +542,7 @@ func (m *Manager) schedule(run []store.Message) error {
 		return nil
 	}
 	for i := range run {
-		if len(run[i].Properties) == 0 {
+		if !mayDelay(run[i].Properties) {
 			continue
 		}
 		out, ok, err := m.cfg.Schedule(&run[i])

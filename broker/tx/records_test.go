@@ -1,6 +1,7 @@
 package tx
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -70,12 +71,12 @@ func TestOpsRoundTrip(t *testing.T) {
 	for _, o := range []op{{verb: "prepare", key: "XID:1:0a:01:q", halfFrom: 12, n: 3}, {verb: "commit", key: "XID:1:0a:01:q"},
 		{verb: "hrollback", key: "281474976710858"}} {
 		got, err := parseOp(appendOp(nil, o.verb, o.key, o.halfFrom, o.n))
-		if err != nil || got != o {
+		if err != nil || !reflect.DeepEqual(got, o) {
 			t.Fatalf("%+v: %+v %v", o, got, err)
 		}
 	}
 	c := op{verb: "commit", key: "XID:1:0a:01:q", halfFrom: 12, n: 3, from: 1, runBytes: 300, lastBytes: 100, runKnown: true}
-	if got, err := parseOp(appendCommitOp(nil, &c)); err != nil || got != c {
+	if got, err := parseOp(appendCommitOp(nil, &c)); err != nil || !reflect.DeepEqual(got, c) {
 		t.Fatalf("%+v: %+v %v", c, got, err)
 	}
 	for _, bad := range []string{"", "prepare x", "prepare x 1", "prepare x -1 2", "prepare x 1 0", "commit", "commit a b", "bogus a",
