@@ -253,6 +253,9 @@ func (m *Manager) appendEnds(sc *endScratch, items []endItem) {
 			continue
 		}
 		it.req.Flush, it.req.Appended = f, true
+		if m.cfg.EndWithoutFlush {
+			it.req.Flush = nil
+		}
 		if it.a == Commit {
 			m.committed.Add(1)
 		} else {

@@ -49,6 +49,13 @@ type Config struct {
 	// then does not write out each of its appends itself (one system call
 	// per transaction step).
 	CallerWritesOut bool
+	// EndWithoutFlush (flushTxLogAtCommit 0 or 2): a txend is answered as
+	// soon as its outcome is appended, without waiting for the group commit
+	// that makes it durable (it rides on the next one). A crash may then
+	// lose an answered outcome; the half message, durable before its put
+	// was answered, is pending again after the restart and checked back, so
+	// it is still committed once or rolled back (docs/transactions.md).
+	EndWithoutFlush bool
 }
 
 // Defaults.

@@ -168,14 +168,13 @@ func (b *bencher) txPhase(ctx context.Context, name string, base *float64) bench
 	return r
 }
 
-// txConn pipelines units of u on one connection until ctx ends: the writer
-// keeps --window units in flight; the reader counts finished units and
-// writes the follow-up requests (txend after a half message's reply)
-// itself, all those of the replies it has read so far in one write, when it
-// is about to wait for more (a producer answering many half messages at
-// once). Finished units are handed back to the writer in the same batches,
-// so neither goroutine wakes the other once per message. Every phase runs
-// through this same loop, the baseline included.
+// txConn pipelines units of u on one connection until ctx ends, in one
+// goroutine: it writes --window units, then reads replies; once it has read
+// every reply that arrived (the next one would need a read), it writes in one
+// write the follow-up requests those replies asked for (txend after a half
+// message's reply) and as many new units as finished — a producer that
+// answers everything it has heard at once. Every phase runs through this
+// same loop, the baseline included.
 func (b *bencher) txConn(ctx context.Context, u txUnit, conn int, p benchPart, units *atomic.Int64) error {
 	var dialer net.Dialer
 	nc, err := dialer.DialContext(ctx, "tcp", p.addr)
@@ -185,80 +184,52 @@ func (b *bencher) txConn(ctx context.Context, u txUnit, conn int, p benchPart, u
 	defer nc.Close()
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	defer stop()
-	window := int64(max(1, b.o.window))
-	var inflight atomic.Int64
-	room := make(chan struct{}, 1) // units finished since the writer last looked
-	readErr := make(chan error, 1)
-	go func() {
-		br := bufio.NewReaderSize(nc, 256<<10)
-		rr := protocol.NewReplyReader(br, 1<<20)
-		var follow []byte
-		done := int64(0)
-		for {
-			if br.Buffered() == 0 { // the next reply needs a read: hand over what we have
-				if len(follow) > 0 {
-					if _, err := nc.Write(follow); err != nil {
-						readErr <- err
-						return
-					}
-					follow = follow[:0]
-				}
-				if done > 0 {
-					units.Add(done)
-					inflight.Add(-done)
-					done = 0
-					select {
-					case room <- struct{}{}:
-					default:
-					}
-				}
-			}
-			r, err := rr.Next()
-			if err != nil {
-				readErr <- err
-				return
-			}
-			if r.Kind == protocol.ReplyResult && r.Code != protocol.StatusSuccess {
-				readErr <- fmt.Errorf("%s: reply %d %q", u.name, r.Code, r.Body)
-				return
-			}
-			n, kind := int(r.Opaque)/64, int(r.Opaque)%64
-			if u.follow != nil {
-				if req, ok := u.follow(follow, &r, n); ok {
-					follow = req
-					continue
-				}
-			}
-			if u.replies(kind) {
-				done++
-			}
-		}
-	}()
-	w := bufio.NewWriterSize(nc, 256<<10)
-	var buf []byte
-	n := 0
-	for {
-		for inflight.Load() < window {
-			n++
-			buf = u.encode(buf[:0], conn, n%(1<<24), int32(p.partition))
-			w.Write(buf)
-			inflight.Add(1)
-		}
-		if err := w.Flush(); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		select {
-		case err := <-readErr:
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		case <-ctx.Done():
+	quiet := func(err error) error {
+		if ctx.Err() != nil {
 			return nil
-		case <-room:
+		}
+		return err
+	}
+	n := 0
+	var out []byte
+	add := func(k int) {
+		for ; k > 0; k-- {
+			n++
+			out = u.encode(out, conn, n%(1<<24), int32(p.partition))
+		}
+	}
+	add(max(1, b.o.window))
+	br := bufio.NewReaderSize(nc, 256<<10)
+	rr := protocol.NewReplyReader(br, 1<<20)
+	done := 0
+	for {
+		if br.Buffered() == 0 { // the next reply needs a read: answer what we have heard
+			units.Add(int64(done))
+			add(done)
+			done = 0
+			if len(out) > 0 {
+				if _, err := nc.Write(out); err != nil {
+					return quiet(err)
+				}
+				out = out[:0]
+			}
+		}
+		r, err := rr.Next()
+		if err != nil {
+			return quiet(err)
+		}
+		if r.Kind == protocol.ReplyResult && r.Code != protocol.StatusSuccess {
+			return quiet(fmt.Errorf("%s: reply %d %q", u.name, r.Code, r.Body))
+		}
+		k, kind := int(r.Opaque)/64, int(r.Opaque)%64
+		if u.follow != nil {
+			if req, ok := u.follow(out, &r, k); ok {
+				out = req
+				continue
+			}
+		}
+		if u.replies(kind) {
+			done++
 		}
 	}
 }
