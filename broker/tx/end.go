@@ -168,6 +168,11 @@ func (m *Manager) finish(sc *endScratch, names *nameCache, items []endItem) {
 // loadReal reads the half record of a commit and makes it.msg the real
 // message, aliasing the record (held in it.rd until the append).
 func (m *Manager) loadReal(names *nameCache, it *endItem) error {
+	if h := it.h; h.body != nil { // kept since the put: no read
+		it.msg = store.Message{Topic: h.topic, Partition: h.partition, Flag: h.flag, BornTime: h.born,
+			SysFlag: protocol.SysFlagTxCommit, Properties: h.body[:h.nprops:h.nprops], Data: h.body[h.nprops:]}
+		return m.planReal(it)
+	}
 	rd, err := m.st.ReadByID(it.h.id)
 	if err != nil {
 		return err
@@ -194,11 +199,20 @@ func (m *Manager) loadReal(names *nameCache, it *endItem) error {
 		SysFlag: protocol.SysFlagTxCommit, Properties: own, Data: r.Data,
 	}
 	it.rd = rd
-	if mayDelay(own) && m.cfg.Schedule != nil {
+	if err := m.planReal(it); err != nil {
+		rd.Release()
+		it.rd = nil
+		return err
+	}
+	return nil
+}
+
+// planReal routes a delayed real message to %SCHEDULE% (Config.Schedule)
+// and sizes its record.
+func (m *Manager) planReal(it *endItem) error {
+	if mayDelay(it.msg.Properties) && m.cfg.Schedule != nil {
 		out, ok, err := m.cfg.Schedule(&it.msg)
 		if err != nil {
-			rd.Release()
-			it.rd = nil
 			return err
 		}
 		if ok {

@@ -88,6 +88,7 @@ func (m *Manager) PutHalf(s *Session, grp string, msg *store.Message) (store.App
 		buf = s.props[:0] // the store copies the properties: reused put after put
 	}
 	buf = halfProps(buf, msg.Topic, msg.Partition, "pg", grp, nil)
+	pre := len(buf)
 	buf = appendPropsWithout(buf, msg.Properties, PropTx)
 	if s != nil {
 		s.props = buf
@@ -106,11 +107,39 @@ func (m *Manager) PutHalf(s *Session, grp string, msg *store.Message) (store.App
 	due := m.cfg.Now().Add(m.cfg.CheckInterval)
 	m.mu.Lock()
 	h := m.newHalfLocked()
-	h.id, h.group, h.due = res.MsgID, grp, due
+	spare := h.body // a recycled buffer, reused when the body is kept
+	h.id, h.group, h.due, h.body = res.MsgID, grp, due, nil
+	if own := ownProps(buf, pre); len(own)+len(msg.Data) <= maxKeptBody && m.kept < maxKeptBytes {
+		// Kept for the commit: it then needs no read of the log.
+		h.topic, h.partition, h.flag, h.born = msg.Topic, msg.Partition, msg.Flag, msg.BornTime
+		if h.born == 0 {
+			h.born = res.StoreTime // what the half record holds
+		}
+		h.body = append(append(spare[:0], own...), msg.Data...)
+		h.nprops = len(own)
+		m.kept += int64(cap(h.body))
+	}
 	m.addHalfLocked(h)
 	m.registerLocked(s, grp)
 	m.mu.Unlock()
 	return res, f, nil
+}
+
+// Half bodies kept in memory from the put to the commit: each at most
+// maxKeptBody bytes, all together at most maxKeptBytes; the others are read
+// back from the log.
+const (
+	maxKeptBody  = 4 << 10
+	maxKeptBytes = 64 << 20
+)
+
+// ownProps is the message's own properties in the half record's
+// properties buf, from pre (the end of the prefix) on.
+func ownProps(buf []byte, pre int) []byte {
+	if len(buf) > pre {
+		return buf[pre+1:] // after the '&'
+	}
+	return nil
 }
 
 // newHalfLocked returns a zeroed half from the free list (EndBatch returns
@@ -125,10 +154,15 @@ func (m *Manager) newHalfLocked() *half {
 	return &half{}
 }
 
-// freeHalfLocked recycles a half nobody refers to any more.
+// freeHalfLocked recycles a half nobody refers to any more (its body
+// buffer too).
 func (m *Manager) freeHalfLocked(h *half) {
+	if h.body != nil {
+		m.kept -= int64(cap(h.body))
+	}
 	if len(m.free) < maxFreeHalves {
-		*h = half{}
+		body := h.body[:0]
+		*h = half{body: body}
 		m.free = append(m.free, h)
 	}
 }

@@ -100,6 +100,15 @@ type half struct {
 	checks int
 	// the due list (guarded by Manager.mu)
 	prev, next *half
+	// The message as it will be committed, kept from its put while the
+	// budget allows (nil: read back from the log at commit): topic,
+	// partition, flag, born time, and body = own properties + data.
+	topic     string
+	partition int32
+	flag      int32
+	born      int64
+	nprops    int
+	body      []byte
 }
 
 // Prober is a live producer connection the broker can send `check` to.
@@ -133,6 +142,7 @@ type Manager struct {
 
 	provisional atomic.Int64 // provisional ids of puts inside a transaction
 	pending     atomic.Int64 // len(halves), read without the lock (PutHalf's bound)
+	kept        int64        // bytes of half bodies kept in memory (guarded by mu)
 	scanEnd     endScratch   // EndBatch buffers of the check scan (its goroutine only)
 
 	begun, xaBegun, committed, rolledBack, timedOut, checksSent, checkRollbacks atomic.Int64
