@@ -56,6 +56,11 @@ type Config struct {
 	// was answered, is pending again after the restart and checked back, so
 	// it is still committed once or rolled back (docs/transactions.md).
 	EndWithoutFlush bool
+	// Standby: the broker is a slave (docs/replication.md): the table is
+	// built from the log but nothing is written — no check-back, no
+	// completion of a commit run the log holds only part of (the master's
+	// log brings the rest) — until Recover (standby.go).
+	Standby bool
 }
 
 // Defaults.
@@ -144,6 +149,7 @@ type Manager struct {
 	pending     atomic.Int64 // len(halves), read without the lock (PutHalf's bound)
 	kept        int64        // bytes of half bodies kept in memory (guarded by mu)
 	scanEnd     endScratch   // EndBatch buffers of the check scan (its goroutine only)
+	standby     atomic.Bool  // a slave's table: no checks, no writes (standby.go)
 
 	begun, xaBegun, committed, rolledBack, timedOut, checksSent, checkRollbacks atomic.Int64
 
@@ -202,6 +208,7 @@ func Open(cfg Config) (*Manager, error) {
 		groups: make(map[string]*group),
 		stop:   make(chan struct{}),
 	}
+	m.standby.Store(cfg.Standby)
 	if err := m.recover(); err != nil {
 		return nil, err
 	}

@@ -94,12 +94,15 @@ func (m *Manager) recover() error {
 	for _, h := range pending {
 		m.addHalfLocked(h)
 	}
-	if lastEnd != nil {
+	if lastEnd != nil && !m.standby.Load() { // a slave's log: the master completes the run
 		if err := m.checkEndRun(lastEnd); err != nil {
 			return err
 		}
 	}
 	for _, c := range commits {
+		if m.standby.Load() {
+			break // a slave's log: the master completes the run (standby.go)
+		}
 		if err := m.checkCommitRun(c); err != nil {
 			return err
 		}
