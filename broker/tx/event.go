@@ -42,12 +42,30 @@ func (m *Manager) emit(e Event) {
 	}
 }
 
-// appendRunFirst is appendRun that also returns the first message's result.
-func (m *Manager) appendRunFirst(msgs []store.Message) (store.AppendResult, *store.Flush, error) {
-	res := make([]store.AppendResult, len(msgs))
-	f, err := m.st.AppendBatch(msgs, res)
-	if err == nil {
-		err = m.writeOut(f)
+// emitEnds tells OnEvent the outcomes one appendEnds run appended: res[0]
+// is its op record, res[1:] the committed messages in the order of items.
+// The check scan's rollbacks (its own scratch) are EvExpired.
+func (m *Manager) emitEnds(sc *endScratch, items []endItem, res []store.AppendResult, err error) {
+	if m.cfg.OnEvent == nil || err != nil {
+		return
 	}
-	return res[0], f, err
+	k := 1
+	for i := range items {
+		it := &items[i]
+		if it.req.Err != nil {
+			continue
+		}
+		if it.a == Commit {
+			if k < len(res) {
+				m.emit(Event{Kind: EvCommit, ID: it.h.id, Group: it.h.group, Topic: it.msg.Topic, Partition: it.msg.Partition,
+					Props: it.msg.Properties, Result: res[k]})
+			}
+			k++
+		}
+		kind := EvEnd
+		if sc == &m.scanEnd {
+			kind = EvExpired
+		}
+		m.emit(Event{Kind: kind, ID: it.h.id, Group: it.h.group, Checks: it.h.checks, Action: it.a})
+	}
 }
