@@ -33,7 +33,8 @@ type popConn struct {
 
 func (c *conn) handlePop(cmd *protocol.Command) {
 	s := c.srv
-	if s.pop == nil {
+	p := s.pop.Load()
+	if p == nil {
 		c.rq.addResultString(protocol.StatusServiceUnavailable, "pop is not enabled on this broker", cmd.Opaque)
 		return
 	}
@@ -50,7 +51,7 @@ func (c *conn) handlePop(cmd *protocol.Command) {
 	b := &c.pop.batch
 	b.MaxBytes = s.opts.MaxTransferSize
 	group := c.internGroup(cmd.Group)
-	err := s.pop.Poll(group, ts.name, f, int(cmd.Count), time.Duration(cmd.Millis)*time.Millisecond, b)
+	err := p.Poll(group, ts.name, f, int(cmd.Count), time.Duration(cmd.Millis)*time.Millisecond, b)
 	if err == nil && len(b.Items) == 0 && cmd.MaxWaitMs > 0 && !s.shuttingDown.Load() {
 		waits := append([]<-chan struct{}(nil), b.Waits...)
 		b.Release()
@@ -147,7 +148,14 @@ func (c *conn) parkPop(r popReq, waits []<-chan struct{}, maxWaitMs int64) {
 			case 2:
 				return
 			}
-			err := s.pop.Poll(r.group, r.topic, r.filter, r.max, r.invisible, &b)
+			p := s.pop.Load() // nil once the broker was demoted (replication_run.go)
+			if p == nil {
+				c.enqueue(func(q *outQueue) {
+					q.addResultString(protocol.StatusServiceUnavailable, "pop is not enabled on this broker", r.opaque)
+				})
+				return
+			}
+			err := p.Poll(r.group, r.topic, r.filter, r.max, r.invisible, &b)
 			if err == nil && len(b.Items) == 0 {
 				waits = append(waits[:0], b.Waits...)
 				b.Release()
@@ -162,7 +170,8 @@ func (c *conn) parkPop(r popReq, waits []<-chan struct{}, maxWaitMs int64) {
 
 func (c *conn) handleFinish(cmd *protocol.Command) {
 	s := c.srv
-	if s.pop == nil {
+	p := s.pop.Load()
+	if p == nil {
 		c.rq.addResultString(protocol.StatusServiceUnavailable, "pop is not enabled on this broker", cmd.Opaque)
 		return
 	}
@@ -214,7 +223,7 @@ func (c *conn) handleFinish(cmd *protocol.Command) {
 	default:
 		op = pop.OpExtend
 	}
-	applied, stale, flush, scratch, err := s.pop.Finish(cmd.Group, hs, op, time.Duration(cmd.Millis)*time.Millisecond, c.pop.scratch)
+	applied, stale, flush, scratch, err := p.Finish(cmd.Group, hs, op, time.Duration(cmd.Millis)*time.Millisecond, c.pop.scratch)
 	c.pop.scratch = scratch
 	var nb [512]byte
 	switch {

@@ -15,11 +15,18 @@ import (
 // are the ones srv serves for subscription, dead letters go through the
 // delay service's dead-letter queue.
 func openPop(c *conf.Config, st *store.Store, d *delay.Service, srv *Server, adjust func(*pop.Config)) (*pop.Pop, error) {
-	if c.Slave.ID >= 0 {
+	if !startsAsMaster(c) {
 		// A slave's log is the master's, byte for byte: the service, which
-		// writes %POP% records, runs on the master only (docs/push.md).
+		// writes %POP% records, runs on the master only (docs/push.md); a
+		// promoted slave opens it then (replication_run.go).
 		return nil, nil
 	}
+	return startPop(c, st, d, srv, adjust)
+}
+
+// startPop opens the delivery service from the %POP% records in the log
+// and installs it on srv (at start on a master, on promotion).
+func startPop(c *conf.Config, st *store.Store, d *delay.Service, srv *Server, adjust func(*pop.Config)) (*pop.Pop, error) {
 	pc := pop.Config{
 		Store:         st,
 		Topics:        srv.popTopic,
@@ -46,7 +53,7 @@ func openPop(c *conf.Config, st *store.Store, d *delay.Service, srv *Server, adj
 	if err != nil {
 		return nil, err
 	}
-	srv.pop = p
+	srv.pop.Store(p)
 	return p, nil
 }
 
@@ -66,19 +73,24 @@ func (s *Server) popTopic(topic string) (int, bool) {
 // Pop is the broker's delivery service (docs/push.md), for the HTTP and
 // WebSocket gateway and embedding. On a slave it is pop.Disabled.
 func (b *Broker) Pop() pop.Service {
-	if b.pop == nil {
-		return pop.Disabled{}
+	if p := b.PopService(); p != nil {
+		return p
 	}
-	return b.pop
+	return pop.Disabled{}
 }
 
-// PopService is the concrete service (statistics, tests).
-func (b *Broker) PopService() *pop.Pop { return b.pop }
+// PopService is the concrete service (statistics, tests); nil on a slave.
+func (b *Broker) PopService() *pop.Pop {
+	if b.Server == nil {
+		return b.pop
+	}
+	return b.Server.pop.Load()
+}
 
 // appendPopStats adds the delivery service's counters to `stats` (and, with
 // detail, one group of lines per group and topic for `stats pop`).
 func (s *Server) appendPopStats(b []byte, detail bool) []byte {
-	p := s.pop
+	p := s.pop.Load()
 	if p == nil {
 		return b
 	}
