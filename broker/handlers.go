@@ -135,7 +135,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		return
 	}
 	msg := store.Message{Topic: ts.name, Partition: partition, Flag: flag, Properties: props, Data: data}
-	if grp, half := tx.HalfGroup(props); half {
+	if grp, half := tx.HalfGroupRaw(props); half {
 		c.halfPut(ts, grp, &msg, cmd.Opaque) // txconn.go
 		return
 	}
