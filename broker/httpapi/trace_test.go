@@ -112,4 +112,50 @@ func TestTraceInBrowser(t *testing.T) {
 	if code := getJSON(t, base+"/api/v1/trace?id=x", nil); code != 400 {
 		t.Errorf("bad id: %d, want 400", code)
 	}
+
+	// A traced message delivered by the broker (pop) and acknowledged: its push events show.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p, err := client.NewProducer(client.Config{ZKConnect: f.zk, ZKRoot: "/meta", Trace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed, err := p.SendToPartition(ctx, &client.Message{Topic: "orders", Body: []byte("pushed")}, client.Partition{BrokerID: 0, Partition: 1})
+	p.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := f.b.Pop()
+	var handle string
+	waitFor(t, "the pushed message popped", func() bool {
+		ds, err := svc.Receive(ctx, "packers", "orders", nil, 64, time.Minute)
+		for _, d := range ds {
+			if d.MsgID == pushed.MsgID {
+				handle = d.Handle
+			} else if err == nil {
+				_ = svc.Ack("packers", d.Handle)
+			}
+		}
+		return handle != ""
+	})
+	if err := svc.Ack("packers", handle); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the push events in /api/v1/trace", func() bool {
+		l = httpapi.TraceLookup{}
+		if getJSON(t, fmt.Sprintf("%s/api/v1/trace?id=%d", base, pushed.MsgID), &l) != 200 || len(l.Traces) != 1 {
+			return false
+		}
+		n := map[trace.Type]int{}
+		for _, e := range l.Traces[0].Events {
+			n[e.Type]++
+		}
+		return n[trace.Push] == 1 && n[trace.PushAck] == 1
+	})
+	text = b.open(t, fmt.Sprintf("%s/trace?id=%d", base, pushed.MsgID))
+	for _, w := range []string{"push", "push-ack", "packers", "acknowledged"} {
+		if !strings.Contains(text, w) {
+			t.Errorf("push timeline lacks %q:\n%s", w, text)
+		}
+	}
 }
