@@ -293,17 +293,18 @@ func (d *decoder) decodeBlock(block []byte) ([]Message, error) {
 // so a message filtered out is never decoded. next is the offset after the
 // last record of the block, kept or not (-1 when there is none).
 func (d *decoder) decodeBlockWhere(block []byte, w *whereMatcher) (msgs []Message, next int64, err error) {
+	// Count what will be kept (the expression, when there is one, is cheap
+	// next to decoding), so that msgs is allocated once at its size.
 	n := 0
 	for b := block; len(b) >= protocol.BlankMinSize; {
 		size, _, _ := protocol.PeekRecord(b)
 		if size < protocol.BlankMinSize || size > len(b) {
 			break
 		}
-		n++
+		if w == nil || w.expr.MatchRecord(b[:size]) {
+			n++
+		}
 		b = b[size:]
-	}
-	if w != nil {
-		n = min(n, 64) // grows as kept messages need
 	}
 	msgs = make([]Message, 0, n)
 	next = -1

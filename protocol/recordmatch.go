@@ -8,6 +8,17 @@ type RecordMatcher interface {
 	MatchRecord(rec []byte) bool
 }
 
+// SignatureMatcher is a RecordMatcher that can also rule records out by
+// the property signature their index unit holds (protocol/filter.Signature,
+// docs/storage.md), without reading them. MaySignature must be true for
+// every record MatchRecord accepts; UsesSignature false means it always is
+// (nothing to gain from asking).
+type SignatureMatcher interface {
+	RecordMatcher
+	UsesSignature() bool
+	MaySignature(sig uint32) bool
+}
+
 // WithRecordMatcher returns a copy of f (nil: all tags) that also requires m
 // to match. Readers apply the tag hash first (no commit-log read for a tag
 // miss), then m on the record.

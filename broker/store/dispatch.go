@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -133,15 +134,15 @@ func (d *dispatcher) batchTo(limit int64) error {
 			d.reset()
 			return fmt.Errorf("%w: bad record header at %d", ErrCorrupt, pos)
 		}
-		rec, size, err := protocol.DecodeRecordNoCRC(b[:size])
+		rec, err := indexFields(b[:size])
 		if err != nil {
 			d.reset()
 			return fmt.Errorf("%w: record at %d: %v", ErrCorrupt, pos, err)
 		}
-		p := d.partition(rec.Topic, rec.Partition)
-		d.addUnit(p, rec.QueueOffset, pos, int32(size), protocol.PropsTagHash(rec.Properties))
-		if s.keys != nil {
-			s.keys.add(rec.Topic, rec.Properties, pos, rec.StoreTime)
+		p := d.partition(rec.topic, rec.partition)
+		d.addUnit(p, rec.queueOffset, pos, int32(size), rec.props)
+		if s.keys != nil && len(rec.props) > 0 {
+			s.keys.add(rec.topic, rec.props, pos, rec.storeTime)
 		}
 		pos += int64(size)
 		n++
@@ -161,6 +162,55 @@ func (d *dispatcher) batchTo(limit int64) error {
 	return nil
 }
 
+// dispatchRecord is what the dispatcher needs of a record.
+type dispatchRecord struct {
+	topic, props []byte
+	partition    int32
+	queueOffset  int64
+	storeTime    int64
+}
+
+// indexFields decodes the fields the dispatcher needs from a whole record
+// (rec is exactly its size), with the layout checks of
+// protocol.DecodeRecordNoCRC (magic, size, topic, properties and data
+// lengths) but without building a protocol.Record: the dispatcher runs it
+// once per record of the log.
+func indexFields(rec []byte) (dispatchRecord, error) {
+	be := binary.BigEndian
+	size := len(rec)
+	if size < protocol.RecordOverhead+1 {
+		return dispatchRecord{}, protocol.ErrBadSize
+	}
+	if be.Uint32(rec[protocol.OffMagic:]) != protocol.RecordMagic {
+		return dispatchRecord{}, protocol.ErrBadMagic
+	}
+	p := protocol.OffTopicLen
+	tl := int(rec[p])
+	p++
+	if tl == 0 || p+tl+2 > size {
+		return dispatchRecord{}, protocol.ErrBadLayout
+	}
+	topic := rec[p : p+tl]
+	p += tl
+	pl := int(be.Uint16(rec[p:]))
+	p += 2
+	if p+pl+4 > size {
+		return dispatchRecord{}, protocol.ErrBadLayout
+	}
+	props := rec[p : p+pl]
+	p += pl
+	if int(be.Uint32(rec[p:])) != size-p-4 {
+		return dispatchRecord{}, protocol.ErrBadLayout
+	}
+	return dispatchRecord{
+		topic:       topic,
+		props:       props,
+		partition:   int32(be.Uint32(rec[protocol.OffPartition:])),
+		queueOffset: int64(be.Uint64(rec[protocol.OffQueueOffset:])),
+		storeTime:   int64(be.Uint64(rec[protocol.OffStoreTime:])),
+	}, nil
+}
+
 // partition looks a record's partition up in the private cache (no
 // allocation on a hit).
 func (d *dispatcher) partition(topic []byte, part int32) *partition {
@@ -172,7 +222,7 @@ func (d *dispatcher) partition(topic []byte, part int32) *partition {
 	return p
 }
 
-func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, tag uint32) {
+func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, props []byte) {
 	if p.inBatch && q != p.pendStart+int64(len(p.pend)/unitSize) {
 		// Not contiguous (only after damage): flush the run, start another.
 		d.warnOffset(p, p.pendStart+int64(len(p.pend)/unitSize), q)
@@ -190,7 +240,7 @@ func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, tag uint32
 		d.batch = append(d.batch, p)
 	}
 	var u [unitSize]byte
-	putUnit(u[:], phys, size, tag)
+	putRecordUnit(u[:], phys, size, props)
 	p.pend = append(p.pend, u[:]...)
 }
 

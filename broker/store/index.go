@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/metaqgo/metaq/protocol"
+	"github.com/metaqgo/metaq/protocol/filter"
 )
 
 // Partition index files.
@@ -27,8 +30,20 @@ import (
 //
 //	off len field
 //	  0   8 physicalOffset  position of the record in the commit log
-//	  8   4 size            record size; 0 marks an empty (unwritten) unit
-//	 12   4 tagHash         protocol.PropsTagHash(properties), 0 = no tag
+//	  8   4 size            record size; 0 marks an empty (unwritten) unit;
+//	                        bit 31 (unitSigFlag): the last field is a signature
+//	 12   4 tagHash         protocol.PropsTagHash(properties), 0 = no tag;
+//	                        with unitSigFlag: filter.Signature(properties)
+//
+// A record without a tag whose properties line is not empty gets the
+// signature of its properties (a 32-bit Bloom filter of its key=value
+// pairs, protocol/filter/signature.go) in place of the tag hash (which
+// would be 0), flagged in the size field: a get with an expression then
+// skips most records the expression cannot select from the unit alone, as
+// a tag filter skips other tags (readInto). getUnit hides both: it returns
+// the size without the flag and 0 as the tag of a flagged unit. Units
+// written before signatures existed (no flag) read as before; the record
+// is read to evaluate the expression.
 //
 // Reads use pread rather than mmap: units are small and read in runs (one
 // pread fetches up to 256), writes already need an fd, so one LRU of fds
@@ -37,14 +52,41 @@ import (
 // SIGBUS. Both paths go through the same page cache.
 const unitSize = 16
 
+// unitSigFlag marks, in a unit's size field, a unit whose last field holds
+// the record's property signature instead of a tag hash.
+const unitSigFlag = 1 << 31
+
 func putUnit(b []byte, phys int64, size int32, tag uint32) {
 	binary.BigEndian.PutUint64(b[0:], uint64(phys))
 	binary.BigEndian.PutUint32(b[8:], uint32(size))
 	binary.BigEndian.PutUint32(b[12:], tag)
 }
 
+// putRecordUnit writes the unit of a record with these properties: its tag
+// hash, or (no tag, some properties) its flagged property signature.
+func putRecordUnit(b []byte, phys int64, size int32, props []byte) {
+	tag, flag := protocol.PropsTagHash(props), uint32(0)
+	if tag == 0 && len(props) > 0 {
+		tag, flag = filter.Signature(props), unitSigFlag
+	}
+	putUnit(b, phys, int32(uint32(size)|flag), tag)
+}
+
+// getUnit returns a unit's fields: the size without unitSigFlag and the tag
+// hash (0 for a unit holding a signature: its record has no tag).
 func getUnit(b []byte) (phys int64, size int32, tag uint32) {
-	return int64(binary.BigEndian.Uint64(b[0:])), int32(binary.BigEndian.Uint32(b[8:])), binary.BigEndian.Uint32(b[12:])
+	be := binary.BigEndian
+	sz := be.Uint32(b[8:])
+	if sz&unitSigFlag != 0 {
+		return int64(be.Uint64(b[0:])), int32(sz &^ unitSigFlag), 0
+	}
+	return int64(be.Uint64(b[0:])), int32(sz), be.Uint32(b[12:])
+}
+
+// unitSignature returns the property signature a unit holds, if any.
+func unitSignature(b []byte) (uint32, bool) {
+	be := binary.BigEndian
+	return be.Uint32(b[12:]), be.Uint32(b[8:])&unitSigFlag != 0
 }
 
 var (

@@ -58,6 +58,12 @@ type ReadResult struct {
 // readUnitBatch is how many units one pread fetches.
 const readUnitBatch = 256
 
+// filteredUnitBatch is readUnitBatch for a filtered read, which may skip
+// thousands of units (from the units alone: tag hashes, signatures) per
+// record it serves: a 4 KiB pread per 256 skipped units was most of its
+// cost.
+const filteredUnitBatch = 1024
+
 // maxFilteredScan bounds the units a filtered Read scans without a match
 // (then ReadFiltered tells the caller where to continue).
 const maxFilteredScan = 8192
@@ -143,8 +149,16 @@ func (s *Store) readInto(r *ReadResult, p *partition, offset, readable int64, ma
 	skipped := 0
 	all := f.All()
 	rm := f.RecordMatcher() // an expression on the record (readmatch.go)
+	sm := signatureMatcher(rm)
 	var pk recordPeek
 	defer pk.release()
+	batch := int64(readUnitBatch)
+	if !all {
+		batch = filteredUnitBatch
+		if len(r.units) < filteredUnitBatch*unitSize {
+			r.units = make([]byte, filteredUnitBatch*unitSize) // once per pooled result
+		}
+	}
 	caughtUp := false
 	repairs := 0 // index repairs by this read (repair.go)
 	limit := s.clog.writePos()
@@ -154,7 +168,7 @@ again:
 scan:
 	for q < readable {
 		bad, badPhys := "", int64(-1) // a damaged unit at q (repair.go)
-		want := min(readable-q, readUnitBatch)
+		want := min(readable-q, batch)
 		nb, err := s.readUnits(p, q, r.units[:want*unitSize])
 		switch {
 		case err == nil:
@@ -186,6 +200,16 @@ scan:
 				}
 				continue
 			}
+			if sm != nil {
+				if sig, ok := unitSignature(r.units[i:]); ok && !sm.MaySignature(sig) {
+					q++ // the unit alone shows the expression cannot select it
+					if skipped++; skipped >= maxFilteredScan && r.Count == 0 {
+						stopped = true
+						break scan
+					}
+					continue
+				}
+			}
 			if rm != nil {
 				ok, err := s.peekMatch(&pk, p, q, phys, int(size), rm)
 				if err != nil {
@@ -213,7 +237,7 @@ scan:
 				stopped = true
 				break scan
 			}
-			if err := s.appendRecord(r, p, q, phys, int(size)); err != nil {
+			if err := s.appendRecord(r, p, q, phys, int(size), maxBytes); err != nil {
 				switch act, why := s.onRecordError(r, p, q, err); act {
 				case recordStop:
 					stopped = true
@@ -311,8 +335,9 @@ func (s *Store) onRecordError(r *ReadResult, p *partition, q int64, err error) (
 const maxReadRepairs = 4
 
 // appendRecord verifies the record a unit points to and adds it to r,
-// coalescing it with the previous one when adjacent.
-func (s *Store) appendRecord(r *ReadResult, p *partition, q, phys int64, size int) error {
+// coalescing it with the previous one when adjacent. maxBytes is the read's
+// byte budget (what a cold read populates ahead, readahead.go).
+func (s *Store) appendRecord(r *ReadResult, p *partition, q, phys int64, size, maxBytes int) error {
 	g := r.lastSeg
 	if g == nil || phys < g.base || phys+int64(size) > g.end() {
 		if phys < s.clog.minPos() {
@@ -331,7 +356,9 @@ func (s *Store) appendRecord(r *ReadResult, p *partition, q, phys int64, size in
 		return errUnitPastSegment
 	}
 	if r.Count == 0 || r.lastSeg != g {
-		s.readAhead(g, off, s.clog.writePos()) // cold backlogs: readahead.go
+		limit := s.clog.writePos()
+		s.readAhead(g, off, limit) // cold backlogs: readahead.go
+		s.populate(g, off, max(maxBytes-r.Bytes, size), limit)
 	}
 	rec := g.data[off : off+int64(size)]
 	if !verifyRecord(rec, p, q) {

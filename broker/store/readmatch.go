@@ -10,6 +10,20 @@ import "github.com/metaqgo/metaq/protocol"
 // only for records that are served (appendRecord), as a tag miss is skipped
 // without reading the record at all.
 
+// A matcher that also implements protocol.SignatureMatcher (a compiled
+// expression) is first asked about the property signature a unit may hold
+// (index.go): units it rules out are skipped like tag misses, without
+// reading the record.
+
+// signatureMatcher returns m as a SignatureMatcher when checking signatures
+// can skip records (nil otherwise).
+func signatureMatcher(m protocol.RecordMatcher) protocol.SignatureMatcher {
+	if sm, ok := m.(protocol.SignatureMatcher); ok && sm.UsesSignature() {
+		return sm
+	}
+	return nil
+}
+
 // recordPeek holds the segment of the last record a matcher looked at, so a
 // scan acquires each segment once. release must be called when the scan
 // ends.

@@ -176,7 +176,7 @@ func (s *Store) scanPartition(p *partition, from, to, qLo, qHi int64, units []by
 		}
 		if q := rec.QueueOffset; rec.Partition == p.id && q >= qLo && q < qHi && string(rec.Topic) == p.topic.name &&
 			verifyRecord(b[:size], p, q) && !found[q-qLo] {
-			putUnit(units[(q-qLo)*unitSize:], pos, int32(size), protocol.PropsTagHash(rec.Properties))
+			putRecordUnit(units[(q-qLo)*unitSize:], pos, int32(size), rec.Properties)
 			found[q-qLo] = true
 			n++
 		}

@@ -171,7 +171,8 @@ type Store struct {
 	logDir, indexDir, keyDir string
 	lockFile                 *os.File
 
-	ra readAheads // chunks of the commit log advised for reading (readahead.go)
+	ra  readAheads // chunks of the commit log advised for reading (readahead.go)
+	pop readAheads // chunks of the commit log populated for reading (readahead.go)
 
 	// The commit log: the append lock and everything it guards, the flush
 	// positions, the segment list, the flusher and preallocator (commitlog.go).

@@ -83,3 +83,16 @@ func BenchmarkReferenceCRC(b *testing.B) {
 	protocol.EncodeRecord(rec, r)
 	loop(b, func() { protocol.CRC32C(rec[protocol.OffMsgID:]) })
 }
+
+// BenchmarkSignature is what the dispatcher adds per indexed record without
+// a tag (the property signature of its index unit), and the check a
+// filtered get makes per unit instead of reading the record.
+func BenchmarkSignature(b *testing.B) {
+	for _, props := range []string{"bench=3", "keys=o-1&amount=150&region=eu&vip=1"} {
+		p := []byte(props)
+		b.Run("compute/"+props, func(b *testing.B) { loop(b, func() { _ = Signature(p) }) })
+	}
+	e := MustCompile("bench = 0")
+	sig := Signature([]byte("bench=3"))
+	b.Run("check", func(b *testing.B) { loop(b, func() { _ = e.MaySignature(sig) }) })
+}

@@ -20,6 +20,10 @@ type Expr struct {
 	// Match finds all of them in one pass over the line (slot i holds
 	// keys[i]'s value). More than maxSlots: each reference looks its key up.
 	keys [][]byte
+	// sig is the condition on a record's property signature for the
+	// expression to be true (signature.go); sigUseful: it can be false.
+	sig       sigCond
+	sigUseful bool
 }
 
 // maxSlots bounds the keys found in one pass.

@@ -16,6 +16,8 @@ var fuzzSeeds = []string{
 	"a = 1e999",
 	"NOT NOT NOT FALSE",
 	"tag = 'paid' AND amount = 15 AND TAGS IN ('paid')",
+	"a = 1.0 OR b = 'y''z' OR a IN (2, '-1.5') OR NOT c <> ''",
+	"NOT (a IS NULL OR b = FALSE) AND (\"a b\" = 1 OR amount = 15)",
 	"",
 }
 
@@ -58,10 +60,17 @@ func FuzzCompile(f *testing.F) {
 		if slow := e.eval(e.root, m, nil) == yes; slow != got {
 			t.Fatalf("%q on %q: one-pass %v, per-reference lookup %v", src, props, got, slow)
 		}
+		// The signature condition is necessary: a match passes it.
+		if got && !e.MaySignature(Signature(m.Props)) {
+			t.Fatalf("%q matches %q but its signature check skips it", src, props)
+		}
 		if len(src) < MaxLen-10 {
 			neg, err := Compile("NOT (" + src + ")")
 			if err == nil && got && neg.Match(m) {
 				t.Fatalf("%q and its negation both match %q", src, props)
+			}
+			if err == nil && neg.Match(m) && !neg.MaySignature(Signature(m.Props)) {
+				t.Fatalf("NOT (%q) matches %q but its signature check skips it", src, props)
 			}
 		}
 		for _, p := range fuzzProps {

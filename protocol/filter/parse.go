@@ -271,6 +271,7 @@ func Compile(src string) (*Expr, error) {
 	}
 	p.e.root = root
 	p.e.assignSlots()
+	p.e.compileSignature()
 	for i := range p.e.nodes {
 		n := &p.e.nodes[i]
 		if n.op == opIn {

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,7 +76,9 @@ func (b *bencher) accumulation(ctx context.Context) []benchkit.Result {
 	// 2. Publishing with no reader.
 	msgs := []*client.Message{b.message(topic)}
 	d, _ := b.limits()
+	busy := startMachineCPU()
 	base := b.publishPhase(ctx, "accumulation (no reader)", msgs, d, 0, nil, nil)
+	baseBusy := busy.note()
 	if base.err != nil {
 		return fail(fmt.Errorf("publish without a reader: %w", base.err))
 	}
@@ -106,32 +110,32 @@ func (b *bencher) accumulation(ctx context.Context) []benchkit.Result {
 		}
 	}
 
-	// 4. Publishing while the reader drains the cold backlog from its start.
-	var got atomic.Int64
-	dctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var errOnce sync.Once
-	var drainErr error
-	var wg sync.WaitGroup
-	rstart := time.Now()
-	for i, p := range parts {
-		s := &drainSched{next: starts[i], end: ends[i], k: max(1, int64(b.o.fetchSize/recSize))}
-		for range b.o.fetchDepth {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := b.drainPart(dctx, p, s, recSize, &got); err != nil && dctx.Err() == nil {
-					errOnce.Do(func() { drainErr = err })
-				}
-			}()
+	// 4. The cold reader alone, from the backlog's start: what it moves with the machine to itself.
+	alone := b.result(benchkit.WorkloadAccumulation + "-reader-alone")
+	busy = startMachineCPU()
+	dr := b.startDrain(ctx, parts, starts, ends, recSize)
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	aloneN, aloneEl, err := dr.stop()
+	aloneBusy := busy.note()
+	if err != nil {
+		return fail(fmt.Errorf("cold reader alone: %w", err))
+	}
+	if a.dropCaches {
+		if err := dropCaches(); err != nil {
+			return fail(fmt.Errorf("--drop-caches: %w", err))
 		}
 	}
+
+	// 5. Publishing while the reader drains the cold backlog from its start again.
+	busy = startMachineCPU()
+	dr = b.startDrain(ctx, parts, starts, ends, recSize)
 	m := b.startCPU()
 	with := b.publishPhase(ctx, "accumulation (cold reader)", msgs, d, 0, nil, nil)
-	read := got.Load()
-	rel := time.Since(rstart)
-	cancel()
-	wg.Wait()
+	read, rel, drainErr := dr.stop()
+	withBusy := busy.note()
 	m.set(&pub, with.n)
 	if with.err != nil {
 		return fail(fmt.Errorf("publish with the cold reader: %w", with.err))
@@ -150,18 +154,129 @@ func (b *bencher) accumulation(ctx context.Context) []benchkit.Result {
 		caches = "page cache NOT dropped (no --drop-caches): the reader is cold only if the backlog exceeds the cache"
 	}
 	b.notes(&pub, common, caches,
-		fmt.Sprintf("Producer.SendAsync window %d for %s without a reader (%s) and again while the reader drains from the first message (ratio = with / without)",
-			b.o.window, d, benchkit.FormatRate(baseRate)))
+		fmt.Sprintf("Producer.SendAsync window %d for %s without a reader (%s; %s) and again while the reader drains from the first message (ratio = with / without; %s)",
+			b.o.window, d, benchkit.FormatRate(baseRate), baseBusy, withBusy))
 	rd.SetThroughput(read, rel)
 	rd.MBPerSec = readBps / 1e6
 	ratio := ""
 	if diskBps > 0 {
 		ratio = fmt.Sprintf("reader / disk = %.2f", readBps/diskBps)
 	}
-	b.notes(&rd, common, caches,
-		fmt.Sprintf("%d partition(s), %d pipelined gets of %d bytes each from the first message (Admin.FetchWith, CRC-checked, decoded); record bytes read %.0f MB/s",
-			len(parts), b.o.fetchDepth, b.o.fetchSize, readBps/1e6), diskNote, ratio)
-	return []benchkit.Result{pub, rd}
+	reader := fmt.Sprintf("%d partition(s), %d pipelined gets of %d bytes each from the first message (Admin.FetchWith, CRC-checked, decoded)",
+		len(parts), b.o.fetchDepth, b.o.fetchSize)
+	b.notes(&rd, common, caches, reader+fmt.Sprintf(" while publishing; record bytes read %.0f MB/s", readBps/1e6), diskNote, ratio, withBusy)
+	alone.SetThroughput(aloneN, aloneEl)
+	aloneBps := float64(aloneN) * float64(recSize) / aloneEl.Seconds()
+	alone.MBPerSec = aloneBps / 1e6
+	ratio = ""
+	if diskBps > 0 {
+		ratio = fmt.Sprintf("reader alone / disk = %.2f", aloneBps/diskBps)
+	}
+	b.notes(&alone, common, caches, reader+fmt.Sprintf(", nothing published, for %s; record bytes read %.0f MB/s", d, aloneBps/1e6), diskNote, ratio, aloneBusy)
+	return []benchkit.Result{pub, rd, alone}
+}
+
+// drain is a running cold reader: one drainSched per partition, --fetch-depth readers each.
+type drain struct {
+	got    atomic.Int64
+	start  time.Time
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+	err    error
+	done   chan struct{} // closed when every reader finished (the backlog is drained)
+	end    time.Time     // when; valid after done
+}
+
+// startDrain starts reading every partition from starts[i] towards ends[i].
+func (b *bencher) startDrain(ctx context.Context, parts []benchPart, starts, ends []int64, recSize int) *drain {
+	dr := &drain{start: time.Now(), done: make(chan struct{})}
+	dctx, cancel := context.WithCancel(ctx)
+	dr.cancel = cancel
+	for i, p := range parts {
+		s := &drainSched{next: starts[i], end: ends[i], k: max(1, int64(b.o.fetchSize/recSize))}
+		for range b.o.fetchDepth {
+			dr.wg.Add(1)
+			go func() {
+				defer dr.wg.Done()
+				if err := b.drainPart(dctx, p, s, recSize, &dr.got); err != nil && dctx.Err() == nil {
+					dr.once.Do(func() { dr.err = err })
+				}
+			}()
+		}
+	}
+	go func() {
+		dr.wg.Wait()
+		dr.end = time.Now()
+		close(dr.done)
+	}()
+	return dr
+}
+
+// stop ends the reader: the records it got, over how long, and its first error.
+func (dr *drain) stop() (int64, time.Duration, error) {
+	n, el := dr.got.Load(), time.Since(dr.start)
+	select {
+	case <-dr.done: // drained before the phase ended: its rate is over the time it read
+		el = dr.end.Sub(dr.start)
+	default:
+	}
+	dr.cancel()
+	<-dr.done
+	return n, el, dr.err
+}
+
+// machineCPU measures the whole machine's CPU use (/proc/stat) over a phase: whether a phase was
+// bound by the CPU (busy near 100% of the cores) or waited (idle, iowait).
+type machineCPU struct{ busy, iowait, total uint64 }
+
+func readMachineCPU() (machineCPU, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineCPU{}, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return machineCPU{}, false
+	}
+	var m machineCPU
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseUint(v, 10, 64)
+		if i >= 8 { // guest time is already counted in user
+			break
+		}
+		m.total += n
+		switch i {
+		case 3: // idle
+		case 4:
+			m.iowait += n
+		default:
+			m.busy += n
+		}
+	}
+	return m, true
+}
+
+type machineMeter struct {
+	m  machineCPU
+	ok bool
+}
+
+func startMachineCPU() machineMeter {
+	m, ok := readMachineCPU()
+	return machineMeter{m, ok}
+}
+
+// note is "machine CPU busy x% (iowait y%) of n cores" since the start.
+func (mm machineMeter) note() string {
+	e, ok := readMachineCPU()
+	if !mm.ok || !ok || e.total <= mm.m.total {
+		return "machine CPU not measured"
+	}
+	t := float64(e.total - mm.m.total)
+	return fmt.Sprintf("machine CPU busy %.0f%% (iowait %.0f%%) of %d cores, /proc/stat over the phase",
+		100*float64(e.busy-mm.m.busy)/t, 100*float64(e.iowait-mm.m.iowait)/t, runtime.NumCPU())
 }
 
 // dropCaches asks the kernel to drop the page cache (root only).

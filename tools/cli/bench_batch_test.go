@@ -43,10 +43,10 @@ func TestBenchBatchAccumulationZK(t *testing.T) {
 		t.Fatalf("accumulation: exit %d\n%s\n%s", code, out, errs)
 	}
 	rs, err := benchkit.ReadResults(strings.NewReader(out))
-	if err != nil || len(rs) != 2 {
-		t.Fatalf("accumulation: want 2 results: %v\n%s", err, out)
+	if err != nil || len(rs) != 3 {
+		t.Fatalf("accumulation: want 3 results: %v\n%s", err, out)
 	}
-	pub, rd := rs[0], rs[1]
+	pub, rd, alone := rs[0], rs[1], rs[2]
 	checkSane(t, pub, benchkit.WorkloadAccumulation)
 	if pub.BaselineMsgsPerSec <= 0 || pub.DegradationRatio <= 0 || !strings.Contains(pub.Notes, "backlog of 30,000 messages") {
 		t.Fatalf("accumulation: %+v", pub)
@@ -54,6 +54,10 @@ func TestBenchBatchAccumulationZK(t *testing.T) {
 	if rd.Workload != benchkit.WorkloadAccumulation+"-reader" || rd.Error != "" || rd.Msgs < 0 || !strings.Contains(rd.Notes, "O_DIRECT") ||
 		!strings.Contains(rd.Notes, "reader / disk") {
 		t.Fatalf("accumulation-reader: %+v", rd)
+	}
+	if alone.Workload != benchkit.WorkloadAccumulation+"-reader-alone" || alone.Error != "" || alone.Msgs <= 0 ||
+		!strings.Contains(alone.Notes, "reader alone / disk") || !strings.Contains(alone.Notes, "machine CPU busy") {
+		t.Fatalf("accumulation-reader-alone: %+v", alone)
 	}
 
 	zk := zktest.Server(t)

@@ -348,7 +348,7 @@ func BenchmarkWorkloads(b *testing.B) {
 			}
 			for range b.N {
 				br := brokertest.RunBroker(b, brokertest.Options{Topics: topics, SegSize: 1 << 30,
-					Sync:      wl == benchkit.WorkloadPublishDurable,
+					Sync:      wl == benchkit.WorkloadPublishDurable || wl == benchkit.WorkloadPublishBatchDurable,
 					StoreConf: func(c *store.Config) { c.IndexFileSize = store.DefaultIndexFileSize }})
 				out, errs, code := runBench(b, "bench", wl, "--json", "--server", br.Addr, "--duration", dur, "--count", count)
 				if code != 0 {

@@ -45,19 +45,24 @@ func (b *bencher) consumeWhere(ctx context.Context, r benchkit.Result, parts []b
 	// hits both equally and the best round is the least disturbed one.
 	const rounds = 3
 	var base, kept drainCount
+	var baseCPU, keptCPU passCPU // summed over the rounds of each kind
 	m := b.startCPU()
 	var keptSum int64
 	for round := range rounds {
+		c := b.startCPU()
 		bc, err := b.drainSeq(ctx, fmt.Sprintf("%s (unfiltered %d/%d)", r.Workload, round+1, rounds), parts, starts, ends, "")
 		if err != nil {
 			r.Error = "unfiltered drain: " + err.Error()
 			return r
 		}
+		baseCPU.add(c, bc.n)
+		c = b.startCPU()
 		kc, err := b.drainSeq(ctx, fmt.Sprintf("%s (--where %d/%d)", r.Workload, round+1, rounds), parts, starts, ends, b.o.where)
 		if err != nil {
 			r.Error = "drain: " + err.Error()
 			return r
 		}
+		keptCPU.add(c, kc.n)
 		if round == 0 || bc.rate() > base.rate() {
 			base = bc
 		}
@@ -68,9 +73,40 @@ func (b *bencher) consumeWhere(ctx context.Context, r benchkit.Result, parts []b
 	}
 	m.set(&r, keptSum) // CPU per delivered message over all rounds
 	r.SetThroughput(kept.n, kept.el)
-	b.notes(&r, fmt.Sprintf("--where %q kept %s of %s backlog messages at %.0f msgs/s (scanned %.0f/s); the same backlog unfiltered, same readers: %.0f msgs/s; kept rate = %.1f%% of the unfiltered rate (best of %d alternating rounds each); %d partition(s) cut into %d ranges each, one get of %d bytes in flight per range (Admin.FetchWith, CRC-checked, decoded, expression checked again)",
-		b.o.where, benchkit.FormatCount(kept.n), benchkit.FormatCount(total), kept.rate(), float64(total)/kept.el.Seconds(), base.rate(), 100*kept.rate()/base.rate(), rounds, len(parts), b.o.fetchDepth, b.o.fetchSize))
+	note := fmt.Sprintf("--where %q kept %s of %s backlog messages at %.0f msgs/s (scanned %.0f/s); the same backlog unfiltered, same readers: %.0f msgs/s; kept rate = %.1f%% of the unfiltered rate (best of %d alternating rounds each); %d partition(s) cut into %d ranges each, one get of %d bytes in flight per range (Admin.FetchWith, CRC-checked, decoded, expression checked again)",
+		b.o.where, benchkit.FormatCount(kept.n), benchkit.FormatCount(total), kept.rate(), float64(total)/kept.el.Seconds(), base.rate(), 100*kept.rate()/base.rate(), rounds, len(parts), b.o.fetchDepth, b.o.fetchSize)
+	if baseCPU.msgs > 0 && keptCPU.msgs > 0 {
+		note += fmt.Sprintf("; CPU per delivered message (all rounds): unfiltered %s, filtered (per kept message) %s, ratio %.1f%%",
+			baseCPU, keptCPU, 100*baseCPU.perMsg()/keptCPU.perMsg())
+	}
+	b.notes(&r, note)
 	return r
+}
+
+// passCPU is the CPU the server and this process used over drains.
+type passCPU struct {
+	server, client time.Duration
+	msgs           int64
+}
+
+func (p *passCPU) add(c cpuMeter, n int64) {
+	if c.m != nil {
+		if d, err := c.m.Elapsed(); err == nil {
+			p.server += d
+		}
+	}
+	if c.self != nil {
+		if d, err := c.self.Elapsed(); err == nil {
+			p.client += d
+		}
+	}
+	p.msgs += n
+}
+
+func (p passCPU) perMsg() float64 { return float64(p.server+p.client) / float64(p.msgs) }
+
+func (p passCPU) String() string {
+	return fmt.Sprintf("server %.2f µs + client %.2f µs", benchkit.CPUPerMsgUS(p.server, p.msgs), benchkit.CPUPerMsgUS(p.client, p.msgs))
 }
 
 type drainCount struct {
