@@ -72,6 +72,7 @@ type conn struct {
 	filters   map[string]*protocol.TagFilter // tag expression cache (reader only)
 	wheres    whereCache                     // filter expression cache (where.go; reader only)
 	txs       *tx.Session                    // transactions of this connection (txconn.go; reader only)
+	txEnds    txEndBatch                     // txends of this read batch, appended at its end (txconn.go; reader only)
 	delayBuf  []byte                         // scratch for delayed puts and retries (reader only)
 	batch     batchBufs                      // scratch for mput (batchput.go; reader only)
 	pop       popConn                        // broker-managed delivery scratch (popconn.go; reader only)
@@ -134,6 +135,7 @@ func (c *conn) signalWriter() {
 // loads when nothing is staged, as in sync mode). When that fails their
 // replies become failures.
 func (c *conn) writeOut() {
+	c.endTxBatch() // the batch's txends append first (txconn.go)
 	err := c.srv.store.WriteOut()
 	if err == nil {
 		return
@@ -146,6 +148,9 @@ func (c *conn) writeOut() {
 
 // publish hands the reader's replies to the writer.
 func (c *conn) publish() {
+	if c.txEnds.pending() {
+		c.writeOut() // their replies are placeholders until then
+	}
 	if len(c.rq.replies) == 0 {
 		return
 	}
