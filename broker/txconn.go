@@ -21,6 +21,8 @@ func (s *Server) openTx() error {
 	cfg := s.opts.Tx
 	cfg.Store, cfg.BrokerID = s.store, s.opts.BrokerID
 	cfg.CallerWritesOut = true // conn.writeOut, once per batch of commands read
+	// The trace events of traced half messages (tracetxpop.go).
+	cfg.OnEvent = s.txTraceHook()
 	if d := s.opts.Delay; d != nil && cfg.Schedule == nil {
 		cfg.Schedule = func(m *store.Message) (store.Message, bool, error) {
 			plan, ok, err := d.PlanFor(m.Properties, time.Now().UnixMilli())

@@ -89,6 +89,7 @@ func (m *Manager) EndBatch(s *Session, reqs []EndReq) {
 			continue
 		}
 		if r.Action != Commit && r.Action != Rollback {
+			m.emit(Event{Kind: EvEnd, ID: r.ID, Group: h.group, Checks: h.checks, Action: r.Action})
 			continue // unknown: it stays pending
 		}
 		m.removeHalfLocked(h) // ours now: a concurrent txend or check finds nothing
@@ -276,6 +277,7 @@ func (m *Manager) appendEnds(sc *endScratch, items []endItem) {
 			m.rolledBack.Add(1)
 		}
 	}
+	m.emitEnds(sc, items, sc.res[:len(msgs)], err)
 }
 
 // appendEndOp renders `hend <runBytes> <lastBytes> +<id> -<id> …` for the

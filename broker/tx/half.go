@@ -122,6 +122,7 @@ func (m *Manager) PutHalf(s *Session, grp string, msg *store.Message) (store.App
 	m.addHalfLocked(h)
 	m.registerLocked(s, grp)
 	m.mu.Unlock()
+	m.emit(Event{Kind: EvHalf, ID: res.MsgID, Group: grp, Topic: msg.Topic, Partition: msg.Partition, Props: msg.Properties, Result: res})
 	return res, f, nil
 }
 
@@ -358,6 +359,7 @@ func (m *Manager) scanChecks() {
 		}
 		m.mu.Unlock()
 		m.recordCheck(id)
+		m.emit(Event{Kind: EvCheck, ID: id, Group: grp, Checks: checks, Sent: p != nil})
 		if p != nil && p.SendCheck(id) {
 			m.checksSent.Add(1)
 		} else if warn {

@@ -43,6 +43,9 @@ type Config struct {
 	Schedule func(m *store.Message) (out store.Message, ok bool, err error)
 	Logger   *slog.Logger
 	Now      func() time.Time
+	// OnEvent, when set, is told what happens to half messages (event.go;
+	// the broker's message trace).
+	OnEvent func(*Event)
 	// CallerWritesOut: the caller of Command, Put, PutHalf and End writes
 	// async-flush appends out (store.WriteOut) before acknowledging them, as
 	// a broker connection does once per batch of commands read; the table
