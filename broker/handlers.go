@@ -134,7 +134,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		c.failPut(ts, protocol.StatusBadRequest, err.Error(), cmd.Opaque)
 		return
 	}
-	msg := store.Message{Topic: ts.name, Partition: partition, Flag: flag, Properties: props, Data: data}
+	msg := store.Message{Topic: ts.name, Partition: partition, Flag: flag, Properties: props, Data: data, StoreTime: c.readMs}
 	if grp, half := tx.HalfGroupRaw(props); half {
 		c.halfPut(ts, grp, &msg, cmd.Opaque) // txconn.go
 		return
