@@ -252,3 +252,78 @@ func TestPopRefusedOnSlave(t *testing.T) {
 		t.Fatal("Receive on a slave succeeded")
 	}
 }
+
+// An ack some of whose handles are not current is answered 404 naming how
+// many were stale and which (the current ones are applied).
+func TestPopAckReportsEveryStaleHandle(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"test": 1}})
+	c := b.Dial()
+	for i := 0; i < 3; i++ {
+		c.Put("test", 0, fmt.Sprintf("m%d", i), int32(i))
+	}
+	ds := popCmd(t, c, "test", "g", 3, 60000, 1000)
+	if len(ds) != 3 {
+		t.Fatalf("%d delivered", len(ds))
+	}
+	if r := finish(t, c, "ack", "g", "", []string{ds[0].handle, ds[1].handle}); r.Code != 200 {
+		t.Fatalf("ack: %d %s", r.Code, r.Body)
+	}
+	r := finish(t, c, "ack", "g", "", []string{ds[0].handle, ds[2].handle, ds[1].handle, "test:0:99:1", "other:0:0:1"})
+	body := string(r.Body)
+	if r.Code != 404 || !strings.HasPrefix(body, "1 of 5 applied; 4 not current") {
+		t.Fatalf("mixed ack: %d %s", r.Code, body)
+	}
+	for _, h := range []string{ds[0].handle, ds[1].handle, "test:0:99:1", "other:0:0:1"} {
+		if !strings.Contains(body, " "+h) {
+			t.Errorf("stale handle %s not named: %s", h, body)
+		}
+	}
+	if strings.Contains(body, ds[2].handle) {
+		t.Errorf("the applied handle is named stale: %s", body)
+	}
+	if ds := popCmd(t, c, "test", "g", 3, 60000, 0); len(ds) != 0 {
+		t.Fatalf("delivered after all acks: %+v", ds)
+	}
+}
+
+// Replies come back in request order when a pop parks behind other
+// commands of the same write and is answered at once: here an ack, a pop
+// that finds nothing and parks, then a release (in the same write) that
+// makes a message ready and wakes the pop while the reader still works
+// through the write. The pop's reply once overtook the ack's, which was
+// still in the reader's queue.
+func TestPopParkedReplyKeepsOrder(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"test": 1}, ExtraINI: "maxDeliveries=10000\n"})
+	c := b.Dial()
+	c.Put("test", 0, "m", 1)
+	ds := popCmd(t, c, "test", "g", 1, 60000, 1000)
+	if len(ds) != 1 {
+		t.Fatalf("%d delivered", len(ds))
+	}
+	h := ds[0].handle
+	tail := strings.Repeat("version 4\r\n", 200)
+	for i := 0; i < 50; i++ {
+		c.Send("ack g test:0:999:1 1\r\npop test g 1 60000 5000 2\r\nrelease g 0 " + h + " 3\r\n" + tail)
+		var order []int32
+		for len(order) < 203 {
+			r, err := c.TryReply(30 * time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			order = append(order, r.Opaque)
+			if r.Opaque == 2 {
+				if r.Kind != protocol.ReplyValue {
+					t.Fatalf("pop: %d %s", r.Code, r.Body)
+				}
+				_ = protocol.PopValue(r.Body, func(attempt int, rec []byte) error {
+					m, _, err := protocol.DecodeRecord(rec, 0)
+					h = fmt.Sprintf("test:0:%d:%d", m.QueueOffset, attempt)
+					return err
+				})
+			}
+		}
+		if order[0] != 1 {
+			t.Fatalf("round %d: the pop's reply came before the ack's (opaques %v…)", i, order[:4])
+		}
+	}
+}

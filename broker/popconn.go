@@ -33,7 +33,8 @@ type popConn struct {
 
 func (c *conn) handlePop(cmd *protocol.Command) {
 	s := c.srv
-	if s.pop == nil {
+	p := s.pop.Load()
+	if p == nil {
 		c.rq.addResultString(protocol.StatusServiceUnavailable, "pop is not enabled on this broker", cmd.Opaque)
 		return
 	}
@@ -50,10 +51,15 @@ func (c *conn) handlePop(cmd *protocol.Command) {
 	b := &c.pop.batch
 	b.MaxBytes = s.opts.MaxTransferSize
 	group := c.internGroup(cmd.Group)
-	err := s.pop.Poll(group, ts.name, f, int(cmd.Count), time.Duration(cmd.Millis)*time.Millisecond, b)
+	err := p.Poll(group, ts.name, f, int(cmd.Count), time.Duration(cmd.Millis)*time.Millisecond, b)
 	if err == nil && len(b.Items) == 0 && cmd.MaxWaitMs > 0 && !s.shuttingDown.Load() {
 		waits := append([]<-chan struct{}(nil), b.Waits...)
 		b.Release()
+		// The replies of the commands before this one go to the writer now:
+		// the parked pop may be answered at once (a lock ending) and must not
+		// overtake them (docs/protocol.md, "Ordering on a connection").
+		c.writeOut()
+		c.publish()
 		c.parkPop(popReq{group: group, topic: ts.name, filter: f, max: int(cmd.Count),
 			invisible: time.Duration(cmd.Millis) * time.Millisecond, opaque: cmd.Opaque}, waits, cmd.MaxWaitMs)
 		return
@@ -142,7 +148,14 @@ func (c *conn) parkPop(r popReq, waits []<-chan struct{}, maxWaitMs int64) {
 			case 2:
 				return
 			}
-			err := s.pop.Poll(r.group, r.topic, r.filter, r.max, r.invisible, &b)
+			p := s.pop.Load() // nil once the broker was demoted (replication_run.go)
+			if p == nil {
+				c.enqueue(func(q *outQueue) {
+					q.addResultString(protocol.StatusServiceUnavailable, "pop is not enabled on this broker", r.opaque)
+				})
+				return
+			}
+			err := p.Poll(r.group, r.topic, r.filter, r.max, r.invisible, &b)
 			if err == nil && len(b.Items) == 0 {
 				waits = append(waits[:0], b.Waits...)
 				b.Release()
@@ -157,7 +170,8 @@ func (c *conn) parkPop(r popReq, waits []<-chan struct{}, maxWaitMs int64) {
 
 func (c *conn) handleFinish(cmd *protocol.Command) {
 	s := c.srv
-	if s.pop == nil {
+	p := s.pop.Load()
+	if p == nil {
 		c.rq.addResultString(protocol.StatusServiceUnavailable, "pop is not enabled on this broker", cmd.Opaque)
 		return
 	}
@@ -209,10 +223,9 @@ func (c *conn) handleFinish(cmd *protocol.Command) {
 	default:
 		op = pop.OpExtend
 	}
-	applied, stale, flush, scratch, err := s.pop.Finish(cmd.Group, hs, op, time.Duration(cmd.Millis)*time.Millisecond, c.pop.scratch)
+	applied, stale, flush, scratch, err := p.Finish(cmd.Group, hs, op, time.Duration(cmd.Millis)*time.Millisecond, c.pop.scratch)
 	c.pop.scratch = scratch
-	clear(hs)
-	var nb [24]byte
+	var nb [512]byte
 	switch {
 	case err != nil:
 		code := protocol.StatusInternalServerError
@@ -222,13 +235,47 @@ func (c *conn) handleFinish(cmd *protocol.Command) {
 			c.log.Error(cmd.Op.String()+" failed", "group", string(cmd.Group), "err", err)
 		}
 		c.rq.addResultString(code, cmd.Op.String()+" failed: "+err.Error(), cmd.Opaque)
+		clear(hs)
 		return
-	case stale != nil:
-		body := strconv.AppendInt(nb[:0], int64(applied), 10)
-		c.rq.addResult(protocol.StatusNotFound, append(append(body, " of "...), strconv.Itoa(len(hs))+
-			" applied; the others are not current deliveries (acknowledged, released, timed out or redelivered)"...), cmd.Opaque)
+	case stale > 0:
+		c.rq.addResult(protocol.StatusNotFound, appendStale(nb[:0], applied, stale, hs), cmd.Opaque)
 	default:
 		c.rq.addResult(protocol.StatusSuccess, strconv.AppendInt(nb[:0], int64(applied), 10), cmd.Opaque)
 	}
 	c.rq.replies[len(c.rq.replies)-1].flush = flush
+	clear(hs)
+}
+
+// maxStaleListed bounds the stale handles a 404 names.
+const maxStaleListed = 8
+
+// appendStale renders the 404 body of a finish some of whose handles were
+// not current: `<applied> of <n> applied; <k> not current …: <handle>…`,
+// naming the first maxStaleListed of them.
+func appendStale(b []byte, applied, stale int, hs []pop.Handle) []byte {
+	b = strconv.AppendInt(b, int64(applied), 10)
+	b = append(b, " of "...)
+	b = strconv.AppendInt(b, int64(len(hs)), 10)
+	b = append(b, " applied; "...)
+	b = strconv.AppendInt(b, int64(stale), 10)
+	b = append(b, " not current (acknowledged, released, timed out or redelivered):"...)
+	listed := 0
+	for i := range hs {
+		if !hs[i].Stale {
+			continue
+		}
+		if listed == maxStaleListed {
+			b = append(b, " …"...)
+			break
+		}
+		h := &hs[i]
+		b = append(append(append(b, ' '), h.Topic...), ':')
+		b = strconv.AppendInt(b, int64(h.Partition), 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, h.Offset, 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, int64(h.Attempt), 10)
+		listed++
+	}
+	return b
 }

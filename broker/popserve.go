@@ -1,6 +1,9 @@
 package broker
 
 import (
+	"path/filepath"
+	"time"
+
 	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/broker/store"
@@ -12,11 +15,18 @@ import (
 // are the ones srv serves for subscription, dead letters go through the
 // delay service's dead-letter queue.
 func openPop(c *conf.Config, st *store.Store, d *delay.Service, srv *Server, adjust func(*pop.Config)) (*pop.Pop, error) {
-	if c.Slave.ID >= 0 {
+	if !startsAsMaster(c) {
 		// A slave's log is the master's, byte for byte: the service, which
-		// writes %POP% records, runs on the master only (docs/push.md).
+		// writes %POP% records, runs on the master only (docs/push.md); a
+		// promoted slave opens it then (replication_run.go).
 		return nil, nil
 	}
+	return startPop(c, st, d, srv, adjust)
+}
+
+// startPop opens the delivery service from the %POP% records in the log
+// and installs it on srv (at start on a master, on promotion).
+func startPop(c *conf.Config, st *store.Store, d *delay.Service, srv *Server, adjust func(*pop.Config)) (*pop.Pop, error) {
 	pc := pop.Config{
 		Store:         st,
 		Topics:        srv.popTopic,
@@ -24,6 +34,11 @@ func openPop(c *conf.Config, st *store.Store, d *delay.Service, srv *Server, adj
 		MaxInflight:   c.System.Pop.MaxInflight,
 		MaxRecordSize: c.System.MaxMessageSize,
 		Logger:        srv.log,
+		SpillAfter:    time.Duration(c.System.Pop.SpillAfterMs) * time.Millisecond,
+		SpillMemory:   int64(c.System.Pop.MemoryMb) << 20,
+	}
+	if c.System.Pop.MemoryMb >= 0 {
+		pc.SpillDir = filepath.Join(c.System.DataPath, "pop-spill")
 	}
 	if d != nil {
 		pc.DeadLetter = func(group string, msgID int64, reason string) (*store.Flush, error) {
@@ -38,7 +53,7 @@ func openPop(c *conf.Config, st *store.Store, d *delay.Service, srv *Server, adj
 	if err != nil {
 		return nil, err
 	}
-	srv.pop = p
+	srv.pop.Store(p)
 	return p, nil
 }
 
@@ -58,19 +73,24 @@ func (s *Server) popTopic(topic string) (int, bool) {
 // Pop is the broker's delivery service (docs/push.md), for the HTTP and
 // WebSocket gateway and embedding. On a slave it is pop.Disabled.
 func (b *Broker) Pop() pop.Service {
-	if b.pop == nil {
-		return pop.Disabled{}
+	if p := b.PopService(); p != nil {
+		return p
 	}
-	return b.pop
+	return pop.Disabled{}
 }
 
-// PopService is the concrete service (statistics, tests).
-func (b *Broker) PopService() *pop.Pop { return b.pop }
+// PopService is the concrete service (statistics, tests); nil on a slave.
+func (b *Broker) PopService() *pop.Pop {
+	if b.Server == nil {
+		return b.pop
+	}
+	return b.Server.pop.Load()
+}
 
 // appendPopStats adds the delivery service's counters to `stats` (and, with
 // detail, one group of lines per group and topic for `stats pop`).
 func (s *Server) appendPopStats(b []byte, detail bool) []byte {
-	p := s.pop
+	p := s.pop.Load()
 	if p == nil {
 		return b
 	}
@@ -85,6 +105,10 @@ func (s *Server) appendPopStats(b []byte, detail bool) []byte {
 	b = protocol.AppendStatInt(b, "pop_dead_letters", c.DeadLettered.Load())
 	b = protocol.AppendStatInt(b, "pop_checkpoints", c.Checkpoints.Load())
 	b = protocol.AppendStatInt(b, "pop_timer_entries", int64(p.TimerLen()))
+	b = protocol.AppendStatInt(b, "pop_spilled", c.Spilled.Load())
+	slices, bytes := p.SpillStats()
+	b = protocol.AppendStatInt(b, "pop_spill_slices", int64(slices))
+	b = protocol.AppendStatInt(b, "pop_spill_file_bytes", bytes)
 	if detail {
 		for _, sn := range p.Snapshots() {
 			k := "pop_" + sn.Group + "_" + sn.Topic

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -63,6 +64,7 @@ func (b *Broker) newHA(c *conf.Config, st *store.Store, log *slog.Logger) (*ha.N
 				close(b.restart.ch)
 			})
 		},
+		BeforeMaster: b.startWriters,
 		OnRole: func(role ha.Role, slaveID int) {
 			b.roleServices(role)
 			if b.zk != nil {
@@ -144,47 +146,130 @@ func startsAsMaster(c *conf.Config) bool { return c.Slave.ID < 0 && !c.Replicati
 // delayService is the running delay service (nil on a slave).
 func (s *Server) delayService() *delay.Service { return s.dly.Load() }
 
-// roleServices starts the services that write (the delay timer) when the
-// node becomes master and stops them when it becomes a slave. Transaction
-// checks stay running: their writes are refused on a slave (store replica
-// mode) and no producer of a slave's half messages connects to it.
+// replicaFromStart: a node that does not start as master refuses local
+// appends from the moment its store is open, before any service could
+// write (ha.Node.Start says so again).
+func replicaFromStart(c *conf.Config, st *store.Store) {
+	if !startsAsMaster(c) {
+		st.SetReplica(true)
+	}
+}
+
+// replicationServerOptions: a slave's transaction table is in standby (it
+// checks nothing and writes nothing until a promotion; broker/tx/standby.go).
+func replicationServerOptions(c *conf.Config, o *Options) {
+	if !startsAsMaster(c) {
+		o.Tx.Standby = true
+	}
+}
+
+// startWriters starts the services that write, from the records in the
+// log, the way a broker starting as master opens them (docs/replication.md,
+// "What a promoted slave starts"): the delay timer (%SCHEDULE%), the
+// transaction check-back (its table rebuilt from %TX_HALF%/%TX_OP%: half
+// messages that arrived from the old master are checked back) and the
+// delivery service (%POP%: what was delivered and not acknowledged on the
+// old master is delivered again). ha.Node.Promote calls it after writing
+// its epoch record and before the node takes its first put; on an error
+// the promotion fails (what was started is stopped again).
+func (b *Broker) startWriters() (err error) {
+	b.lateMu.Lock()
+	defer b.lateMu.Unlock()
+	srv := b.Server
+	if srv == nil {
+		return nil
+	}
+	var opened []func()
+	defer func() {
+		if err != nil {
+			for _, undo := range opened {
+				undo()
+			}
+		}
+	}()
+	if srv.delayService() == nil {
+		d, err := openDelay(b.Config, b.Store, b.log, b.zk, func(dc *delay.Config) {
+			dc.OnDelivered = traceDelivered(b.Trace, b.Config.System.BrokerID)
+			if b.delayAdjust != nil {
+				b.delayAdjust(dc)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		b.lateDelay = d
+		srv.dly.Store(d)
+		opened = append(opened, func() {
+			srv.dly.Store(nil)
+			b.lateDelay = nil
+			_ = d.Close()
+		})
+	}
+	if srv.tx.Standby() {
+		if err := srv.tx.Recover(); err != nil {
+			return fmt.Errorf("rebuilding the transaction table: %w", err)
+		}
+		opened = append(opened, func() { srv.tx.SetStandby(true) })
+	}
+	if srv.pop.Load() == nil {
+		p, err := startPop(b.Config, b.Store, srv.delayService(), srv, b.popAdjust)
+		if err != nil {
+			return fmt.Errorf("starting the delivery service: %w", err)
+		}
+		b.latePop = p
+	}
+	return nil
+}
+
+// roleServices stops the services that write when a master becomes a
+// slave without a restart (startWriters starts them on promotion): the
+// delay timer and the delivery service are closed (their last checkpoint
+// is refused: the log is the new master's now), the transaction table goes
+// back to standby.
 func (b *Broker) roleServices(role ha.Role) {
+	if role != ha.RoleSlave {
+		return
+	}
 	b.lateMu.Lock()
 	defer b.lateMu.Unlock()
 	srv := b.Server
 	if srv == nil {
 		return
 	}
-	switch {
-	case role == ha.RoleMaster && srv.delayService() == nil:
-		d, err := openDelay(b.Config, b.Store, b.log, b.zk, b.delayAdjust)
-		if err != nil {
-			b.log.Error("starting the delay service after promotion", "err", err)
-			return
+	srv.tx.SetStandby(true)
+	if p := srv.pop.Swap(nil); p != nil {
+		if p == b.latePop {
+			b.latePop = nil
 		}
-		b.lateDelay = d
-		srv.dly.Store(d)
-	case role == ha.RoleSlave && srv.delayService() != nil:
-		d := srv.dly.Swap(nil)
+		if err := p.Close(); err != nil && !errors.Is(err, store.ErrReplica) {
+			b.log.Warn("stopping the delivery service after demotion", "err", err)
+		}
+	}
+	if d := srv.dly.Swap(nil); d != nil {
 		if d == b.Delay {
 			return // opened at start: closed by Stop
 		}
 		b.lateDelay = nil
-		if err := d.Close(); err != nil {
+		if err := d.Close(); err != nil && !errors.Is(err, store.ErrReplica) {
 			b.log.Warn("stopping the delay service after demotion", "err", err)
 		}
 	}
 }
 
-// closeLateServices closes what roleServices opened (Stop).
+// closeLateServices closes what startWriters opened (Stop).
 func (b *Broker) closeLateServices() error {
 	b.lateMu.Lock()
 	defer b.lateMu.Unlock()
+	var errs []error
+	if p := b.latePop; p != nil {
+		b.latePop = nil
+		errs = append(errs, p.Close())
+	}
 	if d := b.lateDelay; d != nil {
 		b.lateDelay = nil
-		return d.Close()
+		errs = append(errs, d.Close())
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // dropReplicaRefusals: a service that records its state at Close (a

@@ -35,6 +35,8 @@ type Broker struct {
 	delayAdjust func(*delay.Config)
 	lateMu      sync.Mutex
 	lateDelay   *delay.Service // opened on promotion (replication_run.go)
+	latePop     *pop.Pop       // opened on promotion (replication_run.go)
+	popAdjust   func(*pop.Config)
 	security    *securityState // [security] (security.go)
 
 	logLimiter *logx.Limiter
@@ -78,8 +80,10 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		lim.Stop()
 		return nil, fmt.Errorf("opening store at %s: %w", c.System.DataPath, err)
 	}
+	replicaFromStart(c, st) // a slave's log takes no local write, not even now (replication_run.go)
 	opts := ServerOptions(c, log)
 	opts.Store = st
+	replicationServerOptions(c, &opts) // replication_run.go
 	b := &Broker{Config: c, Store: st, log: log, logLimiter: lim}
 	if c.ZK.Enable {
 		b.zk = newZKRegistration(c, log)
@@ -101,7 +105,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 			return nil, err
 		}
 	}
-	b.delayAdjust = so.Delay
+	b.delayAdjust, b.popAdjust = so.Delay, so.Pop
 	b.Delay, opts.Delay = dl, dl
 	if b.HA, err = b.newHA(c, st, log); err != nil { // replication_run.go
 		if dl != nil {

@@ -84,7 +84,7 @@ type Server struct {
 	lat    atomic.Pointer[latencyObserver] // metrics.go
 	tx     *tx.Manager
 	dly    atomic.Pointer[delay.Service] // opts.Delay, or opened on promotion (replication_run.go)
-	pop    *pop.Pop                      // broker-managed delivery (popserve.go), nil until set
+	pop    atomic.Pointer[pop.Pop]       // broker-managed delivery (popserve.go); nil on a slave (replication_run.go)
 
 	rtMu   sync.Mutex
 	rtPrev realtimeSnap

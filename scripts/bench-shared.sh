@@ -6,6 +6,7 @@
 #   scripts/bench-shared.sh                 # all three phases (about 1-2 minutes on 2 cores)
 #   scripts/bench-shared.sh --sync          # the broker in sync-flush mode (group commit)
 #   scripts/bench-shared.sh -- --shared-phases lateness --json   # extra `metaq bench` flags
+#   scripts/bench-shared.sh -- --shared-phases inflight --shared-inflight 5000000
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PATH=$PATH:/usr/local/go/bin
@@ -30,6 +31,8 @@ serverPort=$port
 dashboardHttpPort=0
 dataPath=$dir/data
 $flush
+# room for --shared-inflight above the default per-window cap (2,000,000)
+popMaxInflight=10000000
 [zookeeper]
 zk.zkEnable=false
 [topic=shared1]

@@ -217,6 +217,13 @@ func (f *follower) session() error {
 	if _, err := fmt.Sscan(body, &start, &segSize, &mEpoch); err != nil {
 		return fmt.Errorf("handshake: bad reply %q", body)
 	}
+	// A fourth field "0": the master does not wait for durable acks
+	// (syncReplicas=0), so fsyncs may be gathered. Absent (an older master)
+	// or anything else: ack every batch as soon as it is durable.
+	durableAcks := true
+	if fs := strings.Fields(body); len(fs) >= 4 && fs[3] == "0" {
+		durableAcks = false
+	}
 	if segSize != st.SegmentSize() {
 		return fmt.Errorf("the master's maxSegmentSize is %d, this broker's %d: they must be equal", segSize, st.SegmentSize())
 	}
@@ -235,7 +242,7 @@ func (f *follower) session() error {
 	_ = nc.SetDeadline(time.Time{})
 	f.up.Store(true)
 	n.log.Info("following the master", "master", addr, "from", pos, "epoch", mEpoch)
-	return f.stream(nc, br, pos)
+	return f.stream(nc, br, pos, durableAcks)
 }
 
 // reset writes a reset marker and asks the broker to reopen the store.
@@ -254,9 +261,25 @@ func (f *follower) reset(kind store.ResetKind, pos int64, why string) error {
 	return errRestart
 }
 
-// stream appends frames until the link breaks.
-func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64) error {
+// stream appends frames until the link breaks. The receive loop appends
+// what each read returned (store.AppendRaw) and writes it out to the page
+// cache (readable on this node and safe from a crash of this process); the
+// syncer (below) makes it durable and acks, in its own goroutine, so
+// receiving goes on while an fdatasync runs.
+func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks bool) (err error) {
 	st := f.n.st
+	sy := newSyncer(f, nc, durableAcks)
+	go sy.run()
+	defer func() {
+		if serr := sy.stop(); serr != nil {
+			err = serr // the link was closed because of it
+		}
+		// What arrived is durable before anyone compares positions (the
+		// election, a reconnect's handshake).
+		if _, serr := st.SyncRaw(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
 	buf := make([]byte, 8<<20)
 	// Bytes already buffered by the handshake's reader come first.
 	have := 0
@@ -264,7 +287,6 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64) error {
 		b, _ := br.Peek(k)
 		have = copy(buf, b)
 	}
-	var ack [ackSize]byte
 	idle := max(10*f.n.cfg.Heartbeat, 5*time.Second)
 	fr := frameReader{}
 	for {
@@ -314,22 +336,118 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64) error {
 			copy(nb, buf[:have])
 			buf = nb
 		}
-		dur := st.FlushedPos()
 		if appended {
-			var err error
-			if dur, err = st.SyncRaw(); err != nil {
+			if err := st.WriteOut(); err != nil {
 				return err
 			}
 		}
-		if dur >= f.masterEnd.Load() {
-			f.caughtUp.Store(time.Now().UnixNano())
+		sy.kick()
+	}
+}
+
+// asyncSyncEvery is how often a slave of a master that does not wait for
+// durable acks (syncReplicas=0) makes what it received durable while data
+// keeps arriving: one fdatasync per interval instead of one per socket read
+// (docs/replication.md, "What it costs": the fdatasyncs were the largest
+// item of the slave's CPU). What it holds is in the page cache meanwhile
+// (it survives a crash of the slave's process, not of its machine), and it
+// is synced at once when the link ends. Its acks, lag figures and published
+// position lag by at most this much more.
+var asyncSyncEvery = 50 * time.Millisecond
+
+// syncer makes a follower's appended bytes durable (store.SyncRaw: one
+// write-out and one fdatasync for everything appended so far) and acks the
+// durable position to the master: at once after every batch when the master
+// waits for durable acks, at most every asyncSyncEvery otherwise. It owns
+// the link's write side. The receive loop kicks it after every read (a
+// heartbeat too: the ack keeps the master's read side alive).
+type syncer struct {
+	f           *follower
+	nc          net.Conn
+	durableAcks bool
+	wake        chan struct{}
+	quit        chan struct{}
+	done        chan struct{}
+	err         error // set before done is closed
+}
+
+func newSyncer(f *follower, nc net.Conn, durableAcks bool) *syncer {
+	return &syncer{f: f, nc: nc, durableAcks: durableAcks,
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (s *syncer) kick() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stop ends the syncer and returns its error (nil when it had none).
+func (s *syncer) stop() error {
+	close(s.quit)
+	<-s.done
+	return s.err
+}
+
+func (s *syncer) run() {
+	defer close(s.done)
+	st := s.f.n.st
+	var (
+		ack   [ackSize]byte
+		last  time.Time // start of the last fdatasync
+		timer *time.Timer
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-s.wake:
+		case <-s.quit:
+			return
+		}
+		if !s.durableAcks && st.WritePos() > st.FlushedPos() {
+			if d := asyncSyncEvery - time.Since(last); d > 0 {
+				if timer == nil {
+					timer = time.NewTimer(d)
+				} else {
+					timer.Reset(d)
+				}
+				select {
+				case <-timer.C:
+				case <-s.quit:
+					return
+				}
+			}
+		}
+		dur := st.FlushedPos()
+		if st.WritePos() > dur {
+			last = time.Now()
+			var err error
+			if dur, err = st.SyncRaw(); err != nil {
+				s.fail(err)
+				return
+			}
+		}
+		if dur >= s.f.masterEnd.Load() {
+			s.f.caughtUp.Store(time.Now().UnixNano())
 		}
 		putAck(ack[:], dur)
-		_ = nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, err := nc.Write(ack[:]); err != nil {
-			return err
+		_ = s.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := s.nc.Write(ack[:]); err != nil {
+			s.fail(err)
+			return
 		}
 	}
+}
+
+// fail records err and closes the link, which ends the receive loop.
+func (s *syncer) fail(err error) {
+	s.err = err
+	_ = s.nc.Close()
 }
 
 // complete reports whether b starts with a whole frame.

@@ -31,6 +31,12 @@ type Config struct {
 	// /brokers/ids/<id>/master) when MasterAddr is empty; nil: none.
 	FindMaster func(ctx context.Context) (string, error)
 	Logger     *slog.Logger
+	// BeforeMaster is called by Promote once the node's epoch record is
+	// written and before it takes its first put: the broker starts the
+	// services that write, from the records in the log (delay timer,
+	// transaction check-back, delivery service). An error fails the
+	// promotion (the node stays a slave). nil: nothing to start.
+	BeforeMaster func() error
 	// OnRole is called after every role change (registration, services):
 	// slaveID is the slave number the node registers under (-1 master).
 	OnRole func(role Role, slaveID int)
@@ -252,6 +258,12 @@ func (n *Node) Promote(ctx context.Context, epoch int64) error {
 		n.epoch.Store(epoch)
 	} else {
 		n.log.Info("promoted to master", "epoch", n.epoch.Load())
+	}
+	if n.cfg.BeforeMaster != nil {
+		if err := n.cfg.BeforeMaster(); err != nil {
+			n.st.SetReplica(true)
+			return fmt.Errorf("ha: promote: starting the services that write: %w", err)
+		}
 	}
 	n.master.Store(nil)
 	n.role.Store(int32(RoleMaster))

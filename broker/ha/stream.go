@@ -124,7 +124,15 @@ func (n *Node) ServeLink(nc net.Conn, req LinkRequest) {
 		r.connected.Store(false)
 		n.gate.kick()
 	}()
-	body := strconv.FormatInt(start, 10) + " " + strconv.FormatInt(st.SegmentSize(), 10) + " " + strconv.FormatInt(n.Epoch(), 10)
+	// The fourth field says whether this master waits for durable acks
+	// (syncReplicas > 0): without it the slave may gather its fsyncs
+	// (follow.go, syncer).
+	durableAcks := "0"
+	if n.cfg.SyncReplicas > 0 {
+		durableAcks = "1"
+	}
+	body := strconv.FormatInt(start, 10) + " " + strconv.FormatInt(st.SegmentSize(), 10) + " " +
+		strconv.FormatInt(n.Epoch(), 10) + " " + durableAcks
 	if err := reply(nc, 200, body, req.Opaque); err != nil {
 		_ = nc.Close()
 		return
@@ -178,11 +186,27 @@ func (l *link) readAcks() {
 	}
 }
 
+// asyncLinger: on a master that does not wait for its slaves
+// (syncReplicas=0), after a send the stream lets the log grow this long
+// before it reads again, instead of waking on every write-out of a producer
+// connection: fewer, larger sends, and as many fewer wake-ups of the
+// stream here and of the slave's receiver, write-out, dispatcher and
+// syncer there (docs/replication.md, "What it costs"). The first record
+// after an idle spell is sent at once; a send of a full batch (catching up)
+// does not linger. Replication lags by at most this much more.
+var asyncLinger = 5 * time.Millisecond
+
 // stream sends the log from pos until stopped.
 func (l *link) stream(pos int64) error {
 	st := l.n.st
 	hb := time.NewTimer(l.n.cfg.Heartbeat)
 	defer hb.Stop()
+	var linger *time.Timer
+	if l.n.cfg.SyncReplicas == 0 && asyncLinger > 0 {
+		linger = time.NewTimer(time.Hour)
+		linger.Stop()
+		defer linger.Stop()
+	}
 	var (
 		hdrs   []byte
 		chunks []store.RawChunk
@@ -236,6 +260,14 @@ func (l *link) stream(pos int64) error {
 				}
 			}
 			hb.Reset(l.n.cfg.Heartbeat)
+			if linger != nil && size < writeBatch {
+				linger.Reset(asyncLinger)
+				select {
+				case <-l.stop:
+					return nil
+				case <-linger.C:
+				}
+			}
 			continue
 		}
 		select {

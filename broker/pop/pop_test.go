@@ -170,3 +170,49 @@ func TestRestart(t *testing.T) {
 		t.Fatalf("%d redelivered", len(again))
 	}
 }
+
+// A batch whose lock ends is redelivered as runs: one Receive gets every
+// unacknowledged message of it in offset order, with one timer entry per
+// run of consecutive offsets (the acknowledged ones split the runs).
+func TestRedeliverRuns(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"test": 1}})
+	c := b.Dial()
+	for i := 0; i < 300; i++ {
+		c.Put("test", 0, fmt.Sprintf("m%d", i), int32(i))
+	}
+	svc := b.PopService()
+	var ds []pop.Delivery
+	for len(ds) < 300 {
+		ds = append(ds, receive(t, svc, "g", "test", 300, 200*time.Millisecond)...)
+	}
+	for _, d := range ds {
+		if d.QueueOffset%3 == 0 {
+			if err := svc.Ack("g", d.Handle); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	again := receive(t, svc, "g", "test", 1024, time.Minute) // waits for the lock to end
+	receives := 1
+	deadline := time.Now().Add(30 * time.Second)
+	for len(again) < 200 && time.Now().Before(deadline) {
+		again = append(again, receive(t, svc, "g", "test", 1024, time.Minute)...)
+		receives++
+	}
+	if len(again) != 200 {
+		t.Fatalf("%d redelivered, want 200", len(again))
+	}
+	for i, d := range again {
+		want := int64(i/2*3 + i%2 + 1) // 1 2 4 5 7 8 …
+		if d.QueueOffset != want || d.Attempt != 2 {
+			t.Fatalf("redelivery %d: offset %d attempt %d, want offset %d attempt 2", i, d.QueueOffset, d.Attempt, want)
+		}
+		if r, _, err := protocol.DecodeRecord(d.Record, 0); err != nil || string(r.Data) != fmt.Sprintf("m%d", want) {
+			t.Fatalf("redelivery %d: record %q %v", i, r.Data, err)
+		}
+	}
+	// (a run may be cut where one Receive ended and the next began)
+	if n := svc.TimerLen(); n < 100 || n > 100+receives {
+		t.Errorf("%d timer entries for 100 runs of 2 redelivered by %d receives", n, receives)
+	}
+}

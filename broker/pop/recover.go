@@ -70,22 +70,23 @@ func (s *Pop) checkpoint(force bool) error {
 			w.beginState(q.group, q.topic, p.id, p.base)
 			var cur uint16
 			var n uint32
-			o := p.base
-			for _, e := range p.win[p.head:] {
-				v := e.attempt
-				if e.state == stDone {
-					v = runDone
+			p.scan(&s.ckBuf, func(o int64, ents []entry) {
+				for i := range ents {
+					v := ents[i].attempt
+					if ents[i].state == stDone {
+						v = runDone
+					}
+					if n > 0 && (v != cur || n == 1<<32-1) {
+						w.addRun(n, cur, o)
+						n = 0
+					}
+					cur = v
+					n++
+					o++
 				}
-				if n > 0 && (v != cur || n == 1<<32-1) {
-					w.addRun(n, cur, o)
-					n = 0
-				}
-				cur = v
-				n++
-				o++
-			}
+			})
 			if n > 0 {
-				w.addRun(n, cur, o)
+				w.addRun(n, cur, p.cursor)
 			}
 			w.endState()
 		}
@@ -237,10 +238,10 @@ func (s *Pop) recover() error {
 		for _, q := range m {
 			q.mu.Lock()
 			for _, p := range q.parts {
-				for i := p.head; i < len(p.win); i++ {
-					if e := &p.win[i]; e.state != stDone {
+				for o := p.base; o < p.cursor; o++ {
+					if e := p.at(o); e.state != stDone {
 						e.state = stReady
-						p.addReady(p.base + int64(i-p.head))
+						p.addReady(o)
 						pending++
 					}
 				}
@@ -267,19 +268,20 @@ func (s *Pop) applyState(st ckState) {
 	defer q.mu.Unlock()
 	p := q.partLocked(st.part)
 	if !p.inited {
-		p.base, p.cursor, p.inited = st.from, st.from, true
-		p.win, p.head = p.win[:0], 0
+		p.reset(st.from)
+		p.inited = true
 	}
 	if st.from != p.cursor {
 		return // a fragment that does not continue the previous one
 	}
+	now := nowMs()
 	for _, r := range st.runs {
 		e := entry{attempt: r.val, state: stReady}
 		if r.val == runDone {
 			e = entry{state: stDone}
 		}
 		for i := uint32(0); i < r.n && p.inflight() < s.cfg.MaxInflight; i++ {
-			p.push(e)
+			p.push(e, now)
 		}
 	}
 }
@@ -303,7 +305,7 @@ func (s *Pop) applyDone(group, topic string, part int32, off int64) {
 		return
 	}
 	for p.cursor <= off {
-		p.push(entry{state: stReady}) // delivered or not: unknown (attempt 0)
+		p.push(entry{state: stReady}, nowMs()) // delivered or not: unknown (attempt 0)
 	}
 	p.at(off).state = stDone
 }

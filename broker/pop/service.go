@@ -36,6 +36,17 @@ type Config struct {
 	// CheckpointInterval: how often the state is checkpointed into %POP%
 	// while it changes (default 1s; once a minute when idle).
 	CheckpointInterval time.Duration
+	// SpillDir is the directory of the side file that older time slices
+	// of the delivery windows move to (docs/push.md, "Memory and limits");
+	// "" keeps everything in memory.
+	SpillDir string
+	// SpillAfter: a sealed time slice older than this moves to the side
+	// file (popSpillAfterMs, default 5s).
+	SpillAfter time.Duration
+	// SpillMemory: while the windows' slices in memory take more bytes
+	// than this, sealed slices move to the side file oldest first, however
+	// young (popMemoryMb, default 32 MiB).
+	SpillMemory int64
 	// MaxRecordSize bounds the data of a %POP% record (maxMessageSize;
 	// default 1 MiB): larger checkpoints are split into chunks.
 	MaxRecordSize int
@@ -59,6 +70,8 @@ type Event struct {
 const (
 	DefaultMaxDeliveries = 5
 	DefaultMaxInflight   = 2_000_000
+	DefaultSpillAfter    = 5 * time.Second
+	DefaultSpillMemory   = 32 << 20
 )
 
 // Pop implements Service.
@@ -77,13 +90,23 @@ type Pop struct {
 	once  sync.Once
 	ckMu  sync.Mutex // serializes checkpoints
 	ckID  uint64
+	ckBuf []entry // checkpoint's scratch for a spilled slice
 	stats Stats
+
+	spill     *spill // nil: no side file
+	qbuf      []*queue
+	cbuf      []spillCand
+	spillErrs atomic.Int64
+
+	ops     atomic.Int64 // Poll, Finish and Snapshots running (Close waits for them)
+	closing atomic.Bool
 }
 
 // Stats are the service's counters (`stats pop`).
 type Stats struct {
 	Delivered, Redelivered, Acked, Released, Rejected, Extended, Expired, DeadLettered atomic.Int64
 	Checkpoints                                                                        atomic.Int64
+	Spilled                                                                            atomic.Int64 // time slices moved to the side file
 }
 
 // queue is the state of one group on one topic. Lock rules: queue.mu
@@ -97,6 +120,7 @@ type queue struct {
 	rr           int
 	notify       chan struct{} // closed when a message becomes ready again
 	dirty        bool
+	spill        *spill
 }
 
 type deadItem struct {
@@ -123,6 +147,12 @@ func Open(cfg Config) (*Pop, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.SpillAfter <= 0 {
+		cfg.SpillAfter = DefaultSpillAfter
+	}
+	if cfg.SpillMemory <= 0 {
+		cfg.SpillMemory = DefaultSpillMemory
+	}
 	if cfg.MaxRecordSize <= 0 || cfg.MaxRecordSize > 1<<20 {
 		cfg.MaxRecordSize = 1 << 20
 	}
@@ -137,26 +167,89 @@ func Open(cfg Config) (*Pop, error) {
 		done:   make(chan struct{}),
 		ckID:   uint64(time.Now().UnixNano()),
 	}
+	if cfg.SpillDir != "" {
+		sp, err := openSpill(cfg.SpillDir)
+		if err != nil {
+			return nil, fmt.Errorf("pop: side file: %w", err)
+		}
+		s.spill = sp
+	}
 	if err := s.recover(); err != nil {
+		if s.spill != nil {
+			_ = s.spill.close()
+		}
 		return nil, err
 	}
 	s.wg.Add(3)
 	go func() { defer s.wg.Done(); s.tm.loop(s.done, s.expire) }()
 	go func() { defer s.wg.Done(); s.deadLoop() }()
 	go func() { defer s.wg.Done(); s.checkpointLoop() }()
+	if s.spill != nil {
+		s.spillPass(nowMs()) // a large recovered state goes to the side file at once
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.spillLoop() }()
+	}
 	return s, nil
 }
+
+// spillLoop runs spillPass four times a second.
+func (s *Pop) spillLoop() {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+			s.spillPass(nowMs())
+		}
+	}
+}
+
+// enter registers a call that touches the windows (Poll, Finish,
+// Snapshots); false once Close began. Close unmaps the side file only
+// after every such call has left.
+func (s *Pop) enter() bool {
+	s.ops.Add(1)
+	if s.closing.Load() {
+		s.ops.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (s *Pop) exit() { s.ops.Add(-1) }
 
 // Close stops the service and writes a final checkpoint. Receives waiting
 // return ErrClosed.
 func (s *Pop) Close() error {
 	var err error
 	s.once.Do(func() {
+		s.closing.Store(true)
 		close(s.done)
 		s.wg.Wait()
+		for s.ops.Load() > 0 {
+			time.Sleep(time.Millisecond)
+		}
 		err = s.checkpoint(true)
 		if errors.Is(err, store.ErrClosed) {
 			err = nil
+		}
+		s.mu.RLock()
+		for _, m := range s.queues {
+			for _, q := range m {
+				q.mu.Lock()
+				for _, p := range q.parts {
+					p.freeAll()
+				}
+				q.mu.Unlock()
+			}
+		}
+		s.mu.RUnlock()
+		if s.spill != nil {
+			if cerr := s.spill.close(); err == nil {
+				err = cerr
+			}
 		}
 	})
 	return err
@@ -194,7 +287,7 @@ func (s *Pop) queueFor(group, topic string) *queue {
 		s.queues[group] = m
 	}
 	if q = m[topic]; q == nil {
-		q = &queue{group: group, topic: topic}
+		q = &queue{group: group, topic: topic, spill: s.spill}
 		m[topic] = q
 	}
 	return q
@@ -203,7 +296,7 @@ func (s *Pop) queueFor(group, topic string) *queue {
 // partLocked returns partition id of q, creating its state.
 func (q *queue) partLocked(id int32) *part {
 	for int(id) >= len(q.parts) {
-		q.parts = append(q.parts, &part{id: int32(len(q.parts))})
+		q.parts = append(q.parts, &part{id: int32(len(q.parts)), spill: q.spill})
 	}
 	return q.parts[id]
 }
@@ -281,9 +374,10 @@ func clampInvisible(d time.Duration) time.Duration {
 // when something may have become deliverable (the caller waits on them and
 // polls again). max is clamped to [1, MaxReceive].
 func (s *Pop) Poll(group, topic string, f Filter, limit int, invisible time.Duration, b *Batch) error {
-	if s.closed() {
+	if !s.enter() {
 		return ErrClosed
 	}
+	defer s.exit()
 	if err := checkName(group); err != nil {
 		return err
 	}
@@ -308,7 +402,7 @@ func (s *Pop) Poll(group, topic string, f Filter, limit int, invisible time.Dura
 			p.cursor, p.inited = p.base, true
 		}
 		s.redeliverLocked(q, p, b, limit, deadline)
-		s.freshLocked(q, p, f, b, limit, deadline)
+		s.freshLocked(q, p, f, b, limit, now, deadline)
 	}
 	if len(b.Items) == 0 {
 		b.Waits = append(b.Waits, q.waitChLocked())
@@ -333,15 +427,22 @@ func (s *Pop) Poll(group, topic string, f Filter, limit int, invisible time.Dura
 	return nil
 }
 
-// redeliverLocked delivers p's ready messages again.
+// redeliverLocked delivers p's ready messages again. A run of consecutive
+// ready offsets (a batch whose lock ended) is read with one store read and
+// locked with one timer entry, as a fresh batch is: a burst of expiries is
+// redelivered as fast as new messages are delivered.
 func (s *Pop) redeliverLocked(q *queue, p *part, b *Batch, limit int, deadline int64) {
+	runStart, runEnd := int64(-1), int64(-1) // delivered offsets not yet on the timer
 	for !b.full(limit) {
-		o, ok := p.takeReady()
+		o, ok := p.peekReady()
 		if !ok {
-			return
+			break
 		}
-		e := p.at(o)
-		res, err := s.st.Read(q.topic, p.id, o, 1, nil)
+		size := 1 // a lone offset: one record
+		if n := min(p.readyRun(), int64(limit-len(b.Items))); n > 1 {
+			size = int(min(max(n*512, 16<<10), 1<<20))
+		}
+		res, err := s.st.Read(q.topic, p.id, o, size, nil)
 		if err != nil || res.Status != store.ReadFound {
 			if res != nil {
 				res.Release()
@@ -349,27 +450,69 @@ func (s *Pop) redeliverLocked(q *queue, p *part, b *Batch, limit int, deadline i
 			if err != nil && !errors.Is(err, store.ErrClosed) {
 				s.log.Error("redelivery read failed; the message is dropped for the group", "group", q.group, "topic", q.topic, "partition", p.id, "offset", o, "err", err)
 			}
-			e.state = stDone // gone (retention) or unreadable: nothing left to deliver
-			p.advance()
+			s.dropGoneLocked(p, o) // gone (retention) or unreadable: nothing left to deliver
 			continue
 		}
-		rec := firstRecord(res.Bufs[0])
-		if rec == nil || int64(be.Uint64(rec[protocol.OffQueueOffset:])) != o {
+		used := false
+	scan:
+		for _, buf := range res.Bufs {
+			for len(buf) > 0 {
+				rec := firstRecord(buf)
+				if rec == nil {
+					break scan
+				}
+				buf = buf[len(rec):]
+				ro := int64(be.Uint64(rec[protocol.OffQueueOffset:]))
+				if ro < o {
+					continue
+				}
+				if ro > o {
+					break scan // o is not in this read (a gap, or the run ended)
+				}
+				p.dropReady()
+				e := p.at(o)
+				e.state, e.deadline = stInflight, deadline
+				if e.attempt < 0xFFFE {
+					e.attempt++
+				}
+				b.Items = append(b.Items, Item{Partition: p.id, Offset: o, MsgID: int64(be.Uint64(rec[protocol.OffMsgID:])), Attempt: int(e.attempt), Record: rec})
+				b.Bytes += len(rec)
+				s.stats.Redelivered.Add(1)
+				used = true
+				if o != runEnd {
+					if runStart >= 0 {
+						s.tm.schedule(tentry{at: deadline, q: q, p: p, off: runStart, n: int32(runEnd - runStart)})
+					}
+					runStart = o
+				}
+				runEnd = o + 1
+				if b.full(limit) {
+					break scan
+				}
+				if o, ok = p.peekReady(); !ok {
+					break scan
+				}
+			}
+		}
+		if used {
+			b.reads = append(b.reads, res)
+		} else {
 			res.Release()
-			e.state = stDone
-			p.advance()
-			continue
+			s.dropGoneLocked(p, o) // the read starts past o: o is gone
 		}
-		b.reads = append(b.reads, res)
-		e.state, e.deadline = stInflight, deadline
-		if e.attempt < 0xFFFE {
-			e.attempt++
-		}
-		b.Items = append(b.Items, Item{Partition: p.id, Offset: o, MsgID: int64(be.Uint64(rec[protocol.OffMsgID:])), Attempt: int(e.attempt), Record: rec})
-		b.Bytes += len(rec)
-		s.tm.schedule(tentry{at: deadline, q: q, p: p, off: o, n: 1})
-		s.stats.Redelivered.Add(1)
 	}
+	if runStart >= 0 {
+		s.tm.schedule(tentry{at: deadline, q: q, p: p, off: runStart, n: int32(runEnd - runStart)})
+	}
+}
+
+// dropGoneLocked ends ready offset o, whose message cannot be read any more.
+func (s *Pop) dropGoneLocked(p *part, o int64) {
+	p.dropReady()
+	if e := p.at(o); e != nil {
+		e.state = stDone
+	}
+	p.advance()
 }
 
 func firstRecord(buf []byte) []byte {
@@ -384,7 +527,7 @@ func firstRecord(buf []byte) []byte {
 }
 
 // freshLocked delivers messages of p never delivered before.
-func (s *Pop) freshLocked(q *queue, p *part, f Filter, b *Batch, limit int, deadline int64) {
+func (s *Pop) freshLocked(q *queue, p *part, f Filter, b *Batch, limit int, now, deadline int64) {
 	first := int64(-1)
 	for rounds := 0; rounds < 16 && !b.full(limit) && p.inflight() < s.cfg.MaxInflight; rounds++ {
 		// Nothing indexed at the cursor yet: do not Read (it would wait for
@@ -406,11 +549,11 @@ func (s *Pop) freshLocked(q *queue, p *part, f Filter, b *Batch, limit int, dead
 		switch res.Status {
 		case store.ReadFound:
 		case store.ReadFiltered:
-			s.skipLocked(p, res.NextOffset)
+			s.skipLocked(p, res.NextOffset, now)
 			res.Release()
 			continue
 		case store.ReadOffsetTooSmall:
-			s.skipLocked(p, res.MinOffset)
+			s.skipLocked(p, res.MinOffset, now)
 			res.Release()
 			continue
 		default:
@@ -436,8 +579,8 @@ func (s *Pop) freshLocked(q *queue, p *part, f Filter, b *Batch, limit int, dead
 					all = false
 					break scan
 				}
-				s.skipLocked(p, o)
-				p.push(entry{state: stInflight, attempt: 1, deadline: deadline})
+				s.skipLocked(p, o, now)
+				p.push(entry{state: stInflight, attempt: 1, deadline: deadline}, now)
 				if first < 0 {
 					first = o
 				}
@@ -448,7 +591,7 @@ func (s *Pop) freshLocked(q *queue, p *part, f Filter, b *Batch, limit int, dead
 			}
 		}
 		if all && res.NextOffset > p.cursor {
-			s.skipLocked(p, res.NextOffset)
+			s.skipLocked(p, res.NextOffset, now)
 		}
 		if used {
 			b.reads = append(b.reads, res)
@@ -464,17 +607,16 @@ func (s *Pop) freshLocked(q *queue, p *part, f Filter, b *Batch, limit int, dead
 
 // skipLocked marks the offsets from cursor up to to as done (filtered out
 // or removed by retention).
-func (s *Pop) skipLocked(p *part, to int64) {
+func (s *Pop) skipLocked(p *part, to, now int64) {
 	if to <= p.cursor {
 		return
 	}
 	if p.inflight() == 0 {
-		p.base, p.cursor = to, to
-		p.win, p.head = p.win[:0], 0
+		p.reset(to)
 		return
 	}
 	for p.cursor < to {
-		p.push(entry{state: stDone})
+		p.push(entry{state: stDone}, now)
 	}
 }
 
@@ -520,6 +662,9 @@ type Handle struct {
 	Partition int32
 	Offset    int64
 	Attempt   int
+	// Stale is set by Finish when the handle was not the current delivery
+	// of its message (nothing was done for it).
+	Stale bool
 }
 
 // FormatHandle renders a handle: `<topic>:<partition>:<offset>:<attempt>`.
@@ -606,14 +751,15 @@ const (
 
 // Finish applies op to the deliveries hs of group: ack, release (arg =
 // delay), reject or extend (arg = invisibility from now). It returns how
-// many were applied, the first per-handle failure (ErrStale), and the
-// flush the caller waits for before answering (sync-flush mode; in async
+// many were applied and how many were not current deliveries (each of
+// those has Handle.Stale set; the others were applied), and the flush the caller waits for before answering (sync-flush mode; in async
 // mode it must call store.WriteOut first, as for a put). scratch is reused
 // for the %POP% record.
-func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratch []byte) (applied int, stale error, flush *store.Flush, _ []byte, err error) {
-	if s.closed() {
-		return 0, nil, nil, scratch, ErrClosed
+func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratch []byte) (applied, stale int, flush *store.Flush, _ []byte, err error) {
+	if !s.enter() {
+		return 0, 0, nil, scratch, ErrClosed
 	}
+	defer s.exit()
 	dp := donePool.Get().(*[]doneRef)
 	done := (*dp)[:0]
 	defer func() { clear(done); *dp = done[:0]; donePool.Put(dp) }()
@@ -621,11 +767,11 @@ func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratc
 	now := nowMs()
 	for i := range hs {
 		h := &hs[i]
+		h.Stale = false
 		q := s.lookup(group, h.Topic)
 		if q == nil {
-			if stale == nil {
-				stale = ErrStale
-			}
+			h.Stale = true
+			stale++
 			continue
 		}
 		q.mu.Lock()
@@ -639,9 +785,8 @@ func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratc
 		}
 		if e == nil || e.state != stInflight || int(e.attempt) != h.Attempt {
 			q.mu.Unlock()
-			if stale == nil {
-				stale = ErrStale
-			}
+			h.Stale = true
+			stale++
 			continue
 		}
 		q.dirty = true
@@ -737,8 +882,8 @@ func (s *Pop) finishOne(group, handle string, op Op, arg time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if stale != nil {
-		return stale
+	if stale > 0 {
+		return ErrStale
 	}
 	return s.durable(f)
 }
@@ -876,6 +1021,10 @@ type Snapshot struct {
 
 // Snapshots lists every queue's state.
 func (s *Pop) Snapshots() []Snapshot {
+	if !s.enter() {
+		return nil
+	}
+	defer s.exit()
 	s.mu.RLock()
 	var qs []*queue
 	for _, m := range s.queues {
@@ -885,22 +1034,33 @@ func (s *Pop) Snapshots() []Snapshot {
 	}
 	s.mu.RUnlock()
 	out := make([]Snapshot, 0, len(qs))
+	var buf []entry
 	for _, q := range qs {
 		sn := Snapshot{Group: q.group, Topic: q.topic}
 		q.mu.Lock()
 		for _, p := range q.parts {
 			sn.Window += p.inflight()
-			sn.Ready += len(p.ready) - p.rhead
-			for _, e := range p.win[p.head:] {
-				if e.state != stDone {
-					sn.Inflight++
+			sn.Ready += p.readyLen()
+			p.scan(&buf, func(_ int64, ents []entry) {
+				for i := range ents {
+					if ents[i].state != stDone {
+						sn.Inflight++
+					}
 				}
-			}
+			})
 		}
 		q.mu.Unlock()
 		out = append(out, sn)
 	}
 	return out
+}
+
+// SpillStats reports the side file: slices in it and the files' size.
+func (s *Pop) SpillStats() (slices int, bytes int64) {
+	if s.spill == nil {
+		return 0, 0
+	}
+	return s.spill.slots()
 }
 
 // Counters returns the service's counters.

@@ -84,6 +84,7 @@ type commitLog struct {
 	closed      bool
 	replica     bool      // a slave's copy: local appends refused (raw.go)
 	appendParts partCache // the appender's partition cache (partcache.go)
+	rawRun      rawRun    // AppendRaw's scratch (raw.go)
 	puts        int64
 	putBytes    int64
 	putErrors   int64

@@ -141,7 +141,12 @@ func (s *Store) SetReplica(on bool) {
 // msgIds; each partition's next offset follows them, and the dispatcher
 // indexes them as usual once they are visible. A BLANK header closes the
 // active segment (which must end where the master's did). Records are
-// verified (layout and CRC). Nothing is durable before SyncRaw.
+// verified (layout and CRC) before anything is appended: on an error nothing
+// of b is. Nothing is durable before SyncRaw.
+//
+// The records are checked first, then the whole run is staged with one copy
+// and the positions are published once (a store of an atomic after each
+// record's copy cost ~10% of a slave's CPU: the fence waits for the copy).
 func (s *Store) AppendRaw(pos int64, b []byte) error {
 	l := s.clog
 	l.mu.Lock()
@@ -152,82 +157,178 @@ func (s *Store) AppendRaw(pos int64, b []byte) error {
 	if pos != l.wpos {
 		return fmt.Errorf("%w: append at %d, write position %d", ErrRawPosition, pos, l.wpos)
 	}
+	if len(b) == 0 {
+		return nil
+	}
+	size, magic, ok := protocol.PeekRecord(b)
+	if !ok {
+		return fmt.Errorf("%w: %d stray bytes at %d", ErrRawBad, len(b), l.wpos)
+	}
+	if magic == protocol.BlankMagic {
+		rem := l.active.end() - l.wpos
+		if int64(size) != rem || len(b) != protocol.BlankMinSize {
+			return fmt.Errorf("%w: BLANK of %d bytes at %d, %d left in the segment (maxSegmentSize differs from the master's?)",
+				ErrRawBad, size, l.wpos, rem)
+		}
+		// Roll: asking for one byte more than is left makes room in the
+		// next segment exactly as a master's append does.
+		end := l.active.end()
+		if err := l.makeRoomLocked(rem + 1); err != nil {
+			return err
+		}
+		if l.wpos != end {
+			return fmt.Errorf("%w: roll at %d went to %d", ErrRawBad, end, l.wpos)
+		}
+		return nil
+	}
+	run, err := l.checkRawLocked(b)
+	if err != nil {
+		return err
+	}
+	n := int64(len(b))
+	if err := l.makeRoomLocked(n); err != nil { // staging room only: it fits (checked)
+		return err
+	}
+	if l.wpos != pos {
+		return fmt.Errorf("%w: write position moved to %d under a raw append at %d", ErrRawPosition, l.wpos, pos)
+	}
+	copy(l.stagedLocked(n), b)
+	for i := range run.parts {
+		rp := &run.parts[i]
+		p := rp.p
+		if p.next.Load() == 0 && rp.first > 0 && p.min.Load() == 0 {
+			// A partition whose first records were deleted by the master's
+			// retention before this copy began (a reset replica): it
+			// starts where the master's oldest segment does.
+			p.min.Store(rp.first)
+			p.indexed.Store(rp.first)
+		}
+		p.next.Store(rp.last + 1)
+		p.topic.puts += rp.count
+		rp.p = nil
+	}
+	l.wpos = pos + n
+	l.lastRecord = run.lastRecord
+	if run.lastStore > l.lastStore {
+		l.lastStore = run.lastStore
+	}
+	l.written.Store(l.wpos)
+	if l.pre.ahead && (pos^l.wpos)>>l.pre.shift != 0 {
+		kick(l.pre.fillc)
+	}
+	l.puts += run.count
+	l.putBytes += n
+	return nil
+}
+
+// rawRun is what checkRawLocked found in a run of records: the partitions
+// it appends to (first and last queue offset, count), the last record's
+// position and the newest store time. Reused (l.mu).
+type rawRun struct {
+	parts      []rawPart
+	idx        map[*partition]int // index into parts once there are more than rawRunScan
+	count      int64
+	lastRecord int64
+	lastStore  int64
+}
+
+type rawPart struct {
+	p           *partition
+	first, last int64
+	count       int64
+}
+
+// rawRunScan: up to this many partitions a run looks them up by a scan,
+// beyond it by a map (a run of a few records to each of many partitions).
+const rawRunScan = 16
+
+func (r *rawRun) slot(p *partition) int {
+	if len(r.parts) > rawRunScan {
+		if i, ok := r.idx[p]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range r.parts {
+		if r.parts[i].p == p {
+			return i
+		}
+	}
+	return -1
+}
+
+func (r *rawRun) add(p *partition, first int64) {
+	r.parts = append(r.parts, rawPart{p: p, first: first})
+	switch n := len(r.parts); {
+	case n == rawRunScan+1:
+		if r.idx == nil {
+			r.idx = make(map[*partition]int)
+		}
+		clear(r.idx)
+		for i := range r.parts {
+			r.idx[r.parts[i].p] = i
+		}
+	case n > rawRunScan+1:
+		r.idx[p] = n - 1
+	}
+}
+
+// checkRawLocked verifies that b is a run of whole valid records starting
+// at the write position, inside the active segment, and collects what
+// appending it changes. It changes nothing itself (partition states may be
+// created: they are empty until the append).
+func (l *commitLog) checkRawLocked(b []byte) (*rawRun, error) {
+	run := &l.rawRun
+	run.parts, run.count, run.lastStore = run.parts[:0], 0, 0
+	at := l.wpos
+	end := l.active.end()
+	slot := -1
 	for len(b) > 0 {
 		size, magic, ok := protocol.PeekRecord(b)
 		if !ok {
-			return fmt.Errorf("%w: %d stray bytes at %d", ErrRawBad, len(b), l.wpos)
+			return nil, fmt.Errorf("%w: %d stray bytes at %d", ErrRawBad, len(b), at)
 		}
-		rem := l.active.end() - l.wpos
 		if magic == protocol.BlankMagic {
-			if int64(size) != rem || len(b) != protocol.BlankMinSize {
-				return fmt.Errorf("%w: BLANK of %d bytes at %d, %d left in the segment (maxSegmentSize differs from the master's?)",
-					ErrRawBad, size, l.wpos, rem)
-			}
-			// Roll: asking for one byte more than is left makes room in
-			// the next segment exactly as a master's append does.
-			end := l.active.end()
-			if err := l.makeRoomLocked(rem + 1); err != nil {
-				return err
-			}
-			if l.wpos != end {
-				return fmt.Errorf("%w: roll at %d went to %d", ErrRawBad, end, l.wpos)
-			}
-			b = b[protocol.BlankMinSize:]
-			continue
+			return nil, fmt.Errorf("%w: BLANK inside a run of records at %d", ErrRawBad, at)
 		}
 		if size > len(b) {
-			return fmt.Errorf("%w: record of %d bytes at %d, %d given", ErrRawBad, size, l.wpos, len(b))
+			return nil, fmt.Errorf("%w: record of %d bytes at %d, %d given", ErrRawBad, size, at, len(b))
 		}
 		rec, _, err := protocol.DecodeRecord(b[:size], 0)
 		if err != nil {
-			return fmt.Errorf("%w: at %d: %v", ErrRawBad, l.wpos, err)
+			return nil, fmt.Errorf("%w: at %d: %v", ErrRawBad, at, err)
 		}
-		if rec.PhysicalOffset != l.wpos {
-			return fmt.Errorf("%w: record of %d says physical offset %d", ErrRawBad, l.wpos, rec.PhysicalOffset)
+		if rec.PhysicalOffset != at {
+			return nil, fmt.Errorf("%w: record of %d says physical offset %d", ErrRawBad, at, rec.PhysicalOffset)
 		}
-		if !(int64(size) == rem || int64(size)+protocol.BlankMinSize <= rem) {
-			return fmt.Errorf("%w: record of %d bytes at %d does not fit the %d left in the segment (maxSegmentSize differs from the master's?)",
-				ErrRawBad, size, l.wpos, rem)
-		}
-		if err := l.makeRoomLocked(int64(size)); err != nil { // staging room only: it fits
-			return err
-		}
-		if l.wpos != pos {
-			return fmt.Errorf("%w: write position moved to %d under a raw append at %d", ErrRawPosition, l.wpos, pos)
+		if rem := end - at; !(int64(size) == rem || int64(size)+protocol.BlankMinSize <= rem) {
+			return nil, fmt.Errorf("%w: record of %d bytes at %d does not fit the %d left in the segment (maxSegmentSize differs from the master's?)",
+				ErrRawBad, size, at, rem)
 		}
 		topic := unsafe.String(unsafe.SliceData(rec.Topic), len(rec.Topic))
 		p := l.appendParts.get(topic, rec.Partition)
 		if p == nil {
 			if p = l.appendPartitionLocked(string(rec.Topic), rec.Partition); p == nil {
-				return fmt.Errorf("%w: bad topic at %d", ErrRawBad, l.wpos)
+				return nil, fmt.Errorf("%w: bad topic at %d", ErrRawBad, at)
 			}
 		}
-		copy(l.stagedLocked(int64(size)), b[:size])
-		if p.next.Load() == 0 && rec.QueueOffset > 0 && p.min.Load() == 0 {
-			// A partition whose first records were deleted by the master's
-			// retention before this copy began (a reset replica): it
-			// starts where the master's oldest segment does.
-			p.min.Store(rec.QueueOffset)
-			p.indexed.Store(rec.QueueOffset)
+		if slot < 0 || run.parts[slot].p != p {
+			slot = run.slot(p)
+			if slot < 0 {
+				run.add(p, rec.QueueOffset)
+				slot = len(run.parts) - 1
+			}
 		}
-		p.next.Store(rec.QueueOffset + 1)
-		phys := l.wpos
-		l.wpos = phys + int64(size)
-		pos = l.wpos
-		l.lastRecord = phys
-		if rec.StoreTime > l.lastStore {
-			l.lastStore = rec.StoreTime
-		}
-		l.written.Store(l.wpos)
-		if l.pre.ahead && (phys^l.wpos)>>l.pre.shift != 0 {
-			kick(l.pre.fillc)
-		}
-		l.puts++
-		l.putBytes += int64(size)
-		p.topic.puts++
+		rp := &run.parts[slot]
+		rp.last = rec.QueueOffset
+		rp.count++
+		run.count++
+		run.lastRecord = at
+		run.lastStore = max(run.lastStore, rec.StoreTime)
+		at += int64(size)
 		b = b[size:]
 	}
-	return nil
+	return run, nil
 }
 
 // SyncRaw makes everything appended so far durable (one write-out and one

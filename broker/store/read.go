@@ -64,9 +64,15 @@ const readUnitBatch = 256
 // cost.
 const filteredUnitBatch = 1024
 
-// maxFilteredScan bounds the units a filtered Read scans without a match
-// (then ReadFiltered tells the caller where to continue).
-const maxFilteredScan = 8192
+// maxFilteredScan bounds the records a filtered Read reads from the commit
+// log and rejects without a match, maxIndexSkips the units it skips from
+// the unit alone (tag hash, property signature: ~10 ns each, 8x cheaper per
+// unit than a record read); then ReadFiltered tells the caller where to
+// continue.
+const (
+	maxFilteredScan = 8192
+	maxIndexSkips   = 8 * maxFilteredScan
+)
 
 var resultPool = sync.Pool{New: func() any {
 	return &ReadResult{units: make([]byte, readUnitBatch*unitSize), Bufs: make([][]byte, 0, 4)}
@@ -146,7 +152,7 @@ func (s *Store) Read(topic string, partition int32, offset int64, maxBytes int, 
 
 func (s *Store) readInto(r *ReadResult, p *partition, offset, readable int64, maxBytes int, f *protocol.TagFilter) error {
 	q := offset
-	skipped := 0
+	skipped, indexSkips := 0, 0 // units rejected by reading the record, from the unit alone
 	all := f.All()
 	rm := f.RecordMatcher() // an expression on the record (readmatch.go)
 	sm := signatureMatcher(rm)
@@ -194,7 +200,7 @@ scan:
 			prevEnd = phys + int64(size)
 			if !all && !f.MatchHash(tag) {
 				q++
-				if skipped++; skipped >= maxFilteredScan && r.Count == 0 {
+				if indexSkips++; indexSkips >= maxIndexSkips && r.Count == 0 {
 					stopped = true
 					break scan
 				}
@@ -203,7 +209,7 @@ scan:
 			if sm != nil {
 				if sig, ok := unitSignature(r.units[i:]); ok && !sm.MaySignature(sig) {
 					q++ // the unit alone shows the expression cannot select it
-					if skipped++; skipped >= maxFilteredScan && r.Count == 0 {
+					if indexSkips++; indexSkips >= maxIndexSkips && r.Count == 0 {
 						stopped = true
 						break scan
 					}

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/metaqgo/metaq/protocol"
+	"github.com/metaqgo/metaq/protocol/filter"
 )
 
 func TestReadStatuses(t *testing.T) {
@@ -149,14 +150,21 @@ func TestReadFilteredScanBound(t *testing.T) {
 	cfg.SegmentSize = 1 << 20
 	s := mustOpen(t, cfg)
 	defer mustClose(t, s)
-	n := maxFilteredScan + 100
+	n := maxIndexSkips + 100
 	for i := 0; i < n; i++ {
 		s.AppendAsync(&Message{Topic: "b", Properties: []byte("tag=x"), Data: []byte("y")})
 	}
 	waitReadable(t, s, "b", 0, int64(n))
+	// Tag misses are decided from the units: up to maxIndexSkips of them.
 	r, _ := s.Read("b", 0, 0, 1000, protocol.ParseTagFilter("other"))
+	if r.Status != ReadFiltered || r.NextOffset != maxIndexSkips {
+		t.Fatalf("tag misses: status %v next %d", r.Status, r.NextOffset)
+	}
+	r.Release()
+	// An expression on tagged records reads each one: up to maxFilteredScan.
+	r, _ = s.Read("b", 0, 0, 1000, protocol.ParseTagFilter("x").WithRecordMatcher(filter.MustCompile("a = 1")))
 	if r.Status != ReadFiltered || r.NextOffset != maxFilteredScan {
-		t.Fatalf("status %v next %d", r.Status, r.NextOffset)
+		t.Fatalf("expression misses: status %v next %d", r.Status, r.NextOffset)
 	}
 	r.Release()
 }

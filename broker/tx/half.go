@@ -226,7 +226,9 @@ func (m *Manager) checkLoop() {
 		case <-m.stop:
 			return
 		case <-t.C:
-			m.scanChecks()
+			if !m.standby.Load() { // a slave checks nothing (standby.go)
+				m.scanChecks()
+			}
 		}
 	}
 }

@@ -49,6 +49,11 @@ type Config struct {
 	// then does not write out each of its appends itself (one system call
 	// per transaction step).
 	CallerWritesOut bool
+	// Standby: the broker is a slave (docs/replication.md): the table is
+	// built from the log but nothing is written — no check-back, no
+	// completion of a commit run the log holds only part of (the master's
+	// log brings the rest) — until Recover (standby.go).
+	Standby bool
 }
 
 // Defaults.
@@ -122,6 +127,7 @@ type Manager struct {
 	lastWarn time.Time // rate limit of "no live producer" warnings
 
 	provisional atomic.Int64 // provisional ids of puts inside a transaction
+	standby     atomic.Bool  // a slave's table: no checks, no writes (standby.go)
 
 	begun, xaBegun, committed, rolledBack, timedOut, checksSent, checkRollbacks atomic.Int64
 
@@ -180,6 +186,7 @@ func Open(cfg Config) (*Manager, error) {
 		groups: make(map[string]*group),
 		stop:   make(chan struct{}),
 	}
+	m.standby.Store(cfg.Standby)
 	if err := m.recover(); err != nil {
 		return nil, err
 	}

@@ -78,6 +78,9 @@ func (m *Manager) recover() error {
 		return err
 	}
 	for _, c := range commits {
+		if m.standby.Load() {
+			break // a slave's log: the master completes the run (standby.go)
+		}
 		if err := m.checkCommitRun(c); err != nil {
 			return err
 		}

@@ -26,6 +26,7 @@ type sharedBenchOpts struct {
 	inflight  int64
 	lateN     int64
 	invisible time.Duration
+	settle    time.Duration
 	phases    string
 }
 
@@ -35,6 +36,7 @@ func addSharedBenchFlags(f *pflag.FlagSet, s *sharedBenchOpts) {
 	f.Int64Var(&s.inflight, "shared-inflight", 1_000_000, "shared: messages held in flight (memory phase); 0 skips it")
 	f.Int64Var(&s.lateN, "shared-lateness-count", 20000, "shared: messages left unacknowledged in the lateness phase")
 	f.DurationVar(&s.invisible, "shared-invisible", 2*time.Second, "shared: invisibility time of the lateness phase")
+	f.DurationVar(&s.settle, "shared-inflight-settle", 6*time.Second, "shared: memory phase: second RSS sample this long after the first (older time slices have gone to the side file by then: popSpillAfterMs)")
 	f.StringVar(&s.phases, "shared-phases", "throughput,lateness,inflight", "shared: phases to run")
 }
 
@@ -451,9 +453,15 @@ func (b *bencher) sharedInflight(ctx context.Context) benchkit.Result {
 		r.Error = err.Error()
 		return r
 	}
+	time.Sleep(so.settle)
+	anon2, rss2, err := procRSS(b.cpuPID)
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
 	r.SetThroughput(held, el)
 	mib := func(kb int64) string { return strconv.FormatFloat(float64(kb)/1024, 'f', 1, 64) + " MiB" }
-	b.notes(&r, fmt.Sprintf("%d messages received and held unacknowledged by one group (invisibility 30 min; they are redelivered after the run); broker RssAnon %s → %s (%+.1f MiB), VmRSS %s → %s (includes the commit log's mapped file pages)",
-		held, mib(anon0), mib(anon1), float64(anon1-anon0)/1024, mib(rss0), mib(rss1)))
+	b.notes(&r, fmt.Sprintf("%d messages received and held unacknowledged by one group (invisibility 30 min; they are redelivered after the run); broker RssAnon %s → %s (%+.1f MiB) 2 s after the last pop, %s (%+.1f MiB) %s later; VmRSS %s → %s → %s (includes the commit log's mapped file pages)",
+		held, mib(anon0), mib(anon1), float64(anon1-anon0)/1024, mib(anon2), float64(anon2-anon0)/1024, so.settle, mib(rss0), mib(rss1), mib(rss2)))
 	return r
 }
