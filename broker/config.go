@@ -82,6 +82,8 @@ func ServerOptions(c *conf.Config, log *slog.Logger) Options {
 			MaxTimeout:    sys.MaxTxTimeout,
 			CheckInterval: sys.TransactionCheckInterval,
 			CheckMax:      sys.TransactionCheckMax,
+			// flushTxLogAtCommit 1 (the default): a txend's reply waits for its group commit.
+			EndWithoutFlush: sys.FlushTxLogAtCommit != 1,
 		},
 	}
 }

@@ -29,6 +29,10 @@ import (
 //   - drained (a sync.Cond on mu) is broadcast by the writer when outBytes
 //     falls below lowWater; the reader waits on it when outBytes exceeds
 //     highWater (backpressure instead of unbounded memory).
+//   - writing (under mu) says the socket's write side is taken: by the
+//     writer goroutine, or by the reader writing its own replies inline
+//     (inline.go). Whoever sets it owns conn.w until it clears it, then
+//     signals the writer if replies were queued meanwhile.
 
 const (
 	minReadBuf = 4 << 10
@@ -59,12 +63,16 @@ type conn struct {
 	readerDone bool     // the reader stopped; the writer closes once the queue is empty
 	closeErr   error
 
+	writing   bool     // the write side is taken (guarded by mu; inline.go)
+	w         *writer  // the render/write state, owned by whoever set writing
 	rq        outQueue // reader-local replies, published after each parsed buffer
+	readMs    int64    // unix ms of the last read: the store time of its puts (reader only)
 	parked    atomic.Int32
 	quit      bool
 	filters   map[string]*protocol.TagFilter // tag expression cache (reader only)
 	wheres    whereCache                     // filter expression cache (where.go; reader only)
 	txs       *tx.Session                    // transactions of this connection (txconn.go; reader only)
+	txEnds    txEndBatch                     // txends of this read batch, appended at its end (txconn.go; reader only)
 	delayBuf  []byte                         // scratch for delayed puts and retries (reader only)
 	batch     batchBufs                      // scratch for mput (batchput.go; reader only)
 	pop       popConn                        // broker-managed delivery scratch (popconn.go; reader only)
@@ -100,11 +108,11 @@ func newConn(srv *Server, nc net.Conn, id uint64) *conn {
 
 // serve runs the connection to its end; it returns when both goroutines are done.
 func (c *conn) serve() {
-	w := &writer{c: c}
+	c.w = &writer{c: c}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		w.loop()
+		c.w.loop()
 	}()
 	c.readLoop()
 	c.wg.Wait()
@@ -127,6 +135,7 @@ func (c *conn) signalWriter() {
 // loads when nothing is staged, as in sync mode). When that fails their
 // replies become failures.
 func (c *conn) writeOut() {
+	c.endTxBatch() // the batch's txends append first (txconn.go)
 	err := c.srv.store.WriteOut()
 	if err == nil {
 		return
@@ -139,6 +148,9 @@ func (c *conn) writeOut() {
 
 // publish hands the reader's replies to the writer.
 func (c *conn) publish() {
+	if c.txEnds.pending() {
+		c.writeOut() // their replies are placeholders until then
+	}
 	if len(c.rq.replies) == 0 {
 		return
 	}
@@ -147,6 +159,10 @@ func (c *conn) publish() {
 	if c.closeErr != nil {
 		c.mu.Unlock()
 		c.rq.releaseAll()
+		return
+	}
+	if c.inlineLocked() {
+		c.writeInline() // unlocks c.mu (inline.go)
 		return
 	}
 	if len(c.out.replies) == 0 {
@@ -208,6 +224,7 @@ func (c *conn) readLoop() {
 		}
 		n, err := c.nc.Read(buf)
 		if n > 0 {
+			c.readMs = time.Now().UnixMilli()
 			perr := c.parser.Parse(buf[:n], c.handle)
 			c.writeOut()
 			c.publish()

@@ -134,8 +134,8 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		c.failPut(ts, protocol.StatusBadRequest, err.Error(), cmd.Opaque)
 		return
 	}
-	msg := store.Message{Topic: ts.name, Partition: partition, Flag: flag, Properties: props, Data: data}
-	if grp, half := tx.HalfGroup(props); half {
+	msg := store.Message{Topic: ts.name, Partition: partition, Flag: flag, Properties: props, Data: data, StoreTime: c.readMs}
+	if grp, half := tx.HalfGroupRaw(props); half {
 		c.halfPut(ts, grp, &msg, cmd.Opaque) // txconn.go
 		return
 	}
@@ -205,6 +205,11 @@ func (c *conn) handleGet(cmd *protocol.Command) {
 	res, err := s.store.Read(ts.name, g.partition, g.offset, g.maxBytes, g.filter)
 	if err == nil && res.Status == store.ReadNoMessage && cmd.MaxWaitMs > 0 && !s.shuttingDown.Load() {
 		res.Release()
+		// The replies of the commands before this one go to the writer now:
+		// the parked get may be answered at once and must not overtake them
+		// (docs/protocol.md, "Ordering on a connection").
+		c.writeOut()
+		c.publish()
 		c.park(g, cmd.MaxWaitMs)
 		return
 	}

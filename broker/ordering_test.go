@@ -56,3 +56,36 @@ func TestPipelinedGetSeesEarlierPuts(t *testing.T) {
 		})
 	}
 }
+
+// A long-polling get that parks is never answered before the replies of the
+// requests sent before it (docs/protocol.md, "Ordering on a connection"):
+// a put on partition 1, then a get that parks at the tail of partition 0,
+// then a long run of cheap commands, in one write; another connection puts
+// on partition 0 meanwhile and wakes the get. Before the fix the woken get
+// went straight to the writer while the first put's reply still waited in
+// the reader's batch.
+func TestParkedGetKeepsOrder(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		t.Run("sync="+strconv.FormatBool(sync), func(t *testing.T) {
+			b := brokertest.RunBroker(t, brokertest.Options{Sync: sync})
+			c, other := b.Dial(), b.Dial()
+			const tries, versions = 50, 2000
+			tail := strings.Repeat("version 4\r\n", versions)
+			for try := 0; try < tries; try++ {
+				c.Send(fmt.Sprintf("put test 1 1 0 1\r\naget test g 0 %d 65536 2 30000\r\n%s", try, tail))
+				other.Put("test", 0, "b", 3)
+				var order []int32
+				for len(order) < 2+versions {
+					r := c.Reply()
+					if r.Opaque == 2 && r.Kind != protocol.ReplyValue {
+						t.Fatalf("try %d: get answered %d %q", try, r.Code, r.Body)
+					}
+					order = append(order, r.Opaque)
+				}
+				if order[0] != 1 {
+					t.Fatalf("try %d: replies begin %v: the parked get overtook the put sent before it", try, order[:3])
+				}
+			}
+		})
+	}
+}

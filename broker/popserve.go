@@ -36,6 +36,7 @@ func startPop(c *conf.Config, st *store.Store, d *delay.Service, srv *Server, ad
 		Logger:        srv.log,
 		SpillAfter:    time.Duration(c.System.Pop.SpillAfterMs) * time.Millisecond,
 		SpillMemory:   int64(c.System.Pop.MemoryMb) << 20,
+		OnEvent:       srv.popTraceHook(), // tracetxpop.go
 	}
 	if c.System.Pop.MemoryMb >= 0 {
 		pc.SpillDir = filepath.Join(c.System.DataPath, "pop-spill")

@@ -72,7 +72,7 @@ func (s *Server) planDelay(ts *topicState, m *store.Message, buf []byte) (delaye
 	if d == nil || len(m.Properties) == 0 {
 		return false, buf, nil
 	}
-	plan, yes, err := d.PlanFor(m.Properties, time.Now().UnixMilli())
+	plan, yes, err := d.PlanFor(m.Properties, 0) // 0: PlanFor reads the clock only for deliverAt
 	if err != nil {
 		return false, buf, putErr(protocol.StatusBadRequest, s.putError([]byte(ts.name), m.Partition, err.Error()))
 	}

@@ -2,12 +2,15 @@ package broker_test
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"github.com/metaqgo/metaq/broker"
 	"github.com/metaqgo/metaq/broker/brokertest"
 	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/protocol"
 )
 
 const txHelperEnv = "METAQ_TX_HELPER_INI"
@@ -150,5 +154,91 @@ func TestTxXAKill9(t *testing.T) {
 			wantRecords(t, c.records("test", 0), "1-a")
 			wantRecords(t, c.records("test", 1), "1-b")
 		})
+	}
+}
+
+// flushTxLogAtCommit=0: a txend is answered before its group commit, so a
+// kill -9 right after the answers may lose outcomes the producer was told
+// about. None is lost for good and none is applied twice: a lost one leaves
+// its half message (durable before its put was answered) pending after the
+// restart, the broker checks it back, the producer answers commit, and
+// every message is visible exactly once; afterwards nothing is pending.
+func TestTxEndNoFlushKill9(t *testing.T) {
+	dir := t.TempDir()
+	ini := filepath.Join(dir, "server.ini")
+	opts := brokertest.Options{Dir: dir, Sync: true,
+		ExtraINI: "flushTxLogAtCommit=0\ntransactionCheckInterval=200\ntransactionCheckMax=1000\n"}
+	if err := os.WriteFile(ini, []byte(brokertest.INI(opts)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	b := startChild(t, ini)
+	c := newTxc(t, b.addr)
+	ids := make([]int64, n)
+	want := make([]string, n)
+	for i := range ids {
+		want[i] = fmt.Sprintf("m%03d", i)
+		ids[i] = c.halfPut("test", 0, "orders", want[i])
+	}
+	var w strings.Builder
+	for i, id := range ids {
+		fmt.Fprintf(&w, "txend %d commit %d\r\n", id, 10000+i)
+	}
+	c.Send(w.String())
+	for range ids {
+		if r := c.Reply(); r.Code != 200 {
+			t.Fatalf("txend: %d %q", r.Code, r.Body)
+		}
+	}
+	b.kill() // right after the answers: some outcomes may not be durable
+
+	b = startChild(t, ini)
+	p := newTxc(t, b.addr)
+	_ = p.Conn.SetReadDeadline(time.Time{})
+	p.Send("producer orders 1\r\n")
+	var answered atomic.Int64
+	producerDone := make(chan struct{})
+	go func() { // the producer: every check is an outcome the crash lost; it says commit again
+		defer close(producerDone)
+		for {
+			r, err := p.R.Next()
+			if err != nil {
+				return
+			}
+			if r.Kind == protocol.ReplyCheck {
+				fmt.Fprintf(p.W, "txend %s commit 2\r\n", r.Body)
+				if p.W.Flush() != nil {
+					return
+				}
+				answered.Add(1)
+			}
+		}
+	}()
+	reader := newTxc(t, b.addr)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got := reader.records("test", 0)
+		if len(got) > n {
+			t.Fatalf("%d records, want %d once each", len(got), n)
+		}
+		if len(got) == n {
+			sort.Strings(got)
+			wantRecords(t, got, want...)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records visible after the restart", len(got), n)
+		}
+	}
+	p.Conn.Close()
+	<-producerDone
+	t.Logf("%d checks answered after the restart", answered.Load())
+	// Nothing is pending any more: no later check can commit one twice.
+	for i, id := range ids {
+		reader.Send(fmt.Sprintf("txend %d commit %d\r\n", id, 20000+i))
+	}
+	for i := range ids {
+		if r := reader.Reply(); r.Code != 404 || r.Opaque != int32(20000+i) {
+			t.Fatalf("txend of %d after recovery: %d %q, want 404 (not pending)", ids[i], r.Code, r.Body)
+		}
 	}
 }

@@ -238,3 +238,51 @@ func TestTxCheckCountSurvivesRestart(t *testing.T) {
 	}
 	wantRecords(t, p.records("test", 3))
 }
+
+// Txends pipelined in one write are appended together when the broker has
+// read them all (one run, one op record), and each gets its own reply in
+// its place: a second txend of the same message and one of an unknown id
+// are 404 among the others' 200s, a put in between is answered in order,
+// unknown leaves the message pending, and the action is case-insensitive.
+func TestTxEndsPipelined(t *testing.T) {
+	for _, sync := range []bool{true, false} {
+		t.Run(fmt.Sprintf("sync=%v", sync), func(t *testing.T) {
+			b := brokertest.RunBroker(t, brokertest.Options{Sync: sync})
+			c := newTxc(t, b.Addr)
+			var ids []int64
+			for i := 1; i <= 4; i++ {
+				ids = append(ids, c.halfPut("test", 0, "orders", fmt.Sprintf("h%d", i)))
+			}
+			var w strings.Builder
+			fmt.Fprintf(&w, "txend %d commit 1\r\n", ids[0])
+			fmt.Fprintf(&w, "txend %d commit 2\r\n", ids[0])
+			fmt.Fprintf(&w, "txend 424242 commit 3\r\n")
+			fmt.Fprintf(&w, "put test 0 5 0 4\r\nplain")
+			fmt.Fprintf(&w, "txend %d rollback 5\r\n", ids[1])
+			fmt.Fprintf(&w, "txend %d unknown 6\r\n", ids[2])
+			fmt.Fprintf(&w, "txend %d COMMIT 7\r\n", ids[3])
+			c.Send(w.String())
+			for i, want := range []int{200, 404, 404, 200, 200, 200, 200} {
+				r := c.Reply()
+				if r.Opaque != int32(i+1) || r.Code != want {
+					t.Fatalf("reply %d: %d %q (opaque %d), want %d", i+1, r.Code, r.Body, r.Opaque, want)
+				}
+			}
+			// The put was appended as it was read, the commits when the
+			// batch ended (h1 before it if the broker's read cut the write
+			// in two there).
+			if got := strings.Join(c.records("test", 0), ","); got != "plain,h1,h4" && got != "h1,plain,h4" {
+				t.Fatalf("records %s", got)
+			}
+			if st := b.Server.TxStats(); st.PendingHalf != 1 {
+				t.Fatalf("stats %+v, want the unknown one pending", st)
+			}
+			if r := c.txend(ids[2], "commit"); r.Code != 200 {
+				t.Fatalf("txend commit after unknown: %d %q", r.Code, r.Body)
+			}
+			if got := c.records("test", 0); len(got) != 4 || got[3] != "h3" {
+				t.Fatalf("records %q", got)
+			}
+		})
+	}
+}

@@ -3,7 +3,6 @@ package broker
 import (
 	"errors"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +21,8 @@ func (s *Server) openTx() error {
 	cfg := s.opts.Tx
 	cfg.Store, cfg.BrokerID = s.store, s.opts.BrokerID
 	cfg.CallerWritesOut = true // conn.writeOut, once per batch of commands read
+	// The trace events of traced half messages (tracetxpop.go).
+	cfg.OnEvent = s.txTraceHook()
 	if d := s.opts.Delay; d != nil && cfg.Schedule == nil {
 		cfg.Schedule = func(m *store.Message) (store.Message, bool, error) {
 			plan, ok, err := d.PlanFor(m.Properties, time.Now().UnixMilli())
@@ -203,7 +204,7 @@ func (c *conn) txPut(ts *topicState, cmd *protocol.Command) {
 // the delay service could not honour at commit.
 func (c *conn) delayPropsOK(ts *topicState, msg *store.Message, opaque int32) bool {
 	d := c.srv.opts.Delay
-	if d == nil || len(msg.Properties) == 0 {
+	if d == nil || !tx.MayDelay(msg.Properties) {
 		return true
 	}
 	if _, _, err := d.PlanFor(msg.Properties, time.Now().UnixMilli()); err != nil {
@@ -213,9 +214,12 @@ func (c *conn) delayPropsOK(ts *topicState, msg *store.Message, opaque int32) bo
 	return true
 }
 
-// halfPut stores a put with `tx=half&pgroup=<G>` as a half message.
-func (c *conn) halfPut(ts *topicState, grp string, msg *store.Message, opaque int32) {
+// halfPut stores a put with `tx=half&pgroup=<G>` as a half message (rawGrp:
+// the property's raw value).
+func (c *conn) halfPut(ts *topicState, rawGrp []byte, msg *store.Message, opaque int32) {
 	s := c.srv
+	sess := c.session()
+	grp := sess.GroupName(rawGrp)
 	if grp == "" || !protocol.ValidName(grp) {
 		c.failPut(ts, protocol.StatusBadRequest, "a half message (tx=half) needs pgroup=<producer group>, a valid group name", opaque)
 		return
@@ -223,7 +227,7 @@ func (c *conn) halfPut(ts *topicState, grp string, msg *store.Message, opaque in
 	if !c.delayPropsOK(ts, msg, opaque) {
 		return
 	}
-	res, flush, err := s.tx.PutHalf(c.session(), grp, msg)
+	res, flush, err := s.tx.PutHalf(sess, grp, msg)
 	if err != nil {
 		code := protocol.StatusInternalServerError
 		if errors.Is(err, tx.ErrBusy) || errors.Is(err, store.ErrClosed) {
@@ -238,16 +242,53 @@ func (c *conn) halfPut(ts *topicState, grp string, msg *store.Message, opaque in
 	c.rq.addPut(flush, res.MsgID, msg.Partition, -1, opaque)
 }
 
-// handleTxEnd: txend <msgId> commit|rollback|unknown <opaque>.
+// handleTxEnd: txend <msgId> commit|rollback|unknown <opaque>. A commit or
+// rollback is not appended at once: the txends of one read batch are
+// appended together when the batch ends (endTxBatch, from writeOut), as one
+// run with one op record (broker/tx, end.go). The reply is reserved now, in
+// its place among the batch's replies, and filled in then.
 func (c *conn) handleTxEnd(cmd *protocol.Command) {
-	a, _ := tx.ParseAction([]byte(strings.ToLower(string(cmd.Key))))
-	res, err := c.srv.tx.End(cmd.MsgID, a)
-	if errors.Is(err, tx.ErrNotFound) {
-		err = errors.New("no pending half message " + strconv.FormatInt(cmd.MsgID, 10) + " (finished already, or unknown)")
-		c.rq.addResultString(protocol.StatusNotFound, err.Error(), cmd.Opaque)
+	a, _ := tx.ParseAction(cmd.Key)
+	c.txEnds.reqs = append(c.txEnds.reqs, tx.EndReq{ID: cmd.MsgID, Action: a})
+	c.txEnds.replies = append(c.txEnds.replies, len(c.rq.replies))
+	c.rq.replies = append(c.rq.replies, reply{kind: replyResult, code: protocol.StatusSuccess, opaque: cmd.Opaque})
+	c.rq.bytes += replyHeaderEstimate
+}
+
+// txEndBatch is the txends read in the current batch and the indexes of
+// their reserved replies in conn.rq.
+type txEndBatch struct {
+	reqs    []tx.EndReq
+	replies []int
+}
+
+func (b *txEndBatch) pending() bool { return len(b.reqs) > 0 }
+
+// endTxBatch appends the outcomes of the batch's txends and fills in their
+// replies.
+func (c *conn) endTxBatch() {
+	b := &c.txEnds
+	if len(b.reqs) == 0 {
 		return
 	}
-	c.txReply(res, err, cmd.Opaque)
+	c.srv.tx.EndBatch(c.session(), b.reqs)
+	for i := range b.reqs {
+		r := &b.reqs[i]
+		rp := &c.rq.replies[b.replies[i]]
+		switch {
+		case r.Err == nil:
+			rp.flush, rp.needsWriteOut = r.Flush, r.Appended
+		case errors.Is(r.Err, tx.ErrNotFound):
+			*rp = resultReply(&c.rq, protocol.StatusNotFound,
+				"no pending half message "+strconv.FormatInt(r.ID, 10)+" (finished already, or unknown)", rp.opaque)
+		case errors.Is(r.Err, store.ErrClosed):
+			*rp = resultReply(&c.rq, protocol.StatusServiceUnavailable, r.Err.Error(), rp.opaque)
+		default:
+			*rp = resultReply(&c.rq, protocol.StatusInternalServerError, r.Err.Error(), rp.opaque)
+		}
+	}
+	clear(b.reqs) // drop the flush references
+	b.reqs, b.replies = b.reqs[:0], b.replies[:0]
 }
 
 // handleProducer: producer <group> <opaque> makes the connection a live

@@ -43,8 +43,13 @@ func (w *writer) loop() {
 			return
 		}
 		c.mu.Lock()
+		if c.writing { // the reader writes inline and signals again when done
+			c.mu.Unlock()
+			continue
+		}
 		c.out, q = q, c.out
 		done := c.readerDone
+		c.writing = len(q.replies) > 0
 		c.mu.Unlock()
 		if len(q.replies) == 0 {
 			if done && c.idleAfterReader() {
@@ -55,6 +60,7 @@ func (w *writer) loop() {
 		}
 		err := w.writeQueue(&q)
 		c.mu.Lock()
+		c.writing = false
 		c.outBytes -= q.bytes
 		if c.outBytes < lowWater {
 			c.drained.Broadcast()

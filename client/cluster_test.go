@@ -87,8 +87,10 @@ func TestGroup100kWithCrash(t *testing.T) {
 		return n == 8 && each[0] == 2 && each[2] == 3
 	}, "8 partitions balanced over 3 consumers: %v %v %v", cs[0].Assigned(), cs[1].Assigned(), cs[2].Assigned())
 
-	// Produce in the background.
-	p := cl.producer()
+	// Produce in the background. A send that times out is retried and may
+	// then be stored twice (at-least-once); this test counts messages
+	// exactly, so no attempt may time out, however loaded the machine.
+	p := cl.producer(func(c *Config) { c.Producer.SendTimeout = 5 * time.Minute })
 	var sent, sendErrs atomic.Int64
 	maxOff := map[Partition]int64{}
 	var pmu sync.Mutex

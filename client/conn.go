@@ -288,6 +288,7 @@ type brokerConn struct {
 	// sendState) and copied replies (call.bodyBuf).
 	wbuf     []byte
 	spare    []byte
+	writing  bool // the write side is taken: the writer or a synchronous caller writes (endSync)
 	closeErr error
 }
 
@@ -394,6 +395,54 @@ func (c *brokerConn) end() {
 	}
 }
 
+// endSync is end for a caller that will wait for the reply (Send, admin
+// requests): when nobody is writing, it writes the buffer itself instead
+// of waking the writer goroutine. The caller parks right after anyway, so
+// this saves a goroutine hand-off (and on an idle machine a futex wake of a
+// second OS thread) on the request's path. Requests stay in order: what
+// other goroutines appended before goes out in the same write, and while a
+// write is in progress (writing) everything else waits for the writer.
+func (c *brokerConn) endSync() {
+	g := c.cur
+	if c.writing || g == nil || g.failed || len(c.wbuf) == 0 {
+		c.end()
+		return
+	}
+	buf := c.wbuf
+	c.wbuf, c.spare = c.spare[:0], nil
+	c.writing = true
+	c.mu.Unlock()
+	err := c.writeBuf(g, buf)
+	if cap(buf) > 4<<20 {
+		buf = make([]byte, 0, 64<<10)
+	}
+	c.mu.Lock()
+	c.spare = buf[:0]
+	c.writing = false
+	cur := c.cur // the connection may have been replaced meanwhile
+	more := len(c.wbuf) > 0 && cur != nil
+	c.mu.Unlock()
+	if err != nil {
+		_ = c.fail(g, &ConnError{Addr: c.addr, Err: err})
+		return
+	}
+	if more {
+		select {
+		case cur.wkick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// writeBuf writes one buffer of requests (the writer or endSync, with
+// c.writing set).
+func (c *brokerConn) writeBuf(g *generation, buf []byte) error {
+	_ = g.nc.SetWriteDeadline(time.Now().Add(c.cfg.writeTimeout))
+	_, err := g.nc.Write(buf)
+	c.activity.Store(true)
+	return err
+}
+
 // abandon removes cl from the pending calls; false when it already completed
 // (or is completing: its finish is on the way).
 func (c *brokerConn) abandon(cl *call) bool {
@@ -443,7 +492,11 @@ func (c *brokerConn) startPut(ctx context.Context, cl *call, deadline int64, top
 		return err
 	}
 	c.wbuf = protocol.AppendPutMessage(c.wbuf, topic, partition, d, sum, cl.opaque)
-	c.end()
+	if cl.onDone == nil {
+		c.endSync() // the caller waits (put)
+	} else {
+		c.end()
+	}
 	return nil
 }
 
@@ -472,7 +525,7 @@ func (c *brokerConn) do(ctx context.Context, kind callKind, timeout time.Duratio
 		return nil, err
 	}
 	c.wbuf = enc(c.wbuf, cl.opaque)
-	c.end()
+	c.endSync()
 	if err := c.wait(ctx, cl); err != nil {
 		putCall(cl)
 		return nil, err
@@ -742,21 +795,21 @@ func (c *brokerConn) writer(g *generation, fail func(error)) {
 				c.mu.Unlock()
 				return
 			}
-			if len(c.wbuf) == 0 {
+			if len(c.wbuf) == 0 || c.writing { // a synchronous caller writes and kicks again (endSync)
 				c.mu.Unlock()
 				break
 			}
 			buf := c.wbuf
 			c.wbuf, c.spare = c.spare[:0], nil
+			c.writing = true
 			c.mu.Unlock()
-			_ = g.nc.SetWriteDeadline(time.Now().Add(c.cfg.writeTimeout))
-			_, err := g.nc.Write(buf)
-			c.activity.Store(true)
+			err := c.writeBuf(g, buf)
 			if cap(buf) > 4<<20 {
 				buf = make([]byte, 0, 64<<10)
 			}
 			c.mu.Lock()
 			c.spare = buf[:0]
+			c.writing = false
 			c.mu.Unlock()
 			if err != nil {
 				fail(err)

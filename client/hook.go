@@ -132,16 +132,25 @@ func (p *Producer) beforeSend(ctx context.Context, s *sendState) {
 	p.hooks.beforeSend(&s.ev)
 }
 
-// afterSend completes s's hook event with the send's outcome.
-func (p *Producer) afterSend(s *sendState, res SendResult, err error) {
-	e := &s.ev
-	e.Result, e.Err = res, err
-	e.Attempts = min(s.attempt+1, p.opts.SendRetries+1)
-	if s.tbl != nil && s.idx >= 0 && s.idx < len(s.tbl.conns) {
-		e.Broker = s.tbl.conns[s.idx].addr
+// sendEnded tells the hooks and the trace writer a send's outcome; addr is
+// the broker's address when the send did not go through a route table.
+func (p *Producer) sendEnded(s *sendState, res SendResult, err error, addr string) {
+	if p.hooks == nil && p.trace == nil {
+		return
 	}
-	e.Cost = time.Since(e.Start)
-	p.hooks.afterSend(e)
+	if addr == "" && s.tbl != nil && s.idx >= 0 && s.idx < len(s.tbl.conns) {
+		addr = s.tbl.conns[s.idx].addr
+	}
+	attempts := min(s.attempt+1, p.opts.SendRetries+1)
+	if p.trace != nil {
+		p.traceSend(s, res, err, addr, attempts) // trace.go
+	}
+	if p.hooks != nil {
+		e := &s.ev
+		e.Result, e.Err, e.Attempts, e.Broker = res, err, attempts, addr
+		e.Cost = time.Since(e.Start)
+		p.hooks.afterSend(e)
+	}
 }
 
 var consumeEvents = sync.Pool{New: func() any { return new(ConsumeEvent) }}

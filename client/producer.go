@@ -45,8 +45,8 @@ type Producer struct {
 	direct    *routeTable // direct mode (Config.Brokers)
 	directIDs sync.Map    // addr → broker id (learned with `stats`)
 
-	hooks hookList     // Config.Hooks and the trace hook; nil = none (hook.go)
-	trace *traceWriter // Config.Trace (trace.go)
+	hooks hookList     // Config.Hooks; nil = none (hook.go)
+	trace *traceWriter // Config.Trace (trace.go): called directly, not as a hook
 }
 
 // topicRoute is a topic's partitions with their connections, replaced as a
@@ -82,6 +82,7 @@ type sendState struct {
 	props *bytebufferpool.ByteBuffer // the properties line (appendProps)
 	data  protocol.MessageData       // msg's data block, props included
 	ev    SendEvent                  // what hooks see (only with hooks)
+	t0    time.Duration              // trace: when the send began (traceClock; only with Config.Trace)
 }
 
 var sendPool sync.Pool // of *sendState (New set in init: it refers to release)
@@ -105,8 +106,11 @@ func (p *Producer) newSend(ctx context.Context, msg *Message) (*sendState, error
 	if p.hooks != nil {
 		p.beforeSend(ctx, s) // hook.go
 	}
+	if p.trace != nil {
+		s.t0 = traceClock() // trace.go
+	}
 	var props []byte
-	if hasProps(msg) || p.trace != nil { // a plain message skips the pool (its Get and Put were ~7% of async publish)
+	if hasProps(msg) { // a plain message skips the pool (its Get and Put were ~7% of async publish)
 		s.props = bytebufferpool.Get()
 		s.props.B = appendProps(s.props.B[:0], msg)
 		if p.trace != nil {
@@ -114,13 +118,13 @@ func (p *Producer) newSend(ctx context.Context, msg *Message) (*sendState, error
 		}
 		if len(s.props.B) > protocol.MaxPropertiesLen {
 			err := fmt.Errorf("metaq client: properties line of %d bytes exceeds %d", len(s.props.B), protocol.MaxPropertiesLen)
-			if p.hooks != nil {
-				p.afterSend(s, SendResult{}, err) // every BeforeSend has its AfterSend
-			}
+			p.sendEnded(s, SendResult{}, err, "") // every BeforeSend has its AfterSend
 			s.release()
 			return nil, err
 		}
 		props = s.props.B
+	} else if p.trace != nil {
+		props = traceMarkProps // trace.go: the mark alone, shared
 	}
 	s.data = messageData(msg, props)
 	s.ordered = p.opts.Selector.Ordered(msg)
@@ -176,8 +180,6 @@ func newProducer(cfg Config, hooks func(*connConfig)) (*Producer, error) {
 	p.hooks = p.cfg.hookList()
 	if p.cfg.Trace {
 		p.trace = newTraceWriter(p.pool, &p.cfg) // trace.go
-		group := p.cfg.TraceOptions.Group
-		p.hooks = append(p.hooks, &producerTrace{w: p.trace, group: group})
 	}
 	return p, nil
 }
@@ -204,9 +206,7 @@ func (p *Producer) Send(ctx context.Context, msg *Message) (SendResult, error) {
 		return SendResult{}, err
 	}
 	res, err := p.sendSync(ctx, route, s)
-	if p.hooks != nil {
-		p.afterSend(s, res, err)
-	}
+	p.sendEnded(s, res, err, "")
 	s.release()
 	return res, err
 }
@@ -299,10 +299,7 @@ func (p *Producer) SendToPartition(ctx context.Context, msg *Message, part Parti
 		bid, _ := protocol.SplitMsgID(cl.msgID)
 		res = SendResult{MsgID: cl.msgID, Partition: Partition{BrokerID: bid, Partition: int(cl.partition)}, Offset: cl.offset}
 	}
-	if p.hooks != nil {
-		s.ev.Broker = conn.addr
-		p.afterSend(s, res, err)
-	}
+	p.sendEnded(s, res, err, conn.addr)
 	s.release()
 	return res, err
 }
@@ -447,9 +444,7 @@ func (p *Producer) asyncDone(s *sendState) {
 	if err == nil {
 		res = p.result(cl, s.tbl, s.idx)
 	}
-	if p.hooks != nil {
-		p.afterSend(s, res, err)
-	}
+	p.sendEnded(s, res, err, "")
 	cb := s.cb
 	s.release()
 	if cb != nil {

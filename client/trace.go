@@ -48,8 +48,8 @@ type TraceStats struct {
 }
 
 const (
-	traceBatchEvents = 256 // events per record (the writer's batch)
-	traceInFlight    = 8   // batches in flight at once
+	traceBatchEvents = 1024 // events per record (the writer's batch)
+	traceInFlight    = 8    // batches in flight at once
 )
 
 func (o TraceOptions) withDefaults() TraceOptions {
@@ -81,6 +81,17 @@ func traceHost() string {
 	return hostName
 }
 
+// traceClock is the monotonic time since the process's first use of the
+// trace clock: one cheap clock read (time.Now reads two clocks). The
+// writer turns it into wall time with an offset it refreshes every flush
+// (wallMs), so a step of the wall clock shows within FlushInterval.
+func traceClock() time.Duration { return time.Since(traceEpoch) }
+
+var traceEpoch = time.Now()
+
+// traceMarkProps is the properties line of a traced plain message.
+var traceMarkProps = appendTraceMark(nil)
+
 type traceItem struct {
 	addr string
 	ev   trace.Event
@@ -97,8 +108,11 @@ type traceWriter struct {
 	opts    TraceOptions
 	cfg     *Config
 	mu      sync.Mutex
-	queue   []traceItem // guarded by mu
-	spare   []traceItem // the writer's (swapped with queue)
+	queue   []traceItem   // guarded by mu
+	pqueue  []produceItem // guarded by mu: the producer's sends (traceSend)
+	spare   []traceItem   // the writer's (swapped with queue)
+	pspare  []produceItem // the writer's (swapped with pqueue)
+	nQueued uint64        // guarded by mu
 	kick    chan struct{}
 	stopped atomic.Bool
 	stop    chan struct{} // Close: flush and end
@@ -107,8 +121,9 @@ type traceWriter struct {
 	cancel  context.CancelFunc
 	slots   chan *tracePut // free batches (traceInFlight of them)
 	failLog atomic.Uint64
+	wallOff atomic.Int64 // unix ns at traceClock() == 0 (wallMs)
 
-	queued, written, dropped, failed, batches atomic.Uint64
+	written, dropped, failed, batches atomic.Uint64
 }
 
 // tracePut is one batch on its way to a broker.
@@ -126,6 +141,7 @@ func newTraceWriter(pool *connPool, cfg *Config) *traceWriter {
 		stop: make(chan struct{}), done: make(chan struct{}), slots: make(chan *tracePut, traceInFlight),
 		kick: make(chan struct{}, 1)}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
+	w.syncClock()
 	for range traceInFlight {
 		p := &tracePut{w: w, cl: newCall()}
 		p.done = p.finish
@@ -135,47 +151,82 @@ func newTraceWriter(pool *connPool, cfg *Config) *traceWriter {
 	return w
 }
 
+// syncClock sets the offset from traceClock to the wall clock.
+func (w *traceWriter) syncClock() {
+	w.wallOff.Store(time.Now().UnixNano() - int64(traceClock()))
+}
+
+// wallMs is the unix ms of traceClock reading t.
+func (w *traceWriter) wallMs(t time.Duration) int64 {
+	return (w.wallOff.Load() + int64(t)) / 1e6
+}
+
 // add queues an event for the broker at addr; it never blocks.
 func (w *traceWriter) add(addr string, e *trace.Event) {
 	w.mu.Lock()
-	if len(w.queue) >= w.opts.QueueSize || w.stopped.Load() {
+	if len(w.queue)+len(w.pqueue) >= w.opts.QueueSize || w.stopped.Load() {
 		w.mu.Unlock()
 		w.dropped.Add(1)
 		return
 	}
 	w.queue = append(w.queue, traceItem{addr: addr, ev: *e})
-	n := len(w.queue)
+	w.nQueued++
+	n := len(w.queue) + len(w.pqueue)
 	w.mu.Unlock()
-	w.queued.Add(1)
 	if n == traceBatchEvents {
-		select {
-		case w.kick <- struct{}{}:
-		default:
-		}
+		w.wake()
 	}
 }
 
-// take swaps the queue out.
-func (w *traceWriter) take() []traceItem {
+// addProduce queues a send's produce event; it never blocks.
+func (w *traceWriter) addProduce(it *produceItem) {
 	w.mu.Lock()
-	q := w.queue
-	w.queue = w.spare[:0]
+	if len(w.queue)+len(w.pqueue) >= w.opts.QueueSize || w.stopped.Load() {
+		w.mu.Unlock()
+		w.dropped.Add(1)
+		return
+	}
+	w.pqueue = append(w.pqueue, *it)
+	w.nQueued++
+	n := len(w.queue) + len(w.pqueue)
 	w.mu.Unlock()
-	w.spare = nil
-	return q
+	if n == traceBatchEvents {
+		w.wake()
+	}
 }
 
-// giveBack returns a processed queue for reuse.
-func (w *traceWriter) giveBack(q []traceItem) {
+func (w *traceWriter) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take swaps the queues out.
+func (w *traceWriter) take() ([]traceItem, []produceItem) {
+	w.mu.Lock()
+	q, pq := w.queue, w.pqueue
+	w.queue, w.pqueue = w.spare[:0], w.pspare[:0]
+	w.mu.Unlock()
+	w.spare, w.pspare = nil, nil
+	return q, pq
+}
+
+// giveBack returns processed queues for reuse.
+func (w *traceWriter) giveBack(q []traceItem, pq []produceItem) {
 	clear(q) // drop the strings
-	w.spare = q[:0]
+	clear(pq)
+	w.spare, w.pspare = q[:0], pq[:0]
 }
 
 func (w *traceWriter) stats() TraceStats {
 	if w == nil {
 		return TraceStats{}
 	}
-	return TraceStats{Queued: w.queued.Load(), Written: w.written.Load(), Dropped: w.dropped.Load(),
+	w.mu.Lock()
+	queued := w.nQueued
+	w.mu.Unlock()
+	return TraceStats{Queued: queued, Written: w.written.Load(), Dropped: w.dropped.Load(),
 		Failed: w.failed.Load(), Batches: w.batches.Load()}
 }
 
@@ -225,18 +276,25 @@ func (w *traceWriter) run() {
 			w.send(p)
 		}
 	}
+	var it traceItem
 	process := func() {
-		q := w.take()
+		q, pq := w.take()
 		for i := range q {
 			add(&q[i])
 		}
-		w.giveBack(q)
+		for i := range pq {
+			it.addr, it.ev = pq[i].addr, pq[i].event(w)
+			add(&it)
+		}
+		it = traceItem{}
+		w.giveBack(q, pq)
 	}
 	for {
 		select {
 		case <-w.kick:
 			process()
 		case <-tick.C:
+			w.syncClock()
 			process()
 			flush()
 		case <-w.stop:
@@ -305,38 +363,72 @@ func appendTraceMark(dst []byte) []byte {
 
 // --- the hooks ------------------------------------------------------------------
 
-type producerTrace struct {
-	NopHook
-	w     *traceWriter
-	group string
-}
-
-func (h *producerTrace) AfterSend(e *SendEvent) {
-	if e.Broker == "" {
+// traceSend queues the produce event of a send that ended (sendEnded): the
+// producer's trace path, called directly rather than as a Hook so that a
+// traced send costs two clock reads and one queued event (no SendEvent, no
+// wall-clock time.Now).
+func (p *Producer) traceSend(s *sendState, res SendResult, err error, addr string, attempts int) {
+	if addr == "" {
 		return // no broker was reached: nowhere to keep the event
 	}
-	m := e.Message
-	ev := trace.Event{Type: trace.Produce, MsgID: e.Result.MsgID, Topic: m.Topic, Tag: m.Tag,
-		Time: e.Start.UnixMilli(), Cost: e.Cost.Microseconds(), OK: e.Err == nil, Host: traceHost(), Group: h.group,
-		Broker: e.Result.Partition.BrokerID, Partition: e.Result.Partition.Partition, Offset: e.Result.Offset,
-		Attempt: e.Attempts, Size: len(m.Body)}
-	if len(m.Keys) > 0 {
-		ev.Keys = strings.Join(m.Keys, " ")
+	m := s.msg
+	it := produceItem{addr: addr, topic: m.Topic, tag: m.Tag, msgID: res.MsgID, offset: res.Offset,
+		t0: s.t0, cost: traceClock() - s.t0, partition: int32(res.Partition.Partition), broker: int32(res.Partition.BrokerID),
+		size: int32(len(m.Body)), attempts: int32(attempts)}
+	if len(m.Keys) > 0 || !m.DeliverAt.IsZero() || m.DelayLevel > 0 || err != nil {
+		x := &produceExtra{}
+		if len(m.Keys) > 0 {
+			x.keys = strings.Join(m.Keys, " ")
+		}
+		switch {
+		case !m.DeliverAt.IsZero():
+			x.detail = "deliverAt " + m.DeliverAt.UTC().Format(time.RFC3339Nano)
+		case m.DelayLevel > 0:
+			x.detail = "delay level " + strconv.Itoa(m.DelayLevel)
+		}
+		if err != nil {
+			if x.keys == "" {
+				return // neither an id nor a key would find it
+			}
+			x.err, x.failed = err.Error(), true
+		}
+		it.x = x
 	}
-	switch {
-	case !m.DeliverAt.IsZero():
-		ev.Detail = "deliverAt " + m.DeliverAt.UTC().Format(time.RFC3339Nano)
-	case m.DelayLevel > 0:
-		ev.Detail = "delay level " + strconv.Itoa(m.DelayLevel)
-	}
-	if e.Err != nil {
-		ev.MsgID, ev.Err = -1, e.Err.Error()
-		ev.Broker, ev.Partition, ev.Offset = -1, -1, -1
-		if ev.Keys == "" {
-			return // neither an id nor a key would find it
+	p.trace.addProduce(&it)
+}
+
+// produceItem is a produce event as queued by traceSend: what a send gives,
+// in a third of a trace.Event's bytes (copying the event into the queue was
+// most of the send's trace cost).
+type produceItem struct {
+	addr, topic, tag string
+	x                *produceExtra // nil for most sends
+	msgID, offset    int64
+	t0, cost         time.Duration // t0: traceClock when the send began
+	partition        int32
+	broker           int32
+	size             int32
+	attempts         int32
+}
+
+type produceExtra struct {
+	keys, detail, err string
+	failed            bool
+}
+
+// event is the item as a trace.Event (the writer's side).
+func (it *produceItem) event(w *traceWriter) trace.Event {
+	ev := trace.Event{Type: trace.Produce, MsgID: it.msgID, Topic: it.topic, Tag: it.tag, Time: w.wallMs(it.t0),
+		Cost: int64(it.cost / time.Microsecond), OK: true, Host: traceHost(), Group: w.cfg.TraceOptions.Group,
+		Broker: int(it.broker), Partition: int(it.partition), Offset: it.offset, Attempt: int(it.attempts), Size: int(it.size)}
+	if x := it.x; x != nil {
+		ev.Keys, ev.Detail = x.keys, x.detail
+		if x.failed {
+			ev.MsgID, ev.Err, ev.OK = -1, x.err, false
+			ev.Broker, ev.Partition, ev.Offset = -1, -1, -1
 		}
 	}
-	h.w.add(e.Broker, &ev)
+	return ev
 }
 
 type consumerTrace struct {

@@ -1,26 +1,28 @@
 package client
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/metaqgo/metaq/protocol/trace"
 )
 
-// BenchmarkTraceHookSend is the producer trace hook's cost per send on the
+// BenchmarkTraceSend is the producer trace path's cost per send on the
 // goroutine that completes it (the event queued; the writer's encoding and
 // the broker's side are not included).
-func BenchmarkTraceHookSend(b *testing.B) {
+func BenchmarkTraceSend(b *testing.B) {
 	w := &traceWriter{kick: make(chan struct{}, 1), opts: TraceOptions{QueueSize: 1 << 30}}
-	h := &producerTrace{w: w, group: "g"}
+	w.syncClock()
+	p := &Producer{trace: w}
+	p.cfg.TraceOptions.Group = "g"
 	m := &Message{Topic: "bench", Body: make([]byte, 100)}
-	e := &SendEvent{Ctx: context.Background(), Message: m, Start: time.Now(), Broker: "127.0.0.1:8123", Attempts: 1,
-		Result: SendResult{MsgID: 1 << 48, Partition: Partition{BrokerID: 1}, Offset: 42}}
+	s := &sendState{msg: m}
+	res := SendResult{MsgID: 1 << 48, Partition: Partition{BrokerID: 1}, Offset: 42}
 	b.ReportAllocs()
 	for b.Loop() {
-		h.AfterSend(e)
-		if len(w.queue) >= 4096 {
+		s.t0 = traceClock()
+		p.traceSend(s, res, nil, "127.0.0.1:8123", 1)
+		if len(w.pqueue) >= 4096 {
 			w.giveBack(w.take())
 		}
 	}

@@ -22,6 +22,9 @@ type MessageTrace struct {
 	Events []trace.Event `json:"events"`
 	// BadRecords counts %TRACE% records that did not decode.
 	BadRecords int `json:"badRecords,omitempty"`
+	// Asked is the id asked for when it is a copy of MsgID (a retried or
+	// delayed delivery, a committed transactional message).
+	Asked int64 `json:"asked,omitempty"`
 }
 
 // maxTraceRecords bounds the %TRACE% records read for one message.
@@ -29,7 +32,11 @@ const maxTraceRecords = 1000
 
 // Trace returns the timeline of message msgID. The message's trace lives
 // on its broker (clients write each event to the broker holding the
-// message); addr "" looks that broker up in ZooKeeper.
+// message); addr "" looks that broker up in ZooKeeper. Asked for a copy
+// (a retried or delayed delivery, a committed transactional message), it
+// returns the timeline of the message the producer sent (Asked = msgID);
+// a transactional message's timeline holds the events of its committed
+// copy too.
 func (a *Admin) Trace(ctx context.Context, addr string, msgID int64) (*MessageTrace, error) {
 	bid, _ := protocol.SplitMsgID(msgID)
 	if addr == "" {
@@ -39,45 +46,76 @@ func (a *Admin) Trace(ctx context.Context, addr string, msgID int64) (*MessageTr
 		}
 	}
 	mt := &MessageTrace{MsgID: msgID, Broker: addr}
+	evs, err := a.traceEvents(ctx, addr, msgID, mt)
+	if err != nil {
+		return nil, err
+	}
+	// A copy: its events (and the tx-commit naming it) carry the original's id.
+	for _, e := range evs {
+		if e.RecordID != 0 && e.RecordID == msgID && e.MsgID >= 0 && e.MsgID != msgID {
+			mt.MsgID, mt.Asked = e.MsgID, msgID
+			if evs, err = a.traceEvents(ctx, addr, e.MsgID, mt); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	id := mt.MsgID
+	// A committed transactional message: its consumers' events are the
+	// committed copy's.
+	var linked []int64
+	for _, e := range evs {
+		if e.Type == trace.TxCommit && e.MsgID == id && e.RecordID > 0 && !slices.Contains(linked, e.RecordID) {
+			linked = append(linked, e.RecordID)
+		}
+	}
+	for _, c := range linked {
+		more, err := a.traceEvents(ctx, addr, c, mt)
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, more...)
+	}
+	evs = trace.Select(evs, -1)
 	var stores []trace.Event
-	m, err := a.QueryID(ctx, addr, msgID)
+	m, err := a.QueryID(ctx, addr, id)
 	var be *BrokerError
 	switch {
 	case err == nil:
 		mt.Found, mt.Topic = true, m.Topic
-		stores = append(stores, storeEventOf(m, msgID))
+		stores = append(stores, storeEventOf(m, id))
 	case errors.As(err, &be) && be.Code == protocol.StatusNotFound:
 	default:
 		return nil, err
 	}
-	recs, err := a.QueryKey(ctx, addr, trace.Topic, strconv.FormatInt(msgID, 10), maxTraceRecords)
-	if err != nil {
-		return nil, err
-	}
-	datas := make([][]byte, len(recs))
-	for i := range recs {
-		datas[i] = recs[i].Body
-	}
-	evs, bad := trace.Timeline(msgID, nil, datas)
-	mt.BadRecords = bad
 	// The copies the events name (a retry topic's record, a delayed
-	// message's delivery): their records give the broker's side.
+	// message's delivery, a committed transactional message): their records
+	// give the broker's side.
 	var copies []int64
 	for _, e := range evs {
-		if e.RecordID != 0 && e.RecordID != msgID && !slices.Contains(copies, e.RecordID) && len(copies) < 64 {
+		if e.RecordID != 0 && e.RecordID != id && !slices.Contains(copies, e.RecordID) && len(copies) < 64 {
 			copies = append(copies, e.RecordID)
 		}
 	}
-	for _, id := range copies {
-		if cm, err := a.QueryID(ctx, addr, id); err == nil {
-			stores = append(stores, storeEventOf(cm, msgID))
+	for _, c := range copies {
+		if cm, err := a.QueryID(ctx, addr, c); err == nil {
+			se := storeEventOf(cm, id)
+			if slices.Contains(linked, c) {
+				se.Detail = "committed: visible to consumers"
+			}
+			stores = append(stores, se)
+		}
+	}
+	for i := range evs { // a committed copy's events are the message's
+		if slices.Contains(linked, evs[i].MsgID) {
+			evs[i].RecordID, evs[i].MsgID = evs[i].MsgID, id
 		}
 	}
 	evs = append(evs, stores...)
 	trace.Sort(evs)
-	if mt.Topic == "" {
+	if mt.Topic == "" || mt.Topic == txHalfTopic {
 		for _, e := range evs {
-			if e.Type == trace.Produce && e.Topic != "" {
+			if (e.Type == trace.Produce || e.Type == trace.TxCommit) && e.Topic != "" {
 				mt.Topic = e.Topic
 				break
 			}
@@ -85,6 +123,35 @@ func (a *Admin) Trace(ctx context.Context, addr string, msgID int64) (*MessageTr
 	}
 	mt.Events = evs
 	return mt, nil
+}
+
+// txHalfTopic holds half messages (docs/transactions.md).
+const txHalfTopic = "%TX_HALF%"
+
+// traceEvents reads the events about message id (as the traced id or as
+// the record an event is about) from the %TRACE% records of its bucket
+// key, and of the id itself (records written before bucket keys).
+func (a *Admin) traceEvents(ctx context.Context, addr string, id int64, mt *MessageTrace) ([]trace.Event, error) {
+	var evs []trace.Event
+	for _, key := range []string{trace.BucketKey(id), strconv.FormatInt(id, 10)} {
+		recs, err := a.QueryKey(ctx, addr, trace.Topic, key, maxTraceRecords)
+		if err != nil {
+			return nil, err
+		}
+		for i := range recs {
+			d, err := trace.Decode(recs[i].Body)
+			if err != nil {
+				mt.BadRecords++
+				continue
+			}
+			for _, e := range d {
+				if e.MsgID == id || (e.RecordID != 0 && e.RecordID == id && e.MsgID >= 0) {
+					evs = append(evs, e)
+				}
+			}
+		}
+	}
+	return trace.Select(evs, -1), nil
 }
 
 // TraceKey returns the timelines of topic's messages carrying key, asking
@@ -167,6 +234,11 @@ func storeEventOf(m *Message, msgID int64) trace.Event {
 		e.Detail = "stored for redelivery"
 	case strings.HasPrefix(m.Topic, "%DLQ%"):
 		e.Detail = "dead letter"
+	case m.Topic == txHalfTopic:
+		e.Detail = "half message: invisible until committed"
+		if rt := m.Properties["rt"]; rt != "" {
+			e.Detail += " to " + rt
+		}
 	case m.MsgID != msgID:
 		e.Detail = "delivered copy"
 	}

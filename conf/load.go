@@ -150,7 +150,7 @@ var systemKeys = []keyDef{
 		return setDuration(&c.System.TransactionCheckInterval, v, time.Millisecond)
 	}},
 	{"transactionCheckMax", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.TransactionCheckMax, v) }},
-	{"flushTxLogAtCommit", notYetUsed, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.FlushTxLogAtCommit, v) }},
+	{"flushTxLogAtCommit", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.FlushTxLogAtCommit, v) }},
 }
 
 var zkKeys = []keyDef{

@@ -2,7 +2,6 @@ package protocol
 
 import (
 	"math"
-	"strconv"
 )
 
 // Client-side command encoders. Each appends one request (header line and,
@@ -169,9 +168,15 @@ func appendQueuePosition(dst []byte, topic, group string, partition int32, offse
 }
 
 // appendIntField appends ' ' and the decimal form of v.
+//
+// It runs for every number of every request and reply line, so it renders
+// with putIntBack (reply.go) into one stack buffer holding the space too:
+// one append instead of two and no trip through strconv's generic path.
 func appendIntField(dst []byte, v int64) []byte {
-	dst = append(dst, ' ')
-	return strconv.AppendInt(dst, v, 10)
+	var b [64]byte
+	i := putIntBack(&b, len(b), v) - 1
+	b[i] = ' '
+	return append(dst, b[i:]...)
 }
 
 // appendStrField appends ' ' and s.

@@ -168,7 +168,8 @@ type Plan struct {
 // ErrBadDelay is a delay property the broker cannot honour (400).
 var ErrBadDelay = errors.New("bad delay")
 
-// PlanFor reads the delay properties of a put: ok is false when the
+// PlanFor reads the delay properties of a put (nowMs <= 0: the clock is
+// read when a deliverAt needs it): ok is false when the
 // message is not delayed (no property, delay=0). A level above the
 // highest is clamped to it, as RocketMQ does.
 func (s *Service) PlanFor(props []byte, nowMs int64) (p Plan, ok bool, err error) {
@@ -176,6 +177,9 @@ func (s *Service) PlanFor(props []byte, nowMs int64) (p Plan, ok bool, err error
 		return p, false, nil
 	}
 	if raw, has := protocol.PropertyRaw(props, PropDeliverAt); has {
+		if nowMs <= 0 {
+			nowMs = time.Now().UnixMilli() // read only when needed: most puts are not delayed
+		}
 		at, perr := strconv.ParseInt(string(raw), 10, 64)
 		if perr != nil || at < 0 {
 			return p, false, fmt.Errorf("%w: deliverAt=%.40q is not a unix time in milliseconds", ErrBadDelay, raw)

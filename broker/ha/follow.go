@@ -348,7 +348,7 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 // asyncSyncEvery is how often a slave of a master that does not wait for
 // durable acks (syncReplicas=0) makes what it received durable while data
 // keeps arriving: one fdatasync per interval instead of one per socket read
-// (docs/replication.md, "What it costs": the fdatasyncs were the largest
+// (docs/replication.md, "Benchmarks": the fdatasyncs were the largest
 // item of the slave's CPU). What it holds is in the page cache meanwhile
 // (it survives a crash of the slave's process, not of its machine), and it
 // is synced at once when the link ends. Its acks, lag figures and published

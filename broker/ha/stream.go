@@ -191,7 +191,7 @@ func (l *link) readAcks() {
 // before it reads again, instead of waking on every write-out of a producer
 // connection: fewer, larger sends, and as many fewer wake-ups of the
 // stream here and of the slave's receiver, write-out, dispatcher and
-// syncer there (docs/replication.md, "What it costs"). The first record
+// syncer there (docs/replication.md, "Benchmarks"). The first record
 // after an idle spell is sent at once; a send of a full batch (catching up)
 // does not linger. Replication lags by at most this much more.
 var asyncLinger = 5 * time.Millisecond

@@ -59,11 +59,13 @@ type Config struct {
 
 // Event is what Config.OnEvent receives.
 type Event struct {
-	Kind         string // "deliver", "ack", "release", "reject", "expire", "dead"
+	Kind         string // "deliver", "ack", "release", "reject", "extend", "dead"
 	Group, Topic string
 	Partition    int32
 	Offset       int64
 	Attempt      int
+	MsgID        int64  // deliver and dead: the message's id
+	Record       []byte // deliver: the record (valid during the call only)
 }
 
 // Defaults.
@@ -391,7 +393,6 @@ func (s *Pop) Poll(group, topic string, f Filter, limit int, invisible time.Dura
 	q := s.queueFor(group, topic)
 	now := nowMs()
 	deadline := now + invisible.Milliseconds()
-	var evs []Event
 	q.mu.Lock()
 	start := q.rr
 	q.rr++
@@ -414,15 +415,11 @@ func (s *Pop) Poll(group, topic string, f Filter, limit int, invisible time.Dura
 		}
 	} else {
 		q.dirty = true
-		if s.cfg.OnEvent != nil {
-			for _, it := range b.Items {
-				evs = append(evs, Event{Kind: "deliver", Group: group, Topic: topic, Partition: it.Partition, Offset: it.Offset, Attempt: it.Attempt})
-			}
-		}
 	}
 	q.mu.Unlock()
-	for _, e := range evs {
-		s.cfg.OnEvent(e)
+	for i := 0; s.cfg.OnEvent != nil && i < len(b.Items); i++ { // b is the caller's: stable without q.mu
+		it := &b.Items[i]
+		s.cfg.OnEvent(Event{Kind: "deliver", Group: group, Topic: topic, Partition: it.Partition, Offset: it.Offset, Attempt: it.Attempt, MsgID: it.MsgID, Record: it.Record})
 	}
 	return nil
 }
@@ -1006,7 +1003,7 @@ func (s *Pop) deadLetter(d deadItem) bool {
 	q.mu.Unlock()
 	s.stats.DeadLettered.Add(1)
 	if s.cfg.OnEvent != nil {
-		s.cfg.OnEvent(Event{Kind: "dead", Group: q.group, Topic: q.topic, Partition: p.id, Offset: d.off})
+		s.cfg.OnEvent(Event{Kind: "dead", Group: q.group, Topic: q.topic, Partition: p.id, Offset: d.off, MsgID: msgID})
 	}
 	return true
 }

@@ -23,6 +23,11 @@ type Message struct {
 	ReconsumeTimes uint16
 	Properties     []byte // URL query string (tag, keys, ...); copied
 	Data           []byte // copied into the log before Append returns
+	// StoreTime is the store time to stamp (unix ms); 0 = the store's
+	// clock. The broker reads the clock once per batch of commands read
+	// from a connection and passes it here (time.Now was ~6% of its CPU
+	// per put).
+	StoreTime int64
 }
 
 // AppendResult describes an appended record.
@@ -268,7 +273,11 @@ func (s *Store) AppendAsync(m *Message) (AppendResult, *Flush, error) {
 	if size > s.cfg.SegmentSize {
 		return AppendResult{}, nil, ErrMessageTooLarge
 	}
-	return s.clog.append(m, size, s.now().UnixMilli())
+	now := m.StoreTime
+	if now == 0 {
+		now = s.now().UnixMilli()
+	}
+	return s.clog.append(m, size, now)
 }
 
 // append appends one validated message of size bytes under the append lock:

@@ -192,7 +192,64 @@ func (s *Store) AppendRaw(pos int64, b []byte) error {
 	if l.wpos != pos {
 		return fmt.Errorf("%w: write position moved to %d under a raw append at %d", ErrRawPosition, l.wpos, pos)
 	}
+	st := &l.stage
+	if l.replica && st.written.Load() == l.wpos && st.wmu.TryLock() {
+		// Nothing staged and no write-out running: write b itself into the
+		// segment (no copy into the staging buffer). Holding the writer
+		// lock keeps every write-out off the range until it is in the
+		// file; the positions are published first (the zero-filler keeps
+		// its distance from the new write position), visibility after.
+		l.publishRawLocked(pos, n, run)
+		st.base = l.wpos
+		l.mu.Unlock()
+		err := l.writeRaw(pos, b)
+		l.mu.Lock()
+		if err != nil {
+			l.stageFailedLocked(err)
+		} else {
+			st.written.Store(pos + n)
+		}
+		st.wmu.Unlock()
+		if err == nil && !l.sync {
+			l.mu.Unlock()
+			l.onVisible() // async: written records are visible (stage.go)
+			l.mu.Lock()
+		}
+		return err
+	}
 	copy(l.stagedLocked(n), b)
+	l.publishRawLocked(pos, n, run)
+	return nil
+}
+
+// writeRaw writes b at log position pos (one segment), padded with zeros to
+// the end of its page as writeStaged pads (stage.go). The caller holds
+// stage.wmu, not l.mu.
+func (l *commitLog) writeRaw(pos int64, b []byte) error {
+	g := l.acquireSegment(pos)
+	if g == nil {
+		return ioError("write", errMissingSegment)
+	}
+	defer g.release()
+	st := &l.stage
+	off := pos - g.base
+	fend := off + int64(len(b))
+	pad := min((fend+pageSize-1)/pageSize*pageSize, g.size) - fend
+	st.iov = append(st.iov[:0], b)
+	if pad > 0 {
+		st.iov = append(st.iov, zeroPage[:pad])
+	}
+	err := l.hooks.logWrite(g.f, st.iov, off)
+	clear(st.iov[:cap(st.iov)])
+	if err != nil {
+		return ioError("write "+g.path, err)
+	}
+	return nil
+}
+
+// publishRawLocked publishes a checked run of n bytes appended at pos: each
+// partition's next queue offset, the write position, the counters.
+func (l *commitLog) publishRawLocked(pos, n int64, run *rawRun) {
 	for i := range run.parts {
 		rp := &run.parts[i]
 		p := rp.p
@@ -218,7 +275,6 @@ func (s *Store) AppendRaw(pos int64, b []byte) error {
 	}
 	l.puts += run.count
 	l.putBytes += n
-	return nil
 }
 
 // rawRun is what checkRawLocked found in a run of records: the partitions

@@ -188,3 +188,52 @@ func TestRawTruncateAndReset(t *testing.T) {
 		t.Fatal("damaged marker accepted")
 	}
 }
+
+// AppendRaw checks a whole run before it appends any of it: a run with one
+// damaged record appends nothing; the intact run then appends every record,
+// here to more partitions than a run tracks by a scan (rawRunScan), each
+// partition's next queue offset following its records.
+func TestRawRunAtomicAndManyPartitions(t *testing.T) {
+	m, r := mustOpen(t, testConfig(t, "")), mustOpen(t, testConfig(t, ""))
+	defer mustClose(t, m)
+	defer mustClose(t, r)
+	r.SetReplica(true)
+	const parts = 3 * rawRunScan
+	var acked []AppendResult
+	for i := 0; i < 2*parts; i++ {
+		acked = append(acked, mustAppend(t, m, &Message{Topic: "p", Partition: int32(i % parts), Data: body("p", 0, i, 50)}))
+	}
+	_ = m.WriteOut()
+	c, ok, err := m.ReadRaw(0, 1<<20)
+	if err != nil || !ok || c.Next != m.WritePos() {
+		t.Fatalf("ReadRaw: ok %v, err %v, next %d of %d", ok, err, c.Next, m.WritePos())
+	}
+	defer c.Release()
+	bad := bytes.Clone(c.Buf)
+	mid := acked[len(acked)/2]
+	bad[mid.PhysicalOffset+int64(mid.Size)-1] ^= 0xff // the last data byte: the CRC fails
+	if err := r.AppendRaw(0, bad); !errors.Is(err, ErrRawBad) {
+		t.Fatalf("AppendRaw of a damaged run: %v, want ErrRawBad", err)
+	}
+	if r.WritePos() != 0 || r.MaxOffset("p", 0) != 0 {
+		t.Fatalf("a refused run left write position %d, max offset %d", r.WritePos(), r.MaxOffset("p", 0))
+	}
+	if err := r.AppendRaw(0, c.Buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.SyncRaw(); err != nil {
+		t.Fatal(err)
+	}
+	if r.WritePos() != m.WritePos() {
+		t.Fatalf("replica at %d, master at %d", r.WritePos(), m.WritePos())
+	}
+	for p := int32(0); p < parts; p++ {
+		if got := r.MaxOffset("p", p); got != 2 {
+			t.Fatalf("partition %d: max offset %d on the replica, want 2", p, got)
+		}
+	}
+	waitReadable(t, r, "p", parts-1, 2)
+	if a, b := logBytes(t, m, m.WritePos()), logBytes(t, r, m.WritePos()); !bytes.Equal(a, b) {
+		t.Fatal("logs differ")
+	}
+}

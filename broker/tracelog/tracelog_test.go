@@ -2,7 +2,6 @@ package tracelog
 
 import (
 	"path/filepath"
-	"strconv"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -33,7 +32,7 @@ func TestWriterStoresEvents(t *testing.T) {
 		t.Fatalf("stats %d written, %d dropped, %d failed", written, dropped, failed)
 	}
 	for _, id := range []int64{1000, 1000 + n - 1} {
-		res, err := st.QueryKey(trace.Topic, strconv.FormatInt(id, 10), 10)
+		res, err := st.QueryKey(trace.Topic, trace.BucketKey(id), 10)
 		if err != nil {
 			t.Fatalf("QueryKey %d: %v", id, err)
 		}

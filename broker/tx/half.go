@@ -1,7 +1,7 @@
 package tx
 
 import (
-	"container/heap"
+	"bytes"
 	"strconv"
 	"time"
 
@@ -19,14 +19,34 @@ const (
 // producer group. ok && group == "" is a half message without a group (the
 // broker refuses it).
 func HalfGroup(props []byte) (group string, ok bool) {
-	if len(props) == 0 {
+	raw, ok := HalfGroupRaw(props)
+	if !ok {
 		return "", false
 	}
-	v, found := protocol.PropertyRaw(props, PropTx)
-	if !found || string(v) != "half" {
-		return "", false
+	return protocol.Unescape(raw), true
+}
+
+// HalfGroupRaw is HalfGroup without allocation: the group's raw (still
+// URL-escaped) value, aliasing props. One pass over the properties.
+func HalfGroupRaw(props []byte) (group []byte, ok bool) {
+	half := false
+	for rest := props; len(rest) > 0; {
+		var k, v []byte
+		k, v, rest = protocol.NextProperty(rest)
+		switch string(k) {
+		case PropTx:
+			if string(v) != "half" {
+				return nil, false
+			}
+			half = true
+		case PropPGroup:
+			group = v
+		}
 	}
-	return protocol.Property(props, PropPGroup), true
+	if !half {
+		return nil, false
+	}
+	return group, true
 }
 
 // Action is a txend outcome.
@@ -38,14 +58,15 @@ const (
 	Unknown
 )
 
-// ParseAction parses `commit`, `rollback` or `unknown`.
+// ParseAction parses `commit`, `rollback` or `unknown`
+// (any case; no allocation).
 func ParseAction(b []byte) (Action, bool) {
-	switch string(b) {
-	case "commit", "COMMIT":
+	switch {
+	case bytes.EqualFold(b, []byte("commit")):
 		return Commit, true
-	case "rollback", "ROLLBACK":
+	case bytes.EqualFold(b, []byte("rollback")):
 		return Rollback, true
-	case "unknown", "UNKNOWN":
+	case bytes.EqualFold(b, []byte("unknown")):
 		return Unknown, true
 	}
 	return 0, false
@@ -54,18 +75,27 @@ func ParseAction(b []byte) (Action, bool) {
 // PutHalf stores msg (real topic and partition) as a half message of group
 // in %TX_HALF%: invisible until txend commits it. The result's MsgID is the
 // id txend and check use. In sync-flush mode the Flush must complete before
-// the put is acknowledged; in async mode the record is written out already.
+// the put is acknowledged; in async mode the record is written out already
+// (or by the caller, Config.CallerWritesOut). The record keeps the
+// message's own properties without `tx=half` (its sysFlag and the `pg=`
+// prefix say what it is), so that a commit copies them as they are.
 func (m *Manager) PutHalf(s *Session, grp string, msg *store.Message) (store.AppendResult, *store.Flush, error) {
-	m.mu.Lock()
-	full := len(m.halves) >= m.cfg.MaxPendingHalf
-	m.mu.Unlock()
-	if full {
+	if m.pending.Load() >= int64(m.cfg.MaxPendingHalf) {
 		return store.AppendResult{}, nil, ErrBusy
+	}
+	var buf []byte
+	if s != nil {
+		buf = s.props[:0] // the store copies the properties: reused put after put
+	}
+	buf = halfProps(buf, msg.Topic, msg.Partition, "pg", grp, nil)
+	pre := len(buf)
+	buf = appendPropsWithout(buf, msg.Properties, PropTx)
+	if s != nil {
+		s.props = buf
 	}
 	rec := store.Message{
 		Topic: HalfTopic, Flag: msg.Flag, BornTime: msg.BornTime, SysFlag: protocol.SysFlagTxPrepared,
-		Properties: halfProps(nil, msg.Topic, msg.Partition, "pg", grp, msg.Properties),
-		Data:       msg.Data,
+		Properties: buf, Data: msg.Data,
 	}
 	res, f, err := m.st.AppendAsync(&rec)
 	if err == nil {
@@ -74,100 +104,143 @@ func (m *Manager) PutHalf(s *Session, grp string, msg *store.Message) (store.App
 	if err != nil {
 		return res, nil, err
 	}
+	due := m.cfg.Now().Add(m.cfg.CheckInterval)
 	m.mu.Lock()
-	m.addHalfLocked(&half{id: res.MsgID, group: grp, due: m.cfg.Now().Add(m.cfg.CheckInterval)})
+	h := m.newHalfLocked()
+	spare := h.body // a recycled buffer, reused when the body is kept
+	h.id, h.group, h.due, h.body = res.MsgID, grp, due, nil
+	if own := ownProps(buf, pre); len(own)+len(msg.Data) <= maxKeptBody && m.kept < maxKeptBytes {
+		// Kept for the commit: it then needs no read of the log.
+		h.topic, h.partition, h.flag, h.born = msg.Topic, msg.Partition, msg.Flag, msg.BornTime
+		if h.born == 0 {
+			h.born = res.StoreTime // what the half record holds
+		}
+		h.body = append(append(spare[:0], own...), msg.Data...)
+		h.nprops = len(own)
+		m.kept += int64(cap(h.body))
+	}
+	m.addHalfLocked(h)
+	m.registerLocked(s, grp)
 	m.mu.Unlock()
-	m.RegisterProducer(s, grp)
+	m.emit(Event{Kind: EvHalf, ID: res.MsgID, Group: grp, Topic: msg.Topic, Partition: msg.Partition, Props: msg.Properties, Result: res})
 	return res, f, nil
 }
+
+// Half bodies kept in memory from the put to the commit: each at most
+// maxKeptBody bytes, all together at most maxKeptBytes; the others are read
+// back from the log.
+const (
+	maxKeptBody  = 4 << 10
+	maxKeptBytes = 64 << 20
+)
+
+// ownProps is the message's own properties in the half record's
+// properties buf, from pre (the end of the prefix) on.
+func ownProps(buf []byte, pre int) []byte {
+	if len(buf) > pre {
+		return buf[pre+1:] // after the '&'
+	}
+	return nil
+}
+
+// newHalfLocked returns a zeroed half from the free list (EndBatch returns
+// finished ones to it) or a new one: no allocation per message in steady
+// state.
+func (m *Manager) newHalfLocked() *half {
+	if n := len(m.free); n > 0 {
+		h := m.free[n-1]
+		m.free = m.free[:n-1]
+		return h
+	}
+	return &half{}
+}
+
+// freeHalfLocked recycles a half nobody refers to any more (its body
+// buffer too).
+func (m *Manager) freeHalfLocked(h *half) {
+	if h.body != nil {
+		m.kept -= int64(cap(h.body))
+	}
+	if len(m.free) < maxFreeHalves {
+		body := h.body[:0]
+		*h = half{body: body}
+		m.free = append(m.free, h)
+	}
+}
+
+const maxFreeHalves = 4096
 
 func (m *Manager) addHalfLocked(h *half) {
 	if _, dup := m.halves[h.id]; dup {
 		return
 	}
 	m.halves[h.id] = h
-	heap.Push(&m.due, h)
+	m.pending.Add(1)
+	m.linkDueLocked(h)
 }
 
 func (m *Manager) removeHalfLocked(h *half) {
 	delete(m.halves, h.id)
-	if h.idx >= 0 {
-		heap.Remove(&m.due, h.idx)
+	m.pending.Add(-1)
+	m.unlinkDueLocked(h)
+}
+
+// The due list: the pending half messages in order of due time (then id),
+// earliest at the head, a doubly-linked list through the halves. A half
+// message is due CheckInterval after it was stored or last checked, so a new
+// entry nearly always goes at the tail (O(1); a heap cost a log-n sift per
+// put and per txend). The walk back from the tail is bounded: after a clock
+// step backwards an entry may sit behind a later one and is checked at most
+// that step late.
+const maxDueWalk = 64
+
+func dueBefore(a, b *half) bool {
+	if a.due.Equal(b.due) {
+		return a.id < b.id
 	}
+	return a.due.Before(b.due)
+}
+
+func (m *Manager) linkDueLocked(h *half) {
+	p := m.dueTail
+	for i := 0; p != nil && i < maxDueWalk && dueBefore(h, p); i++ {
+		p = p.prev
+	}
+	h.prev = p
+	if p == nil {
+		h.next = m.dueHead
+		m.dueHead = h
+	} else {
+		h.next = p.next
+		p.next = h
+	}
+	if h.next != nil {
+		h.next.prev = h
+	} else {
+		m.dueTail = h
+	}
+}
+
+func (m *Manager) unlinkDueLocked(h *half) {
+	if h.prev != nil {
+		h.prev.next = h.next
+	} else if m.dueHead == h {
+		m.dueHead = h.next
+	}
+	if h.next != nil {
+		h.next.prev = h.prev
+	} else if m.dueTail == h {
+		m.dueTail = h.prev
+	}
+	h.prev, h.next = nil, nil
 }
 
 // End finishes half message id (txend). Unknown leaves it pending.
 func (m *Manager) End(id int64, a Action) (Result, error) {
-	m.mu.Lock()
-	h := m.halves[id]
-	if h == nil {
-		m.mu.Unlock()
-		return Result{}, ErrNotFound
-	}
-	if a == Unknown {
-		m.mu.Unlock()
-		return Result{}, nil
-	}
-	m.removeHalfLocked(h) // ours now: a concurrent txend or check finds nothing
-	m.mu.Unlock()
-	f, err := m.finishHalf(id, a)
-	if err != nil {
-		m.mu.Lock()
-		h.due = m.cfg.Now().Add(m.cfg.CheckInterval)
-		m.addHalfLocked(h)
-		m.mu.Unlock()
-		return Result{}, err
-	}
-	return Result{Flush: f, Appended: true}, nil
-}
-
-// finishHalf appends the outcome of a half message: for a commit the real
-// message followed by its op record in one run, for a rollback the op only.
-func (m *Manager) finishHalf(id int64, a Action) (*store.Flush, error) {
-	key := strconv.FormatInt(id, 10)
-	if a == Rollback {
-		f, err := m.appendRun([]store.Message{{Topic: OpTopic, Data: appendOp(nil, "hrollback", key, 0, 0)}})
-		if err == nil {
-			m.rolledBack.Add(1)
-		}
-		return f, err
-	}
-	res, err := m.st.ReadByID(id)
-	if err != nil {
-		return nil, err
-	}
-	var real store.Message
-	var perr error
-	found := false
-	for _, b := range res.Bufs {
-		it := protocol.NewRecordIterator(b)
-		if it.Next() {
-			r := it.Record()
-			h, err := parseHalfProps(r.Properties)
-			if err != nil || string(r.Topic) != HalfTopic || h.group == "" {
-				perr = errBadHalf
-			} else {
-				real, found = realMessage(r, &h), true
-			}
-		}
-	}
-	res.Release()
-	if perr != nil {
-		return nil, perr
-	}
-	if !found {
-		return nil, ErrNotFound
-	}
-	run := []store.Message{real}
-	if err := m.schedule(run); err != nil {
-		return nil, err
-	}
-	real = run[0]
-	f, err := m.appendRun([]store.Message{real, {Topic: OpTopic, Data: appendOp(nil, "hcommit", key, 0, 0)}})
-	if err == nil {
-		m.committed.Add(1)
-	}
-	return f, err
+	reqs := [1]EndReq{{ID: id, Action: a}}
+	m.EndBatch(nil, reqs[:])
+	r := &reqs[0]
+	return Result{Flush: r.Flush, Appended: r.Appended}, r.Err
 }
 
 // RegisterProducer makes s's connection a live producer of grp (it sent a
@@ -178,8 +251,12 @@ func (m *Manager) RegisterProducer(s *Session, grp string) {
 		return
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s.closed {
+	m.registerLocked(s, grp)
+	m.mu.Unlock()
+}
+
+func (m *Manager) registerLocked(s *Session, grp string) {
+	if s == nil || s.probe == nil || s.closed {
 		return
 	}
 	for _, g := range s.probes {
@@ -244,36 +321,35 @@ func (m *Manager) scanChecks() {
 	for n := 0; n == 0 || time.Since(start) < m.cfg.ScanBudget; n++ { // at least one per scan
 		now := m.cfg.Now()
 		m.mu.Lock()
-		if len(m.due) == 0 || m.due[0].due.After(now) || m.closed {
+		h := m.dueHead
+		if h == nil || h.due.After(now) || m.closed {
 			m.mu.Unlock()
 			return
 		}
-		h := m.due[0]
-		if h.checks >= m.cfg.CheckMax {
+		// Copied under the lock: once it is unlocked a txend may finish h
+		// and its struct be reused (freeHalfLocked).
+		id, grp, checks := h.id, h.group, h.checks
+		if checks >= m.cfg.CheckMax {
 			m.removeHalfLocked(h)
 			m.mu.Unlock()
-			_, err := m.finishHalf(h.id, Rollback)
-			if err == nil && m.cfg.CallerWritesOut {
-				err = m.st.WriteOut() // no connection writes this one out
-			}
+			err := m.finishOne(h, Rollback)
 			if err != nil {
-				m.log.Error("rolling back an unresolved half message failed; retrying later", "msgId", h.id, "err", err)
-				m.mu.Lock()
-				h.due = now.Add(m.cfg.CheckInterval)
-				m.addHalfLocked(h)
-				m.mu.Unlock()
+				m.log.Error("rolling back an unresolved half message failed; retrying later", "msgId", id, "err", err)
 				continue
 			}
-			m.checkRollbacks.Add(1)
+			// Logged before it is counted: whoever sees the count sees the line.
 			m.log.Warn("half message rolled back: no outcome after the maximum number of checks",
-				"msgId", h.id, "producerGroup", h.group, "checks", h.checks)
+				"msgId", id, "producerGroup", grp, "checks", checks)
+			m.checkRollbacks.Add(1)
 			continue
 		}
 		h.checks++
+		checks++
 		h.due = now.Add(m.cfg.CheckInterval)
-		heap.Fix(&m.due, h.idx)
+		m.unlinkDueLocked(h)
+		m.linkDueLocked(h)
 		var p Prober
-		if g := m.groups[h.group]; g != nil && len(g.members) > 0 {
+		if g := m.groups[grp]; g != nil && len(g.members) > 0 {
 			g.next = (g.next + 1) % len(g.members)
 			p = g.members[g.next]
 		}
@@ -282,12 +358,13 @@ func (m *Manager) scanChecks() {
 			m.lastWarn = now
 		}
 		m.mu.Unlock()
-		m.recordCheck(h.id)
-		if p != nil && p.SendCheck(h.id) {
+		m.recordCheck(id)
+		m.emit(Event{Kind: EvCheck, ID: id, Group: grp, Checks: checks, Sent: p != nil})
+		if p != nil && p.SendCheck(id) {
 			m.checksSent.Add(1)
 		} else if warn {
 			m.log.Warn("half message due for a check but no live producer of its group is connected",
-				"msgId", h.id, "producerGroup", h.group, "checks", h.checks)
+				"msgId", id, "producerGroup", grp, "checks", checks)
 		}
 	}
 }
@@ -296,7 +373,7 @@ func (m *Manager) scanChecks() {
 // message had survives a restart (transactionCheckMax counts them all). It
 // is not waited for: a check lost in a crash is only a check more.
 func (m *Manager) recordCheck(id int64) {
-	op := store.Message{Topic: OpTopic, Data: appendOp(nil, "hcheck", strconv.FormatInt(id, 10), 0, 0)}
+	op := store.Message{Topic: OpTopic, Data: strconv.AppendInt([]byte("hcheck "), id, 10)}
 	if _, f, err := m.st.AppendAsync(&op); err == nil && f == nil {
 		err = m.st.WriteOut()
 		if err != nil {
@@ -305,32 +382,4 @@ func (m *Manager) recordCheck(id int64) {
 	} else if err != nil {
 		m.log.Warn("recording a check failed", "msgId", id, "err", err)
 	}
-}
-
-// dueHeap orders pending half messages by due time.
-type dueHeap []*half
-
-func (d dueHeap) Len() int { return len(d) }
-func (d dueHeap) Less(i, j int) bool {
-	if d[i].due.Equal(d[j].due) {
-		return d[i].id < d[j].id
-	}
-	return d[i].due.Before(d[j].due)
-}
-func (d dueHeap) Swap(i, j int) {
-	d[i], d[j] = d[j], d[i]
-	d[i].idx, d[j].idx = i, j
-}
-func (d *dueHeap) Push(x any) {
-	h := x.(*half)
-	h.idx = len(*d)
-	*d = append(*d, h)
-}
-func (d *dueHeap) Pop() any {
-	old := *d
-	h := old[len(old)-1]
-	old[len(old)-1] = nil
-	h.idx = -1
-	*d = old[:len(old)-1]
-	return h
 }

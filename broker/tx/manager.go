@@ -43,12 +43,22 @@ type Config struct {
 	Schedule func(m *store.Message) (out store.Message, ok bool, err error)
 	Logger   *slog.Logger
 	Now      func() time.Time
+	// OnEvent, when set, is told what happens to half messages (event.go;
+	// the broker's message trace).
+	OnEvent func(*Event)
 	// CallerWritesOut: the caller of Command, Put, PutHalf and End writes
 	// async-flush appends out (store.WriteOut) before acknowledging them, as
 	// a broker connection does once per batch of commands read; the table
 	// then does not write out each of its appends itself (one system call
 	// per transaction step).
 	CallerWritesOut bool
+	// EndWithoutFlush (flushTxLogAtCommit 0 or 2): a txend is answered as
+	// soon as its outcome is appended, without waiting for the group commit
+	// that makes it durable (it rides on the next one). A crash may then
+	// lose an answered outcome; the half message, durable before its put
+	// was answered, is pending again after the restart and checked back, so
+	// it is still committed once or rolled back (docs/transactions.md).
+	EndWithoutFlush bool
 	// Standby: the broker is a slave (docs/replication.md): the table is
 	// built from the log but nothing is written — no check-back, no
 	// completion of a commit run the log holds only part of (the master's
@@ -96,7 +106,17 @@ type half struct {
 	group  string
 	due    time.Time
 	checks int
-	idx    int // position in Manager.due
+	// the due list (guarded by Manager.mu)
+	prev, next *half
+	// The message as it will be committed, kept from its put while the
+	// budget allows (nil: read back from the log at commit): topic,
+	// partition, flag, born time, and body = own properties + data.
+	topic     string
+	partition int32
+	flag      int32
+	born      int64
+	nprops    int
+	body      []byte
 }
 
 // Prober is a live producer connection the broker can send `check` to.
@@ -120,13 +140,18 @@ type Manager struct {
 	xa       map[string]*Tx
 	held     int64
 	halves   map[int64]*half
-	due      dueHeap
+	dueHead  *half // the due list, earliest first (half.go)
+	dueTail  *half
+	free     []*half // finished halves for reuse
 	groups   map[string]*group
 	localN   int
 	closed   bool
 	lastWarn time.Time // rate limit of "no live producer" warnings
 
 	provisional atomic.Int64 // provisional ids of puts inside a transaction
+	pending     atomic.Int64 // len(halves), read without the lock (PutHalf's bound)
+	kept        int64        // bytes of half bodies kept in memory (guarded by mu)
+	scanEnd     endScratch   // EndBatch buffers of the check scan (its goroutine only)
 	standby     atomic.Bool  // a slave's table: no checks, no writes (standby.go)
 
 	begun, xaBegun, committed, rolledBack, timedOut, checksSent, checkRollbacks atomic.Int64
@@ -258,6 +283,33 @@ type Session struct {
 	probes []string       // producer groups this connection registered in (guarded by m.mu)
 	probe  Prober
 	closed bool
+
+	// Used only by the connection's reader goroutine (the one caller of
+	// PutHalf and EndBatch with this session): buffers reused command
+	// after command, and the names seen last.
+	props []byte
+	end   endScratch
+	names nameCache
+}
+
+// nameCache keeps the producer group and the topic named last as strings.
+type nameCache struct{ group, topic string }
+
+// GroupName returns the producer group named by raw (a property value,
+// still URL-escaped) as a string, the one of the previous call when it is
+// the same group: a connection sends one group's half messages in a row.
+func (s *Session) GroupName(raw []byte) string {
+	if string(raw) != s.names.group {
+		s.names.group = protocol.Unescape(raw)
+	}
+	return s.names.group
+}
+
+func (c *nameCache) topicName(raw []byte) string {
+	if string(raw) != c.topic {
+		c.topic = protocol.Unescape(raw)
+	}
+	return c.topic
 }
 
 // NewSession returns the transaction state of a new connection; p is the
@@ -517,7 +569,7 @@ func (m *Manager) schedule(run []store.Message) error {
 		return nil
 	}
 	for i := range run {
-		if len(run[i].Properties) == 0 {
+		if !mayDelay(run[i].Properties) {
 			continue
 		}
 		out, ok, err := m.cfg.Schedule(&run[i])

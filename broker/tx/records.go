@@ -33,8 +33,13 @@ const (
 	//	                              last record and completes a run a power loss cut (commit.go).
 	//	commit <xid>                  (older brokers) XA committed, appended right after its messages
 	//	rollback <xid>                prepared XA rolled back
-	//	hcommit <msgId>               half message committed (appended right after the real message)
-	//	hrollback <msgId>             half message rolled back (txend, or after transactionCheckMax checks)
+	//	hend <runBytes> <lastBytes> +<msgId> -<msgId> …
+	//	                              half messages committed (+) and rolled back (-), appended right
+	//	                              BEFORE the run of the committed ones' real messages, in order: the
+	//	                              run takes runBytes of log after this record, its last record
+	//	                              lastBytes; recovery completes a run a crash cut (end.go)
+	//	hcommit <msgId>               (older brokers) half message committed (right after the real message)
+	//	hrollback <msgId>             (older brokers) half message rolled back
 	//	hcheck <msgId>                the broker checked the half message once more
 	OpTopic = "%TX_OP%"
 )
@@ -68,7 +73,29 @@ type halfMeta struct {
 var errBadHalf = errors.New("tx: malformed " + HalfTopic + " record properties")
 
 func parseHalfProps(props []byte) (halfMeta, error) {
-	var h halfMeta
+	r, err := parseHalfRaw(props)
+	if err != nil {
+		return halfMeta{}, err
+	}
+	h := halfMeta{topic: protocol.Unescape(r.topic), partition: r.partition, own: r.own}
+	if r.xid != nil {
+		h.xid = protocol.Unescape(r.xid)
+	}
+	if r.group != nil {
+		h.group = protocol.Unescape(r.group)
+	}
+	return h, nil
+}
+
+// halfRaw is halfMeta with the names still raw (aliasing the record).
+type halfRaw struct {
+	topic, xid, group []byte
+	partition         int32
+	own               []byte
+}
+
+func parseHalfRaw(props []byte) (halfRaw, error) {
+	var h halfRaw
 	rest := props
 	for k := 0; k < 3; k++ {
 		var pair []byte
@@ -86,26 +113,44 @@ func parseHalfProps(props []byte) (halfMeta, error) {
 		}
 		switch {
 		case k == 0 && string(key) == "rt":
-			h.topic = protocol.Unescape(val)
+			h.topic = val
 		case k == 1 && string(key) == "rp":
-			p, err := strconv.ParseInt(string(val), 10, 32)
-			if err != nil || p < 0 {
+			p, ok := parseUint31(val)
+			if !ok {
 				return h, errBadHalf
 			}
-			h.partition = int32(p)
+			h.partition = p
 		case k == 2 && string(key) == "xid":
-			h.xid = protocol.Unescape(val)
+			h.xid = val
 		case k == 2 && string(key) == "pg":
-			h.group = protocol.Unescape(val)
+			h.group = val
 		default:
 			return h, errBadHalf
 		}
 	}
-	if h.topic == "" {
+	if len(h.topic) == 0 {
 		return h, errBadHalf
 	}
 	h.own = rest
 	return h, nil
+}
+
+// parseUint31 parses a non-negative decimal int32 (no allocation).
+func parseUint31(b []byte) (int32, bool) {
+	if len(b) == 0 || len(b) > 10 {
+		return 0, false
+	}
+	var v int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if v > 1<<31-1 {
+		return 0, false
+	}
+	return int32(v), true
 }
 
 // op is one decoded %TX_OP% record.
@@ -118,6 +163,8 @@ type op struct {
 	from                int
 	runBytes, lastBytes int64
 	runKnown            bool
+	// hend: the half messages it finishes, in order (end.go)
+	ends []endID
 }
 
 func appendOp(dst []byte, verb, key string, halfFrom int64, n int) []byte {
@@ -179,6 +226,10 @@ func parseOp(data []byte) (op, error) {
 		}
 		o.halfFrom, o.n, o.from, o.runBytes, o.lastBytes, o.runKnown = v[0], int(v[1]), int(v[2]), v[3], v[4], true
 		if o.n <= 0 || o.from >= o.n || o.lastBytes <= 0 || o.lastBytes > o.runBytes {
+			return op{}, bad
+		}
+	case "hend":
+		if !parseEndOp(f, &o) {
 			return op{}, bad
 		}
 	case "rollback", "hcommit", "hrollback", "hcheck":

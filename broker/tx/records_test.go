@@ -1,6 +1,7 @@
 package tx
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -70,18 +71,81 @@ func TestOpsRoundTrip(t *testing.T) {
 	for _, o := range []op{{verb: "prepare", key: "XID:1:0a:01:q", halfFrom: 12, n: 3}, {verb: "commit", key: "XID:1:0a:01:q"},
 		{verb: "hrollback", key: "281474976710858"}} {
 		got, err := parseOp(appendOp(nil, o.verb, o.key, o.halfFrom, o.n))
-		if err != nil || got != o {
+		if err != nil || !reflect.DeepEqual(got, o) {
 			t.Fatalf("%+v: %+v %v", o, got, err)
 		}
 	}
 	c := op{verb: "commit", key: "XID:1:0a:01:q", halfFrom: 12, n: 3, from: 1, runBytes: 300, lastBytes: 100, runKnown: true}
-	if got, err := parseOp(appendCommitOp(nil, &c)); err != nil || got != c {
+	if got, err := parseOp(appendCommitOp(nil, &c)); err != nil || !reflect.DeepEqual(got, c) {
 		t.Fatalf("%+v: %+v %v", c, got, err)
 	}
 	for _, bad := range []string{"", "prepare x", "prepare x 1", "prepare x -1 2", "prepare x 1 0", "commit", "commit a b", "bogus a",
 		"commit x 1 2 3 4", "commit x 1 2 2 300 100", "commit x 1 2 0 100 300", "commit x 1 2 0 300 0", "commit x 1 2 0 300 -5"} {
 		if _, err := parseOp([]byte(bad)); err == nil {
 			t.Errorf("parseOp(%q) accepted", bad)
+		}
+	}
+}
+
+// An hend op names the half messages it finishes, in order, and the run of
+// real messages that follows it.
+func TestEndOpRoundTrip(t *testing.T) {
+	items := []endItem{
+		{h: &half{id: 281474976710858}, req: &EndReq{}, a: Commit},
+		{h: &half{id: 12}, req: &EndReq{}, a: Rollback},
+		{h: &half{id: 99}, req: &EndReq{Err: ErrNotFound}, a: Commit}, // left out
+		{h: &half{id: 0}, req: &EndReq{}, a: Commit},
+	}
+	b := appendEndOp(nil, 300, 100, items)
+	if string(b) != "hend 300 100 +281474976710858 -12 +0" {
+		t.Fatalf("%q", b)
+	}
+	o, err := parseOp(b)
+	want := []endID{{281474976710858, true}, {12, false}, {0, true}}
+	if err != nil || o.verb != "hend" || o.runBytes != 300 || o.lastBytes != 100 || !reflect.DeepEqual(o.ends, want) {
+		t.Fatalf("%+v %v", o, err)
+	}
+	if o, err := parseOp([]byte("hend 0 0 -7")); err != nil || len(o.ends) != 1 || o.ends[0].commit {
+		t.Fatalf("rollback only: %+v %v", o, err)
+	}
+	for _, bad := range []string{"hend", "hend 1 1", "hend 300 100", "hend 300 100 -1", "hend 0 0 +1", "hend 100 300 +1",
+		"hend 300 0 +1", "hend 0 5 -1", "hend 300 100 1", "hend 300 100 +x", "hend 300 100 +-1", "hend -1 -1 -1", "hend 300 100 +"} {
+		if _, err := parseOp([]byte(bad)); err == nil {
+			t.Errorf("parseOp(%q) accepted", bad)
+		}
+	}
+}
+
+func TestPropsHelpers(t *testing.T) {
+	for in, want := range map[string]string{
+		"tx=half&pgroup=g&tag=a": "&pgroup=g&tag=a",
+		"tag=a&tx=half":          "&tag=a",
+		"tx=half":                "",
+		"a=1&&tx&b=2":            "&a=1&b=2",
+		"":                       "",
+	} {
+		if got := string(appendPropsWithout(nil, []byte(in), "tx")); got != want {
+			t.Errorf("appendPropsWithout(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[string]bool{"tx=half": true, "a=1&tx=": true, "atx=1": false, "tx": false, "a=tx=1": false, "": false, "tx=": true} {
+		if got := hasProp([]byte(in), "tx"); got != want {
+			t.Errorf("hasProp(%q) = %v", in, got)
+		}
+	}
+	for in, want := range map[string]bool{"delay=3": true, "a=1&deliverAt=5": true, "tag=a": false, "": false} {
+		if got := MayDelay([]byte(in)); got != want {
+			t.Errorf("MayDelay(%q) = %v", in, got)
+		}
+	}
+	for in, want := range map[string]string{"tx=half&pgroup=g": "g", "pgroup=g&tx=half": "g", "tx=half": ""} {
+		if g, ok := HalfGroupRaw([]byte(in)); !ok || string(g) != want {
+			t.Errorf("HalfGroupRaw(%q) = %q %v", in, g, ok)
+		}
+	}
+	for _, in := range []string{"", "pgroup=g", "tx=full&pgroup=g", "tx=half&tx=no"} {
+		if _, ok := HalfGroupRaw([]byte(in)); ok {
+			t.Errorf("HalfGroupRaw(%q) took it for a half message", in)
 		}
 	}
 }
@@ -106,6 +170,8 @@ func FuzzRecords(f *testing.F) {
 	f.Add([]byte("commit XID:1:0a:01:q 12 3 0 300 100"))
 	f.Add([]byte("XID:1:0a:01:q"))
 	f.Add([]byte("TX:s:1"))
+	f.Add([]byte("hend 300 100 +281474976710858 -12 +40"))
+	f.Add([]byte("hend 0 0 -12"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if h, err := parseHalfProps(b); err == nil && h.topic == "" {
 			t.Fatal("accepted an empty topic")
@@ -115,6 +181,8 @@ func FuzzRecords(f *testing.F) {
 		}
 		_, _, _ = ParseKey(b)
 		_ = withoutProp(b, "tx")
+		_ = appendPropsWithout(nil, b, "tx")
 		_, _ = HalfGroup(b)
+		_ = hasProp(b, "tx")
 	})
 }

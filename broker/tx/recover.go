@@ -1,6 +1,7 @@
 package tx
 
 import (
+	"sort"
 	"strconv"
 	"time"
 
@@ -20,7 +21,9 @@ func (m *Manager) recover() error {
 	done := map[int64]struct{}{}
 	checks := map[int64]int{}
 	bad := 0
+	var lastEnd *endAt // the newest op, when it is an hend op
 	err := m.scanAll(OpTopic, func(r *protocol.Record) error {
+		lastEnd = nil // a record after an hend op: that op's run is whole
 		o, err := parseOp(r.Data)
 		if err != nil {
 			if bad++; bad <= 10 {
@@ -39,6 +42,13 @@ func (m *Manager) recover() error {
 			} else {
 				delete(commits, o.key)
 			}
+		case "hend":
+			for _, x := range o.ends {
+				done[x.id] = struct{}{}
+				delete(checks, x.id)
+			}
+			lastEnd = &endAt{op: o, runStart: r.PhysicalOffset +
+				int64(protocol.RecordSize(len(r.Topic), len(r.Properties), len(r.Data)))}
 		case "hcommit", "hrollback":
 			if id, err := strconv.ParseInt(o.key, 10, 64); err == nil {
 				done[id] = struct{}{}
@@ -56,6 +66,7 @@ func (m *Manager) recover() error {
 	if err != nil {
 		return err
 	}
+	var pending []*half
 	err = m.scanAll(HalfTopic, func(r *protocol.Record) error {
 		if _, ok := done[r.MsgID]; ok {
 			return nil
@@ -71,11 +82,23 @@ func (m *Manager) recover() error {
 			return nil // a prepared XA message: found through its prepare op
 		}
 		due := time.UnixMilli(r.StoreTime).Add(m.cfg.CheckInterval)
-		m.addHalfLocked(&half{id: r.MsgID, group: h.group, due: due, checks: checks[r.MsgID]})
+		pending = append(pending, &half{id: r.MsgID, group: h.group, due: due, checks: checks[r.MsgID]})
+		m.emit(Event{Kind: EvPending, ID: r.MsgID, Group: h.group, Checks: checks[r.MsgID], Props: r.Properties})
 		return nil
 	})
 	if err != nil {
 		return err
+	}
+	// Into the due list in its order (store times are not strictly
+	// monotonic across a clock step).
+	sort.Slice(pending, func(i, j int) bool { return dueBefore(pending[i], pending[j]) })
+	for _, h := range pending {
+		m.addHalfLocked(h)
+	}
+	if lastEnd != nil && !m.standby.Load() { // a slave's log: the master completes the run
+		if err := m.checkEndRun(lastEnd); err != nil {
+			return err
+		}
 	}
 	for _, c := range commits {
 		if m.standby.Load() {

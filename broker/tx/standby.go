@@ -39,7 +39,9 @@ func (m *Manager) Recover() error {
 			m.xa[k] = t
 		}
 	}
-	m.halves, m.due = fresh.halves, fresh.due
+	m.halves, m.dueHead, m.dueTail = fresh.halves, fresh.dueHead, fresh.dueTail
+	m.pending.Store(fresh.pending.Load())
+	m.kept = 0 // the halves rebuilt from the log keep no bodies
 	m.mu.Unlock()
 	m.standby.Store(false)
 	return nil

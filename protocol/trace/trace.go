@@ -37,9 +37,15 @@ const (
 	Delivered    Type = "delivered"     // broker: a delayed or retried copy was appended to its topic
 	Retried      Type = "retry-stored"  // broker: a give-back was stored in %RETRY%<group>
 	DeadLetter   Type = "dlq"           // broker: stored in %DLQ%<group>
-	TxCommit     Type = "tx-commit"     // broker: a transactional message was committed
+	TxHalf       Type = "tx-half"       // broker: a half message was stored (invisible until committed)
+	TxCheck      Type = "tx-check"      // broker: checked back with a producer of the group
+	TxAnswer     Type = "tx-answer"     // broker: the producer's txend after a check, or unknown
+	TxCommit     Type = "tx-commit"     // broker: a transactional message was committed (rid: the committed record)
 	TxRollback   Type = "tx-rollback"   // broker: a transactional message was rolled back
-	Push         Type = "push"          // broker: pushed to a consumer (broker-managed delivery)
+	Push         Type = "push"          // broker: delivered to a member of a group (broker-managed delivery)
+	PushAck      Type = "push-ack"      // broker: the delivery was acknowledged
+	PushRelease  Type = "push-release"  // broker: the member released it (delivered again later)
+	PushReject   Type = "push-reject"   // broker: the member rejected it (dead-letter queue)
 )
 
 // Event is one trace event. MsgID is the traced message — the id its
@@ -78,7 +84,7 @@ const (
 
 // A record of %TRACE% carries a batch of events in its data: one line per
 // event, each a URL query string (the properties line's syntax) ended by
-// '\n', for example
+// '\n'. The first line of a record is a full line, for example
 //
 //	e=produce&id=281474976710912&t=orders&k=o-1&at=1767225600000&us=812&ok=1&h=app1&b=1&p=0&o=41&s=120
 //
@@ -96,9 +102,24 @@ const (
 //	n   attempt                       r   reconsumeTimes
 //	s   body bytes                    d   detail
 //
-// The record's `keys` property holds every event's msgId (decimal) and the
-// message keys, so the store's key index finds the records of a message by
-// its id or by its keys (`query key %TRACE% <msgId>`).
+// A later line may be a continuation line: it starts with '+' and holds
+// only what differs from the event before it in the record, which it
+// starts as a copy of. In a continuation line id, at and o are signed
+// differences from the previous event's values; every other key is the new
+// value (b=-1 and p=-1: unknown, an empty text value clears the field,
+// ok=0 clears ok). A stream of one producer's sends is then about 20 bytes
+// an event instead of 100:
+//
+//	+id=163&us=790&p=1
+//
+// The record's `keys` property indexes the batch (the store's key index
+// finds its records by any of them, `query key %TRACE% <key>`): the bucket
+// key of every event's msgId and record id (BucketKey: one key per 64 KiB
+// of commit log, so a batch of consecutive messages needs one or two) and
+// every business key of the messages. Readers look a message up by its
+// bucket and pick its events out of the records found; records written
+// before buckets existed carry the decimal msgIds themselves as keys, and
+// readers ask for those too.
 
 // AppendEvent appends e's line (with its '\n').
 func AppendEvent(dst []byte, e *Event) []byte {
@@ -160,12 +181,114 @@ func appendStr(dst []byte, key, v string) []byte {
 	return protocol.AppendEscaped(dst, v)
 }
 
+// appendCont appends e as a continuation line relative to prev (docs
+// above), or as a full line when a difference does not fit an int64.
+func appendCont(dst []byte, prev, e *Event) []byte {
+	did, ok1 := sub(e.MsgID, prev.MsgID)
+	dat, ok2 := sub(e.Time, prev.Time)
+	doff, ok3 := sub(e.Offset, prev.Offset)
+	if !ok1 || !ok2 || !ok3 {
+		return AppendEvent(dst, e)
+	}
+	dst = append(dst, '+')
+	n := len(dst)
+	sep := func(key string) {
+		if len(dst) > n {
+			dst = append(dst, '&')
+		}
+		dst = append(dst, key...)
+		dst = append(dst, '=')
+	}
+	num := func(key string, v int64) {
+		sep(key)
+		dst = strconv.AppendInt(dst, v, 10)
+	}
+	str := func(key, v, was string) {
+		if v != was {
+			sep(key)
+			dst = protocol.AppendEscaped(dst, v)
+		}
+	}
+	str("e", string(e.Type), string(prev.Type))
+	if did != 0 {
+		num("id", did)
+	}
+	if rid, was := normRID(e), normRID(prev); rid != was {
+		num("rid", rid)
+	}
+	str("t", e.Topic, prev.Topic)
+	str("k", e.Keys, prev.Keys)
+	str("tag", e.Tag, prev.Tag)
+	if dat != 0 {
+		num("at", dat)
+	}
+	if e.Cost != prev.Cost {
+		num("us", e.Cost)
+	}
+	if e.OK != prev.OK {
+		sep("ok")
+		dst = append(dst, "01"[b2i(e.OK)])
+	}
+	str("err", e.Err, prev.Err)
+	str("h", e.Host, prev.Host)
+	str("g", e.Group, prev.Group)
+	str("c", e.Client, prev.Client)
+	if e.Broker != prev.Broker {
+		num("b", int64(max(e.Broker, -1)))
+	}
+	if e.Partition != prev.Partition {
+		num("p", int64(max(e.Partition, -1)))
+	}
+	if doff != 0 {
+		num("o", doff)
+	}
+	if e.Attempt != prev.Attempt {
+		num("n", int64(e.Attempt))
+	}
+	if e.Reconsume != prev.Reconsume {
+		num("r", int64(e.Reconsume))
+	}
+	if e.Size != prev.Size {
+		num("s", int64(e.Size))
+	}
+	str("d", e.Detail, prev.Detail)
+	return append(dst, '\n')
+}
+
+// normRID is the record id as a reader sees it (0 = the message's own).
+func normRID(e *Event) int64 {
+	if e.RecordID == e.MsgID {
+		return 0
+	}
+	return e.RecordID
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// sub is a-b and whether it did not overflow.
+func sub(a, b int64) (int64, bool) {
+	d := a - b
+	return d, (a^b)&(a^d) >= 0
+}
+
+// add is a+b and whether it did not overflow.
+func add(a, b int64) (int64, bool) {
+	r := a + b
+	return r, (a^r)&(b^r) >= 0
+}
+
 // ErrBadRecord is wrapped by Decode's errors.
 var ErrBadRecord = errors.New("bad trace record")
 
 // Decode parses a record's data into events. Every line must be a valid
 // event (type and id present, numbers in range, at most MaxLine bytes,
-// MaxEvents lines); an empty record is an error.
+// MaxEvents lines; a continuation line only after another line); an empty
+// record is an error.
 func Decode(data []byte) ([]Event, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty", ErrBadRecord)
@@ -183,7 +306,11 @@ func Decode(data []byte) ([]Event, error) {
 		l := data[:i]
 		data = data[i+1:]
 		var e Event
-		if err := decodeLine(l, &e); err != nil {
+		var prev *Event
+		if len(evs) > 0 {
+			prev = &evs[len(evs)-1]
+		}
+		if err := decodeLine(l, prev, &e); err != nil {
 			return nil, fmt.Errorf("%w: line %d: %v", ErrBadRecord, line, err)
 		}
 		evs = append(evs, e)
@@ -191,8 +318,9 @@ func Decode(data []byte) ([]Event, error) {
 	return evs, nil
 }
 
-func decodeLine(l []byte, e *Event) error {
-	if msg := validateLine(l); msg != "" {
+// decodeLine decodes a full line, or a continuation line of prev.
+func decodeLine(l []byte, prev, e *Event) error {
+	if msg := validateLine(l, prev != nil); msg != "" {
 		return errors.New(msg)
 	}
 	for _, c := range l {
@@ -200,7 +328,12 @@ func decodeLine(l []byte, e *Event) error {
 			return errors.New("control byte")
 		}
 	}
+	cont := l[0] == '+'
 	*e = Event{Broker: -1, Partition: -1, Offset: -1}
+	if cont {
+		*e = *prev
+		l = l[1:]
+	}
 	var haveType, haveID bool
 	for props := l; len(props) > 0; {
 		var k, v []byte
@@ -217,20 +350,41 @@ func decodeLine(l []byte, e *Event) error {
 			}
 			*dst = x
 		}
+		delta := func(dst *int64, lo, hi int64) {
+			var d int64
+			num(&d, -1<<63, 1<<63-1)
+			if err != nil {
+				return
+			}
+			x, ok := add(*dst, d)
+			if !ok || x < lo || x > hi {
+				err = fmt.Errorf("bad %s %q", k, v)
+				return
+			}
+			*dst = x
+		}
 		small := func(dst *int, lo, hi int64) {
-			var x int64
+			x := int64(*dst)
 			num(&x, lo, hi)
 			if err == nil {
 				*dst = int(x)
 			}
 		}
 		const maxI = 1<<31 - 1
+		lo := int64(0) // b and p: -1 (unknown) only in a continuation line
+		if cont {
+			lo = -1
+		}
 		switch string(k) {
 		case "e":
 			e.Type = Type(protocol.Unescape(v))
 			haveType = e.Type != ""
 		case "id":
-			num(&e.MsgID, -1, 1<<63-1)
+			if cont {
+				delta(&e.MsgID, -1, 1<<63-1)
+			} else {
+				num(&e.MsgID, -1, 1<<63-1)
+			}
 			haveID = true
 		case "rid":
 			num(&e.RecordID, 0, 1<<63-1)
@@ -241,7 +395,11 @@ func decodeLine(l []byte, e *Event) error {
 		case "tag":
 			e.Tag = protocol.Unescape(v)
 		case "at":
-			num(&e.Time, 0, 1<<62)
+			if cont {
+				delta(&e.Time, 0, 1<<62)
+			} else {
+				num(&e.Time, 0, 1<<62)
+			}
 		case "us":
 			num(&e.Cost, 0, 1<<62)
 		case "ok":
@@ -255,11 +413,15 @@ func decodeLine(l []byte, e *Event) error {
 		case "c":
 			e.Client = protocol.Unescape(v)
 		case "b":
-			small(&e.Broker, 0, maxI)
+			small(&e.Broker, lo, maxI)
 		case "p":
-			small(&e.Partition, 0, maxI)
+			small(&e.Partition, lo, maxI)
 		case "o":
-			num(&e.Offset, 0, 1<<63-1)
+			if cont {
+				delta(&e.Offset, -1, 1<<63-1)
+			} else {
+				num(&e.Offset, 0, 1<<63-1)
+			}
 		case "n":
 			small(&e.Attempt, 0, maxI)
 		case "r":
@@ -273,6 +435,9 @@ func decodeLine(l []byte, e *Event) error {
 			return err
 		}
 	}
+	if cont {
+		haveType, haveID = e.Type != "", true
+	}
 	if !haveType || !haveID {
 		return errors.New("an event needs e= and id=")
 	}
@@ -283,18 +448,34 @@ func decodeLine(l []byte, e *Event) error {
 }
 
 // Batch builds one %TRACE% record: its events' lines and its keys
-// property. The zero value is ready; Reset reuses the buffers.
+// property. The zero value is ready; Reset reuses the buffers. Adding an
+// event does not allocate once the buffers have grown (except for the
+// first few business keys of a batch).
 type Batch struct {
-	Data  []byte
-	Props []byte // "keys=<id> <key> …" (keys separated by raw spaces)
-	N     int
-	keys  []string // keys already in Props (a handful per batch: linear search)
-	ids   []int64
+	Data    []byte
+	Props   []byte // "keys=<bucket> <key> …" (keys separated by raw spaces)
+	N       int
+	prev    Event    // the event before (continuation lines are relative to it)
+	keys    []string // business keys already in Props (a handful per batch: linear search)
+	buckets []int64  // buckets already in Props
 }
 
 // MaxPropsLen bounds a batch's keys property (the store's properties limit
 // is 65535).
 const MaxPropsLen = 60000
+
+// BucketShift: a bucket key covers 1<<BucketShift bytes of a broker's
+// commit log (msgIds are the broker id and the record's physical offset).
+const BucketShift = 16
+
+// BucketKey is the key under which the trace records holding events of
+// message msgID are indexed: "~" and msgID>>BucketShift in decimal.
+func BucketKey(msgID int64) string { return string(appendBucket(nil, msgID>>BucketShift)) }
+
+func appendBucket(dst []byte, bucket int64) []byte {
+	dst = append(dst, '~')
+	return strconv.AppendInt(dst, bucket, 10)
+}
 
 // Full reports whether the batch should be sent before more events are
 // added: maxBytes of data, MaxEvents events, or a keys property near its
@@ -303,16 +484,21 @@ func (b *Batch) Full(maxBytes int) bool {
 	return b.N >= MaxEvents || len(b.Data) >= maxBytes || len(b.Props) >= MaxPropsLen-2*MaxLine
 }
 
-// Add appends e and indexes its id and keys. An id already among the
-// last few added is not repeated (a handler call's begin, end and retry
-// events sit together); a repeat further back only costs a duplicate key.
+// Add appends e (a continuation line after the first event) and indexes
+// its buckets and keys.
 func (b *Batch) Add(e *Event) {
-	b.Data = AppendEvent(b.Data, e)
+	if b.N == 0 {
+		b.Data = AppendEvent(b.Data, e)
+	} else {
+		b.Data = appendCont(b.Data, &b.prev, e)
+	}
 	b.N++
-	if e.MsgID >= 0 && !slices.Contains(b.ids[max(0, len(b.ids)-4):], e.MsgID) {
-		b.ids = append(b.ids, e.MsgID)
-		b.Props = b.keySep()
-		b.Props = strconv.AppendInt(b.Props, e.MsgID, 10)
+	b.prev = *e
+	if e.MsgID >= 0 {
+		b.addBucket(e.MsgID >> BucketShift)
+	}
+	if e.RecordID > 0 && e.RecordID != e.MsgID {
+		b.addBucket(e.RecordID >> BucketShift)
 	}
 	if e.Keys == "" {
 		return
@@ -329,6 +515,16 @@ func (b *Batch) Add(e *Event) {
 	}
 }
 
+// addBucket adds a bucket key unless it is among the last ones added (a
+// repeat further back only costs a duplicate key).
+func (b *Batch) addBucket(k int64) {
+	if slices.Contains(b.buckets[max(0, len(b.buckets)-8):], k) {
+		return
+	}
+	b.buckets = append(b.buckets, k)
+	b.Props = appendBucket(b.keySep(), k)
+}
+
 func (b *Batch) keySep() []byte {
 	if len(b.Props) == 0 {
 		return append(b.Props, "keys="...)
@@ -339,13 +535,16 @@ func (b *Batch) keySep() []byte {
 // Reset empties the batch, keeping its buffers.
 func (b *Batch) Reset() {
 	b.Data, b.Props, b.N = b.Data[:0], b.Props[:0], 0
-	b.keys, b.ids = b.keys[:0], b.ids[:0]
+	clear(b.keys)
+	b.keys, b.buckets = b.keys[:0], b.buckets[:0]
+	b.prev = Event{}
 }
 
 // typeOrder breaks ties between events of the same millisecond: the order
 // a message's life goes through.
-var typeOrder = map[Type]int{Produce: 0, TxCommit: 1, TxRollback: 1, Store: 2, Delivered: 3, Retried: 3,
-	DeadLetter: 3, Push: 4, ConsumeBegin: 5, ConsumeEnd: 6, Retry: 7}
+var typeOrder = map[Type]int{Produce: 0, Store: 1, TxHalf: 2, TxCheck: 3, TxAnswer: 4, TxCommit: 5, TxRollback: 5,
+	Delivered: 6, Retried: 6, Push: 7, ConsumeBegin: 8, ConsumeEnd: 9, Retry: 10, PushAck: 11, PushRelease: 11,
+	PushReject: 11, DeadLetter: 12}
 
 // Sort orders a message's events in time order. Ties (the same
 // millisecond) go in the order of a message's life: the events of the
@@ -394,11 +593,15 @@ func Select(evs []Event, msgID int64) []Event {
 // without parsing every field (the broker checks every client batch before
 // storing it; readers decode with Decode and skip what does not decode):
 // lines end in '\n', are at most MaxLine bytes and MaxEvents in number,
-// contain no '\r', and start with "e=<type>&id=<digits>" (other control
-// bytes make Decode reject the record when it is read).
+// contain no '\r', and start with "e=<type>&id=<digits>" — or, after the
+// first line, with '+' (a continuation line). Other control bytes make
+// Decode reject the record when it is read.
 func Validate(data []byte) error {
 	if len(data) == 0 || data[len(data)-1] != '\n' {
 		return fmt.Errorf("%w: empty, or the last line has no newline", ErrBadRecord)
+	}
+	if bytes.IndexByte(data, '\r') >= 0 {
+		return fmt.Errorf("%w: control byte", ErrBadRecord)
 	}
 	n := 0
 	for len(data) > 0 {
@@ -408,16 +611,24 @@ func Validate(data []byte) error {
 		if n++; n > MaxEvents {
 			return fmt.Errorf("%w: more than %d events", ErrBadRecord, MaxEvents)
 		}
-		if msg := validateLine(l); msg != "" {
+		if msg := validateLine(l, n > 1); msg != "" {
 			return fmt.Errorf("%w: line %d: %s", ErrBadRecord, n, msg)
 		}
 	}
 	return nil
 }
 
-func validateLine(l []byte) string {
+// validateLine checks one line's framing; cont: a continuation line may
+// stand here.
+func validateLine(l []byte, cont bool) string {
 	if len(l) > MaxLine {
 		return "line too long"
+	}
+	if len(l) > 0 && l[0] == '+' {
+		if !cont {
+			return "a continuation line (+) must follow another line"
+		}
+		return ""
 	}
 	if !bytes.HasPrefix(l, []byte("e=")) {
 		return "an event starts with e=<type>"
@@ -432,9 +643,6 @@ func validateLine(l []byte) string {
 	}
 	if !digits(id, 19) && string(id) != "-1" {
 		return "bad id"
-	}
-	if bytes.IndexByte(l, '\r') >= 0 {
-		return "control byte"
 	}
 	return ""
 }

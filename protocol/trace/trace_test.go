@@ -37,16 +37,21 @@ func TestRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, want)
 	}
-	// The keys property: every id (once; -1 = none) and every key, so the key index finds them.
+	// The keys property: the bucket of every id and record id (once; -1 = none) and every
+	// key, so the key index finds them.
 	props := append([]byte{}, b.Props...)
 	keys := protocol.Keys(props)
-	for _, k := range []string{"281474976710912", "o-1", "o-2", "o-3", "0"} {
+	for _, k := range []string{BucketKey(281474976710912), BucketKey(281474976711000), "o-1", "o-2", "o-3", BucketKey(0)} {
 		if !strings.Contains(" "+strings.Join(keys, " ")+" ", " "+k+" ") {
 			t.Errorf("keys %q lack %s", keys, k)
 		}
 	}
-	if strings.Count(string(b.Props), "281474976710912") != 1 || strings.Contains(string(b.Props)+" ", " -1 ") {
+	if len(keys) != 5 || BucketKey(281474976710912) != "~4294967296" {
 		t.Errorf("keys property %q", b.Props)
+	}
+	// Lines after the first are continuation lines.
+	if lines := strings.Split(string(b.Data), "\n"); !strings.HasPrefix(lines[0], "e=produce&id=") || lines[1][0] != '+' {
+		t.Errorf("data %q", b.Data)
 	}
 	b.Reset()
 	if b.N != 0 || len(b.Data) != 0 || len(b.Props) != 0 {
@@ -67,12 +72,19 @@ func TestDecodeRejects(t *testing.T) {
 		"e=produce&id=1\n\n",                  // empty line
 		"e=produce&id=1&at=" + strings.Repeat("9", 30) + "\n",
 		"e=x&id=1&d=" + strings.Repeat("a", MaxLine) + "\n",
+		"+id=1\n",                             // a continuation first
+		"e=p&id=5\n+id=-7\n",                  // id below -1
+		"e=p&id=5&o=3\n+o=-5\n",               // offset below -1
+		"e=p&id=5\n+b=-2\n",                   // broker below -1
+		"e=p&id=1\n+id=9223372036854775807\n", // overflow
+		"e=p&id=1\n+e=\n",                     // no type
 	} {
 		if _, err := Decode([]byte(in)); !errors.Is(err, ErrBadRecord) {
 			t.Errorf("Decode(%q) = %v, want ErrBadRecord", in, err)
 		}
 	}
-	for _, in := range []string{"", "e=produce&id=1", "id=1\n", "e=produce\n", "e=&id=1\n", "e=p&id=x\n", "e=p&id=1\r\n", "x\n"} {
+	for _, in := range []string{"", "e=produce&id=1", "id=1\n", "e=produce\n", "e=&id=1\n", "e=p&id=x\n", "e=p&id=1\r\n", "x\n",
+		"+id=1\n", "e=p&id=1\n+\r\n"} {
 		if err := Validate([]byte(in)); !errors.Is(err, ErrBadRecord) {
 			t.Errorf("Validate(%q) = %v, want ErrBadRecord", in, err)
 		}
@@ -81,6 +93,54 @@ func TestDecodeRejects(t *testing.T) {
 	evs, err := Decode([]byte("e=produce&id=7&zz=1&t=a\n"))
 	if err != nil || len(evs) != 1 || evs[0].Topic != "a" || evs[0].MsgID != 7 {
 		t.Fatalf("unknown key: %v %+v", err, evs)
+	}
+}
+
+// Continuation lines: differences, clearing, and what a producer's stream costs.
+func TestContinuation(t *testing.T) {
+	base := Event{Type: Produce, MsgID: 1 << 48, Topic: "bench", Time: 1767225600000, Cost: 812, OK: true,
+		Host: "app-host-1", Group: "g", Broker: 1, Partition: 3, Offset: 123456, Attempt: 1, Size: 100}
+	var want []Event
+	for i := range 256 {
+		e := base
+		e.MsgID += int64(i) * 163
+		e.Partition = i % 4
+		e.Offset += int64(i / 4)
+		e.Cost += int64(i % 7)
+		e.Time += int64(i / 100)
+		want = append(want, e)
+	}
+	// then fields that change and clear
+	f := want[len(want)-1]
+	f.OK, f.Err, f.Broker, f.Partition, f.Offset, f.MsgID, f.Keys = false, "timeout", -1, -1, -1, -1, "k1 k2"
+	want = append(want, f)
+	g := base
+	g.Type, g.RecordID, g.Detail, g.Reconsume = ConsumeEnd, 5<<48, "from %RETRY%g", 2
+	want = append(want, g, base)
+	var b Batch
+	for i := range want {
+		b.Add(&want[i])
+	}
+	if err := Validate(b.Data); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b.Data)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b.Data)
+	}
+	if !reflect.DeepEqual(got, want) {
+		for i := range got {
+			if !reflect.DeepEqual(got[i], want[i]) {
+				t.Fatalf("event %d:\n got %+v\nwant %+v\n%s", i, got[i], want[i], b.Data)
+			}
+		}
+		t.Fatalf("got %d events, want %d", len(got), len(want))
+	}
+	if per := len(b.Data) / len(want); per > 32 {
+		t.Errorf("%d bytes per event", per)
+	}
+	if n := strings.Count(string(b.Props), "~"); n > 4 {
+		t.Errorf("keys %q: %d buckets for 256 neighbouring messages", b.Props, n)
 	}
 }
 
@@ -132,6 +192,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(b.Data)
 	f.Add([]byte("e=produce&id=1\n"))
 	f.Add([]byte("e=%zz&id=1&t=%\n"))
+	f.Add([]byte("e=produce&id=1&o=4&p=1\n+id=2&o=-1&p=-1&ok=0&err=x\n+rid=0&e=retry&at=5\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		verr := Validate(data)
 		evs, err := Decode(data)

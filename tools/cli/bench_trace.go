@@ -68,6 +68,7 @@ func (b *bencher) traceCost(ctx context.Context) benchkit.Result {
 	}
 	d, limit := b.limits()
 	var rOn, rOff []float64
+	var cOn, cOff, sOn, sOff []float64 // client and broker CPU µs per message
 	var notes []string
 	for i := range 2 * b.o.traceRuns {
 		traced := i%2 == 1
@@ -79,18 +80,27 @@ func (b *bencher) traceCost(ctx context.Context) benchkit.Result {
 		if traced {
 			label, b.prods = "on", on
 		}
+		m := b.startCPU()
 		ph := b.publishPhase(ctx, "trace "+label, msgs, d, limit, nil, nil)
 		if ph.err != nil {
 			r.Error = "trace " + label + ": " + ph.err.Error()
 			return r
 		}
 		rate := float64(ph.n) / ph.el.Seconds()
+		cli, srv := m.perMsg(ph.n)
 		if traced {
-			rOn = append(rOn, rate)
+			rOn, cOn, sOn = append(rOn, rate), append(cOn, cli), append(sOn, srv)
 		} else {
-			rOff = append(rOff, rate)
+			rOff, cOff, sOff = append(rOff, rate), append(cOff, cli), append(sOff, srv)
 		}
-		notes = append(notes, fmt.Sprintf("%s %.0f/s", label, rate))
+		note := fmt.Sprintf("%s %.0f/s", label, rate)
+		if cli > 0 {
+			note += fmt.Sprintf(" client %.2f", cli)
+		}
+		if srv > 0 {
+			note += fmt.Sprintf(" broker %.2f", srv)
+		}
+		notes = append(notes, note)
 		b.settle(ctx)
 	}
 	var st client.TraceStats
@@ -105,7 +115,8 @@ func (b *bencher) traceCost(ctx context.Context) benchkit.Result {
 	r.SetThroughput(int64(mOn*d.Seconds()), d)
 	r.SetBaseline(mOff)
 	b.notes(&r, fmt.Sprintf("trace on/off = %.3f (median %.0f vs %.0f msgs/s; goal >= 0.90)", mOn/mOff, mOn, mOff),
-		"phases: "+fmt.Sprint(notes),
+		cpuNote(cOn, cOff, sOn, sOff),
+		"phases (CPU in µs/msg): "+fmt.Sprint(notes),
 		fmt.Sprintf("trace events: %d queued, %d written, %d dropped (queue full), %d lost", st.Queued, st.Written, st.Dropped, st.Failed),
 		fmt.Sprintf("Producer.SendAsync, %d producer connection(s), window %d, %s per phase", len(off), b.o.window, d.Round(time.Millisecond)))
 	return r
@@ -121,4 +132,35 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// perMsg is the client's and the broker's CPU µs per message since the meter started (0 when
+// not measured).
+func (c cpuMeter) perMsg(msgs int64) (cli, srv float64) {
+	if msgs <= 0 {
+		return 0, 0
+	}
+	if c.self != nil {
+		if used, err := c.self.Elapsed(); err == nil {
+			cli = benchkit.CPUPerMsgUS(used, msgs)
+		}
+	}
+	if c.m != nil {
+		if used, err := c.m.Elapsed(); err == nil {
+			srv = benchkit.CPUPerMsgUS(used, msgs)
+		}
+	}
+	return cli, srv
+}
+
+// cpuNote compares the CPU per message of the traced and untraced phases (medians): on a
+// loaded machine it predicts the quiet ratio better than the rates (client and broker share
+// the cores, so the ratio is about (client+broker off) / (client+broker on)).
+func cpuNote(cOn, cOff, sOn, sOff []float64) string {
+	on, off := median(cOn)+median(sOn), median(cOff)+median(sOff)
+	if on <= 0 || off <= 0 {
+		return "CPU per message not measured"
+	}
+	return fmt.Sprintf("CPU µs/msg on/off: client %.2f/%.2f, broker %.2f/%.2f, total %.2f/%.2f (CPU ratio off/on = %.3f)",
+		median(cOn), median(cOff), median(sOn), median(sOff), on, off, off/on)
 }

@@ -168,9 +168,13 @@ func (b *bencher) txPhase(ctx context.Context, name string, base *float64) bench
 	return r
 }
 
-// txConn pipelines units of u on one connection until ctx ends: a writer
-// keeps --window units in flight, the reader counts finished units and
-// hands follow-up requests (txend) to the writer.
+// txConn pipelines units of u on one connection until ctx ends, in one
+// goroutine: it writes --window units, then reads replies; once it has read
+// every reply that arrived (the next one would need a read), it writes in one
+// write the follow-up requests those replies asked for (txend after a half
+// message's reply) and as many new units as finished — a producer that
+// answers everything it has heard at once. Every phase runs through this
+// same loop, the baseline included.
 func (b *bencher) txConn(ctx context.Context, u txUnit, conn int, p benchPart, units *atomic.Int64) error {
 	var dialer net.Dialer
 	nc, err := dialer.DialContext(ctx, "tcp", p.addr)
@@ -180,86 +184,52 @@ func (b *bencher) txConn(ctx context.Context, u txUnit, conn int, p benchPart, u
 	defer nc.Close()
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	defer stop()
-	window := max(1, b.o.window)
-	slots := make(chan struct{}, window)
-	follow := make(chan []byte, window)
-	readErr := make(chan error, 1)
-	go func() {
-		rr := protocol.NewReplyReader(bufio.NewReaderSize(nc, 256<<10), 1<<20)
-		for {
-			r, err := rr.Next()
-			if err != nil {
-				readErr <- err
-				return
-			}
-			if r.Kind == protocol.ReplyResult && r.Code != protocol.StatusSuccess {
-				readErr <- fmt.Errorf("%s: reply %d %q", u.name, r.Code, r.Body)
-				return
-			}
-			n, kind := int(r.Opaque)/64, int(r.Opaque)%64
-			if u.follow != nil {
-				if req, ok := u.follow(nil, &r, n); ok {
-					follow <- req
-					continue
-				}
-			}
-			if u.replies(kind) {
-				units.Add(1)
-				<-slots
-			}
+	quiet := func(err error) error {
+		if ctx.Err() != nil {
+			return nil
 		}
-	}()
-	w := bufio.NewWriterSize(nc, 256<<10)
-	var buf []byte
-	n := 0
-	send := func(blocking bool) (bool, error) {
-		if blocking {
-			select {
-			case err := <-readErr:
-				return false, err
-			case <-ctx.Done():
-				return false, nil
-			case req := <-follow:
-				w.Write(req)
-			case slots <- struct{}{}:
-				n++
-				buf = u.encode(buf[:0], conn, n%(1<<24), int32(p.partition))
-				w.Write(buf)
-			}
-			return true, nil
-		}
-		select {
-		case req := <-follow:
-			w.Write(req)
-		case slots <- struct{}{}:
-			n++
-			buf = u.encode(buf[:0], conn, n%(1<<24), int32(p.partition))
-			w.Write(buf)
-		default:
-			return false, nil
-		}
-		return true, nil
+		return err
 	}
+	n := 0
+	var out []byte
+	add := func(k int) {
+		for ; k > 0; k-- {
+			n++
+			out = u.encode(out, conn, n%(1<<24), int32(p.partition))
+		}
+	}
+	add(max(1, b.o.window))
+	br := bufio.NewReaderSize(nc, 256<<10)
+	rr := protocol.NewReplyReader(br, 1<<20)
+	done := 0
 	for {
-		// Write what can go at once, flush, then wait for room or a follow-up.
-		for {
-			more, _ := send(false)
-			if !more {
-				break
+		if br.Buffered() == 0 { // the next reply needs a read: answer what we have heard
+			units.Add(int64(done))
+			add(done)
+			done = 0
+			if len(out) > 0 {
+				if _, err := nc.Write(out); err != nil {
+					return quiet(err)
+				}
+				out = out[:0]
 			}
 		}
-		if err := w.Flush(); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+		r, err := rr.Next()
+		if err != nil {
+			return quiet(err)
 		}
-		ok, err := send(true)
-		if err != nil || !ok {
-			if ctx.Err() != nil {
-				return nil
+		if r.Kind == protocol.ReplyResult && r.Code != protocol.StatusSuccess {
+			return quiet(fmt.Errorf("%s: reply %d %q", u.name, r.Code, r.Body))
+		}
+		k, kind := int(r.Opaque)/64, int(r.Opaque)%64
+		if u.follow != nil {
+			if req, ok := u.follow(out, &r, k); ok {
+				out = req
+				continue
 			}
-			return err
+		}
+		if u.replies(kind) {
+			done++
 		}
 	}
 }

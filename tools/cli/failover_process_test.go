@@ -136,6 +136,23 @@ func startFailoverCluster(t *testing.T, zkAddr string) *foCluster {
 		n.start()
 		c.nodes = append(c.nodes, n)
 	}
+	c.attach(zkConnect)
+	c.waitGroupComplete(0)
+	cfg := client.Config{ZKConnect: zkConnect, ZKSessionTimeout: 10 * time.Second, DialTimeout: 2 * time.Second,
+		RequestTimeout: 5 * time.Second, Producer: client.ProducerOptions{SendRetries: 1}, Logger: quietLog}
+	var err error
+	if c.prod, err = client.NewProducer(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.prod.Close() })
+	return c
+}
+
+// attach logs the nodes' output if the test fails, and connects the cluster's ZooKeeper client
+// and admin client.
+func (c *foCluster) attach(zkConnect string) {
+	t := c.t
+	t.Helper()
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, n := range c.nodes {
@@ -149,18 +166,10 @@ func startFailoverCluster(t *testing.T, zkAddr string) *foCluster {
 	}
 	t.Cleanup(zc.Close)
 	c.zk = zc
-	c.waitGroupComplete(0)
-	cfg := client.Config{ZKConnect: zkConnect, ZKSessionTimeout: 10 * time.Second, DialTimeout: 2 * time.Second,
-		RequestTimeout: 5 * time.Second, Producer: client.ProducerOptions{SendRetries: 1}, Logger: quietLog}
-	if c.prod, err = client.NewProducer(cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.prod.Close() })
 	if c.adm, err = client.NewAdmin(client.Config{DialTimeout: 2 * time.Second, RequestTimeout: 10 * time.Second, Logger: quietLog}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.adm.Close() })
-	return c
 }
 
 type quietPrintf struct{}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/brokertest"
-	"github.com/metaqgo/metaq/client"
 	"github.com/metaqgo/metaq/protocol"
 	"github.com/metaqgo/metaq/zkmeta"
 	"github.com/metaqgo/metaq/zkmeta/zktest"
@@ -138,23 +137,7 @@ func TestFailoverPromotedStartsWriters(t *testing.T) {
 		n.start()
 		c.nodes = append(c.nodes, n)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, n := range c.nodes {
-				t.Logf("%s", n.allLogs())
-			}
-		}
-	})
-	zc, err := zkmeta.Connect(context.Background(), zkmeta.Config{ConnectString: zkConnect, SessionTimeout: 10 * time.Second, Logger: quietPrintf{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(zc.Close)
-	c.zk = zc
-	if c.adm, err = client.NewAdmin(client.Config{DialTimeout: 2 * time.Second, RequestTimeout: 10 * time.Second, Logger: quietLog}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.adm.Close() })
+	c.attach(zkConnect)
 	g, _ := c.waitGroupComplete(0)
 	m, s0 := c.nodes[0], c.nodes[1]
 	if g.Master != m.addr {
