@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"path/filepath"
 	"time"
 
@@ -79,6 +80,27 @@ func (b *Broker) Pop() pop.Service {
 	}
 	return pop.Disabled{}
 }
+
+// LivePop is the delivery service as the broker's role changes: each call
+// goes to the service running at that moment (pop.Disabled while the node is
+// a slave), so a gateway built when the broker started serves a node that is
+// promoted later (docs/replication.md, "What a promoted slave starts").
+func (b *Broker) LivePop() pop.Service { return livePop{b} }
+
+type livePop struct{ b *Broker }
+
+func (l livePop) Receive(ctx context.Context, group, topic string, f pop.Filter, max int, invisible time.Duration) ([]pop.Delivery, error) {
+	return l.b.Pop().Receive(ctx, group, topic, f, max, invisible)
+}
+func (l livePop) Ack(group, h string) error    { return l.b.Pop().Ack(group, h) }
+func (l livePop) Reject(group, h string) error { return l.b.Pop().Reject(group, h) }
+func (l livePop) Release(group, h string, d time.Duration) error {
+	return l.b.Pop().Release(group, h, d)
+}
+func (l livePop) Extend(group, h string, d time.Duration) error {
+	return l.b.Pop().Extend(group, h, d)
+}
+func (l livePop) Available() bool { return l.b.PopService() != nil }
 
 // PopService is the concrete service (statistics, tests); nil on a slave.
 func (b *Broker) PopService() *pop.Pop {

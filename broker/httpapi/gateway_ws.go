@@ -151,6 +151,10 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		dataError(w, err)
 		return
 	}
+	if av, ok := s.opts.Delivery.(pop.Availability); ok && !av.Available() {
+		dataError(w, &apiError{http.StatusServiceUnavailable, pop.ErrUnavailable.Error()})
+		return
+	}
 	wc := &wsConn{srv: s, svc: s.opts.Delivery, sub: sub, held: make(map[string]time.Time, sub.max),
 		credit: make(chan struct{}, 1), ops: make(chan wsOpItem, wsOpQueue),
 		ctrl: make(chan []byte, wsCtrlQueue), deliv: make(chan []pop.Delivery, 1)}
@@ -466,6 +470,9 @@ func (wc *wsConn) receiveLoop() {
 			case errors.Is(err, pop.ErrClosed):
 				wc.stop(websocket.StatusGoingAway, "broker shutting down")
 				return
+			case errors.Is(err, pop.ErrUnavailable): // demoted to a slave
+				wc.stop(websocket.StatusTryAgainLater, "this broker is no longer the master of its group")
+				return
 			}
 			wc.srv.log.Warn("WebSocket delivery: receive failed", "group", wc.sub.group, "topic", wc.sub.topic, "err", err)
 			wc.sendError(nil, "receive", "", 500, err.Error())
@@ -604,10 +611,8 @@ func (wc *wsConn) sendError(id json.RawMessage, op, handle string, code int, msg
 	wc.send(wsError{Type: "error", ID: id, Op: op, Handle: handle, Code: code, Error: msg})
 }
 
-// brokerDelivery is the broker's delivery service (nil when it has none).
+// brokerDelivery is the broker's delivery service as its role changes: on a
+// slave the endpoint answers 503 until the node is promoted.
 func brokerDelivery(b *broker.Broker) pop.Service {
-	if b.PopService() == nil {
-		return nil
-	}
-	return b.Pop()
+	return b.LivePop()
 }

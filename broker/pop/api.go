@@ -124,3 +124,11 @@ func (Disabled) Ack(string, string) error                    { return ErrUnavail
 func (Disabled) Release(string, string, time.Duration) error { return ErrUnavailable }
 func (Disabled) Reject(string, string) error                 { return ErrUnavailable }
 func (Disabled) Extend(string, string, time.Duration) error  { return ErrUnavailable }
+func (Disabled) Available() bool                             { return false }
+
+// Availability is implemented by a Service whose availability changes while
+// the broker runs (a slave promoted, or a master demoted, without a restart):
+// a gateway asks it before it accepts a receiver.
+type Availability interface {
+	Available() bool
+}
