@@ -66,6 +66,7 @@ type conn struct {
 	writing   bool     // the write side is taken (guarded by mu; inline.go)
 	w         *writer  // the render/write state, owned by whoever set writing
 	rq        outQueue // reader-local replies, published after each parsed buffer
+	iq        outQueue // a parked get's reply written inline (owned with writing; inline.go)
 	readMs    int64    // unix ms of the last read: the store time of its puts (reader only)
 	parked    atomic.Int32
 	quit      bool

@@ -26,6 +26,11 @@ package broker
 //     it signals the writer when replies were queued meanwhile, so nothing
 //     queued is left behind and replies stay in request order.
 //
+// A parked get that wakes (longpoll.go) writes its reply the same way when
+// the write side is free and nothing is queued: the long poll's answer then
+// leaves with one goroutine wake-up (the parked one) instead of two, which is
+// the end-to-end workload's path (put → dispatcher → parked get → client).
+//
 // A reader blocked in an inline write stops reading that connection: the
 // same backpressure as the reply queue's high-water mark, reached sooner,
 // bounded by writeTimeout like the writer's writes.
@@ -33,21 +38,51 @@ package broker
 // inlineMaxBytes bounds the replies the reader writes itself.
 const inlineMaxBytes = 64 << 10
 
-// inlineLocked reports whether the reader may write c.rq itself (c.mu held):
-// the write side is free, nothing is queued before it, it is small, and no
-// reply waits for a group commit that has not completed.
-func (c *conn) inlineLocked() bool {
-	if c.writing || len(c.out.replies) != 0 || c.rq.bytes > inlineMaxBytes || c.readerDone {
-		return false
+// enqueueParked is enqueue for a parked get's goroutine: it writes the reply
+// itself when the write side is free, nothing is queued and the reply is
+// small. (Not for SendCheck and the like, which must never block.)
+func (c *conn) enqueueParked(add func(q *outQueue)) {
+	c.mu.Lock()
+	if c.closeErr != nil || c.writing || len(c.out.replies) != 0 || c.readerDone {
+		c.mu.Unlock()
+		c.enqueue(add)
+		return
 	}
-	for i := range c.rq.replies {
-		if f := c.rq.replies[i].flush; f != nil {
+	add(&c.iq)
+	if c.iq.bytes > inlineMaxBytes || !flushesDone(&c.iq) {
+		c.out, c.iq = c.iq, c.out // the writer's, as if added there
+		c.outBytes += c.out.bytes
+		c.mu.Unlock()
+		c.signalWriter()
+		return
+	}
+	c.writing = true
+	c.mu.Unlock()
+	err := c.w.writeQueue(&c.iq)
+	c.iq.releaseAll()
+	c.finishInline(err)
+}
+
+// flushesDone reports whether no reply of q waits for a group commit.
+func flushesDone(q *outQueue) bool {
+	for i := range q.replies {
+		if f := q.replies[i].flush; f != nil {
 			select {
 			case <-f.Done():
 			default:
 				return false
 			}
 		}
+	}
+	return true
+}
+
+// inlineLocked reports whether the reader may write c.rq itself (c.mu held):
+// the write side is free, nothing is queued before it, it is small, and no
+// reply waits for a group commit that has not completed.
+func (c *conn) inlineLocked() bool {
+	if c.writing || len(c.out.replies) != 0 || c.rq.bytes > inlineMaxBytes || c.readerDone || !flushesDone(&c.rq) {
+		return false
 	}
 	c.writing = true
 	return true
@@ -59,6 +94,11 @@ func (c *conn) writeInline() {
 	c.mu.Unlock()
 	err := c.w.writeQueue(&c.rq)
 	c.rq.releaseAll()
+	c.finishInline(err)
+}
+
+// finishInline gives the write side back after an inline write.
+func (c *conn) finishInline(err error) {
 	c.mu.Lock()
 	c.writing = false
 	more := len(c.out.replies) > 0

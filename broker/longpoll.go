@@ -30,7 +30,7 @@ func (c *conn) park(g getReq, maxWaitMs int64) {
 					res.Release() // woken for a record not yet readable: wait again
 					continue
 				}
-				c.enqueue(func(q *outQueue) { s.readReply(q, &g, res, err) })
+				c.enqueueParked(func(q *outQueue) { s.readReply(q, &g, res, err) })
 			case <-timer.C:
 				c.notFound(&g)
 			case <-c.stop:
@@ -39,9 +39,22 @@ func (c *conn) park(g getReq, maxWaitMs int64) {
 			}
 			break
 		}
-		c.parked.Add(-1)
-		c.signalWriter()
+		c.parkedDone()
 	}()
+}
+
+// parkedDone ends a parked get after its reply was queued or written. The
+// writer needs a wake-up only when the reader has stopped (it closes the
+// connection once nothing is parked or queued; see idleAfterReader):
+// otherwise the reply's own signal, or the inline write, was enough.
+func (c *conn) parkedDone() {
+	c.parked.Add(-1)
+	c.mu.Lock()
+	done := c.readerDone
+	c.mu.Unlock()
+	if done {
+		c.signalWriter()
+	}
 }
 
 func (c *conn) notFound(g *getReq) {

@@ -315,7 +315,11 @@ func (d *decoder) decodeBlockWhere(block []byte, w *whereMatcher) (msgs []Messag
 		if w != nil && !w.matchRecord(r) {
 			continue
 		}
-		msgs = append(msgs, Message{})
+		if len(msgs) < cap(msgs) {
+			msgs = msgs[:len(msgs)+1] // already zero: no copy of an empty Message (and its write barriers)
+		} else {
+			msgs = append(msgs, Message{})
+		}
 		d.decode(&msgs[len(msgs)-1], r)
 	}
 	return msgs, next, it.Err()

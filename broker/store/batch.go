@@ -1,6 +1,10 @@
 package store
 
-import "github.com/metaqgo/metaq/protocol"
+import (
+	"unsafe"
+
+	"github.com/metaqgo/metaq/protocol"
+)
 
 // AppendBatch appends msgs in order as one run of the commit log: room for
 // the whole run is made first (rolling to the next segment if it does not
@@ -75,6 +79,14 @@ func (l *commitLog) appendBatch(msgs []Message, res []AppendResult, room, now in
 		l.mu.Unlock()
 		return nil, err
 	}
+	if parts == nil {
+		flush, kickFlusher := l.appendRunLocked(first, msgs, res, now)
+		l.mu.Unlock()
+		if kickFlusher {
+			kick(l.flushKick)
+		}
+		return flush, nil
+	}
 	var flush *Flush
 	kickFlusher := false
 	for i := range msgs {
@@ -96,6 +108,77 @@ func (l *commitLog) appendBatch(msgs []Message, res []AppendResult, room, now in
 		kick(l.flushKick)
 	}
 	return flush, nil
+}
+
+// appendRunLocked is appendLocked for a run of msgs to one partition p (a
+// batch put), room made for all of them: the records are encoded one after
+// the other, and what appendLocked does per record — the store time, the
+// published write position, the partition's next offset, the counters, the
+// zero-fill kick and the group-commit membership — is done once for the
+// run. It returns the run's flush round (sync mode) and whether to kick the
+// flusher.
+func (l *commitLog) appendRunLocked(p *partition, msgs []Message, res []AppendResult, now int64) (*Flush, bool) {
+	st := max(now, l.lastStore)
+	l.lastStore = st
+	start := l.wpos
+	q := p.next.Load()
+	topic := unsafe.Slice(unsafe.StringData(msgs[0].Topic), len(msgs[0].Topic))
+	for i := range msgs {
+		m := &msgs[i]
+		phys := l.wpos
+		size := int64(protocol.RecordSize(len(m.Topic), len(m.Properties), len(m.Data)))
+		born := m.BornTime
+		if born == 0 {
+			born = st
+		}
+		rec := protocol.Record{
+			MsgID:          protocol.MakeMsgID(l.cfg.BrokerID, phys),
+			Flag:           m.Flag,
+			Partition:      m.Partition,
+			QueueOffset:    q,
+			PhysicalOffset: phys,
+			StoreTime:      st,
+			BornTime:       born,
+			SysFlag:        m.SysFlag,
+			ReconsumeTimes: m.ReconsumeTimes,
+			Topic:          topic,
+			Properties:     m.Properties,
+			Data:           m.Data,
+		}
+		protocol.EncodeRecord(l.stagedLocked(size), &rec) // written out later (stage.go)
+		res[i] = AppendResult{MsgID: rec.MsgID, QueueOffset: q, PhysicalOffset: phys, StoreTime: st, Size: int(size)}
+		l.wpos = phys + size
+		q++
+	}
+	n := len(msgs)
+	p.next.Store(q)
+	l.lastRecord = res[n-1].PhysicalOffset
+	l.written.Store(l.wpos)
+	if l.pre.ahead && (start^l.wpos)>>l.pre.shift != 0 {
+		kick(l.pre.fillc) // crossed into the next MiB: zero-fill ahead
+	}
+	l.puts += int64(n)
+	l.putBytes += l.wpos - start
+	p.topic.puts += int64(n)
+	var f *Flush
+	kickFlusher := false
+	if l.sync {
+		if f = l.pending; f == nil {
+			f = &Flush{done: make(chan struct{})}
+			l.pending = f
+			kickFlusher = true // the round's first member wakes the flusher
+		}
+		// Every message is a member (the flusher's goal counts messages).
+		before := f.n
+		f.n += n
+		if before < l.roundTarget && f.n >= l.roundTarget {
+			kick(l.roundFull)
+		}
+	} else if l.unflushed += n; l.unflushed >= l.cfg.UnflushThreshold {
+		l.unflushed = 0
+		kickFlusher = true
+	}
+	return f, kickFlusher
 }
 
 // batchPartitionLocked finds (or creates) the partition m is appended to.
