@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -56,6 +57,11 @@ type App struct {
 	mu  sync.Mutex
 	zk  *zkmeta.Client
 	adm *client.Admin
+
+	// ownSignals is set by a command that counts SIGINT/SIGTERM itself (metaq broker: the
+	// second one forces its exit); Main then leaves the signals to it, so that one signal is
+	// not seen twice (once as Main's cancellation, once on the command's own channel).
+	ownSignals atomic.Bool
 }
 
 // NewApp returns an App on the process's standard streams.
@@ -71,6 +77,7 @@ func (a *App) getenv(k string) string {
 }
 
 func (a *App) signals() (<-chan os.Signal, func()) {
+	a.ownSignals.Store(true) // before subscribing: no signal reaches both Main and the command
 	if a.Signals != nil {
 		return a.Signals()
 	}

@@ -164,17 +164,26 @@ func Run(ctx context.Context, app *App, args []string) int {
 func Main() int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	app := NewApp()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		<-sigs
-		// The first signal asks the command to finish (consume commits its offsets); after it
-		// the default action is back, so a second Ctrl-C ends a command that does not stop.
-		// (metaq broker subscribes to the signals itself and forces its exit on the second.)
-		signal.Stop(sigs)
-		cancel()
+		for range sigs {
+			if app.ownSignals.Load() {
+				// metaq broker subscribes to the signals itself and forces its exit on the
+				// second; cancelling here too made one signal count twice (a forced exit on
+				// the first SIGTERM, when the cancellation won the broker's select).
+				continue
+			}
+			// The first signal asks the command to finish (consume commits its offsets);
+			// after it the default action is back, so a second Ctrl-C ends a command that
+			// does not stop.
+			signal.Stop(sigs)
+			cancel()
+			return
+		}
 	}()
-	return Run(ctx, NewApp(), os.Args[1:])
+	return Run(ctx, app, os.Args[1:])
 }
 
 func newVersionCommand(app *App) *cobra.Command {
