@@ -92,50 +92,10 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	b.Trace = tracelog.New(st, brokerHost(c), log) // traceemit.go
 	opts.Trace = b.Trace
 	var dl *delay.Service
-	if startsAsMaster(c) { // a slave runs no service that writes (replication_run.go)
-		if dl, err = openDelay(c, st, log, b.zk, func(dc *delay.Config) {
-			dc.OnDelivered = traceDelivered(b.Trace, c.System.BrokerID)
-			if so.Delay != nil {
-				so.Delay(dc)
-			}
-		}); err != nil {
-			b.Trace.Close()
-			_ = st.Close()
-			lim.Stop()
-			return nil, err
-		}
-	}
-	b.delayAdjust, b.popAdjust = so.Delay, so.Pop
-	b.Delay, opts.Delay = dl, dl
-	if b.HA, err = b.newHA(c, st, log); err != nil { // replication_run.go
-		if dl != nil {
-			_ = dl.Close()
-		}
-		b.Trace.Close()
-		_ = st.Close()
-		lim.Stop()
-		return nil, err
-	}
-	opts.HA = b.HA
-	if err := b.setupSecurity(c, &opts); err != nil {
-		if dl != nil {
-			_ = dl.Close()
-		}
-		_ = st.Close()
-		lim.Stop()
-		return nil, err
-	}
-	if so.Server != nil {
-		so.Server(&opts)
-	}
-	srv, err := New(opts)
-	if err == nil {
-		b.pop, err = openPop(c, st, dl, srv, so.Pop)
-		if err == nil {
-			err = srv.Start()
-		}
-	}
-	if err != nil {
+	var srv *Server
+	// fail undoes what was opened so far, in reverse order (every field it
+	// looks at is nil until opened).
+	fail := func(err error) (*Broker, error) {
 		if b.pop != nil {
 			_ = b.pop.Close()
 		}
@@ -143,7 +103,9 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 			srv.tx.Close() // opened by New (txconn.go)
 		}
 		b.stopSecurity()
-		b.HA.Close()
+		if b.HA != nil {
+			b.HA.Close()
+		}
 		if dl != nil {
 			_ = dl.Close()
 		}
@@ -151,6 +113,38 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		_ = st.Close()
 		lim.Stop()
 		return nil, err
+	}
+	if startsAsMaster(c) { // a slave runs no service that writes (replication_run.go)
+		if dl, err = openDelay(c, st, log, b.zk, func(dc *delay.Config) {
+			dc.OnDelivered = traceDelivered(b.Trace, c.System.BrokerID)
+			if so.Delay != nil {
+				so.Delay(dc)
+			}
+		}); err != nil {
+			return fail(err)
+		}
+	}
+	b.delayAdjust, b.popAdjust = so.Delay, so.Pop
+	b.Delay, opts.Delay = dl, dl
+	if b.HA, err = b.newHA(c, st, log); err != nil { // replication_run.go
+		return fail(err)
+	}
+	opts.HA = b.HA
+	if err := b.setupSecurity(c, &opts); err != nil {
+		return fail(err)
+	}
+	if so.Server != nil {
+		so.Server(&opts)
+	}
+	srv, err = New(opts)
+	if err == nil {
+		b.pop, err = openPop(c, st, dl, srv, so.Pop)
+		if err == nil {
+			err = srv.Start()
+		}
+	}
+	if err != nil {
+		return fail(err)
 	}
 	b.Server = srv
 	b.HA.Start()
