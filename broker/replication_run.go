@@ -188,12 +188,7 @@ func (b *Broker) startWriters() (err error) {
 		}
 	}()
 	if srv.delayService() == nil {
-		d, err := openDelay(b.Config, b.Store, b.log, b.zk, func(dc *delay.Config) {
-			dc.OnDelivered = traceDelivered(b.Trace, b.Config.System.BrokerID)
-			if b.delayAdjust != nil {
-				b.delayAdjust(dc)
-			}
-		})
+		d, err := b.openDelayService()
 		if err != nil {
 			return err
 		}
@@ -219,6 +214,18 @@ func (b *Broker) startWriters() (err error) {
 		b.latePop = p
 	}
 	return nil
+}
+
+// openDelayService opens the delay service the way both a broker starting
+// as master (StartWith) and a promotion (startWriters) do: trace events for
+// what it delivers, then StartOptions.Delay's adjustments.
+func (b *Broker) openDelayService() (*delay.Service, error) {
+	return openDelay(b.Config, b.Store, b.log, b.zk, func(dc *delay.Config) {
+		dc.OnDelivered = traceDelivered(b.Trace, b.Config.System.BrokerID)
+		if b.delayAdjust != nil {
+			b.delayAdjust(dc)
+		}
+	})
 }
 
 // roleServices stops the services that write when a master becomes a

@@ -114,17 +114,12 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		lim.Stop()
 		return nil, err
 	}
+	b.delayAdjust, b.popAdjust = so.Delay, so.Pop
 	if startsAsMaster(c) { // a slave runs no service that writes (replication_run.go)
-		if dl, err = openDelay(c, st, log, b.zk, func(dc *delay.Config) {
-			dc.OnDelivered = traceDelivered(b.Trace, c.System.BrokerID)
-			if so.Delay != nil {
-				so.Delay(dc)
-			}
-		}); err != nil {
+		if dl, err = b.openDelayService(); err != nil {
 			return fail(err)
 		}
 	}
-	b.delayAdjust, b.popAdjust = so.Delay, so.Pop
 	b.Delay, opts.Delay = dl, dl
 	if b.HA, err = b.newHA(c, st, log); err != nil { // replication_run.go
 		return fail(err)
