@@ -42,11 +42,12 @@ func TestSyncReplication(t *testing.T) {
 	}
 
 	slave.Stop()
-	var code int
 	waitFor(t, "puts refused once the slave is gone", func() bool {
 		c.Send("put test 0 1 0 5\r\nx")
 		r := c.Reply()
-		code = r.Code
+		if r.Code == 200 {
+			t.Fatalf("a put acknowledged with no slave to confirm it: %s", r.Body)
+		}
 		return r.Code == 503
 	})
 	slave = brokertest.RunBroker(t, slaveOpts)
@@ -54,5 +55,4 @@ func TestSyncReplication(t *testing.T) {
 		c.Send("put test 0 1 0 6\r\ny")
 		return c.Reply().Code == 200
 	})
-	_ = code
 }
