@@ -25,25 +25,7 @@ func TestTornTwoPhaseCommitCompleted(t *testing.T) {
 	for _, survived := range []int{0, 2, 5} {
 		t.Run(strconv.Itoa(survived), func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			open := func() (*store.Store, *Manager) {
-				st, err := store.Open(store.Config{Dir: dir, SegmentSize: 1 << 20, IndexFileSize: 1 << 12, Logger: log})
-				if err != nil {
-					t.Fatal(err)
-				}
-				m, err := Open(Config{Store: st, Logger: log})
-				if err != nil {
-					st.Close()
-					t.Fatal(err)
-				}
-				return st, m
-			}
-			closeBoth := func(st *store.Store, m *Manager) {
-				m.Close()
-				if err := st.Close(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			open := func() (*store.Store, *Manager) { return openTorn(t, dir) }
 			const key = "XID:1:0a:01:q"
 			st, m := open()
 			s := m.NewSession(nil)
@@ -71,7 +53,7 @@ func TestTornTwoPhaseCommitCompleted(t *testing.T) {
 			if _, err := st.AppendBatch(run, make([]store.AppendResult, len(run))); err != nil {
 				t.Fatal(err)
 			}
-			closeBoth(st, m)
+			closeTorn(t, st, m)
 
 			for restart := 0; restart < 2; restart++ {
 				st, m = open()
@@ -79,27 +61,7 @@ func TestTornTwoPhaseCommitCompleted(t *testing.T) {
 					t.Fatalf("restart %d: still prepared %v", restart, p)
 				}
 				// Appended at recovery: readable once the store indexed them.
-				for deadline := time.Now().Add(30 * time.Second); st.MaxOffset("t", 0)+st.MaxOffset("t", 1) < 5; {
-					if time.Now().After(deadline) {
-						t.Fatalf("restart %d: %d+%d messages readable, want 5", restart, st.MaxOffset("t", 0), st.MaxOffset("t", 1))
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-				var got []string
-				for part := int32(0); part < 2; part++ {
-					for off := st.MinOffset("t", part); off < st.MaxOffset("t", part); off++ {
-						res, err := st.Read("t", part, off, 1, nil)
-						if err != nil || res.Status != store.ReadFound {
-							t.Fatalf("read t-%d@%d: %v", part, off, err)
-						}
-						r, _, err := protocol.DecodeRecord(res.Bufs[0], 0)
-						if err != nil {
-							t.Fatal(err)
-						}
-						got = append(got, string(r.Data))
-						res.Release()
-					}
-				}
+				got := visibleTorn(t, st, restart, 5)
 				if want := "[m0 m2 m4 m1 m3]"; strconvList(got) != want {
 					t.Fatalf("restart %d: visible %v, want %s once each", restart, got, want)
 				}
@@ -108,10 +70,63 @@ func TestTornTwoPhaseCommitCompleted(t *testing.T) {
 				if !errors.As(err, &xe) || xe.Code != XAErrNotA {
 					t.Fatalf("retried commit: %v", err)
 				}
-				closeBoth(st, m)
+				closeTorn(t, st, m)
 			}
 		})
 	}
+}
+
+// openTorn opens the store in dir and the tx table on it, as a restart does.
+func openTorn(t *testing.T, dir string) (*store.Store, *Manager) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(store.Config{Dir: dir, SegmentSize: 1 << 20, IndexFileSize: 1 << 12, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Open(Config{Store: st, Logger: log})
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	return st, m
+}
+
+func closeTorn(t *testing.T, st *store.Store, m *Manager) {
+	t.Helper()
+	m.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// visibleTorn waits until want messages of topic t (partitions 0 and 1) are
+// readable (recovery appends them and the store indexes them in the
+// background), then returns their bodies, partition 0 first.
+func visibleTorn(t *testing.T, st *store.Store, restart int, want int64) []string {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); st.MaxOffset("t", 0)+st.MaxOffset("t", 1) < want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("restart %d: %d+%d messages readable, want %d", restart, st.MaxOffset("t", 0), st.MaxOffset("t", 1), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var got []string
+	for part := int32(0); part < 2; part++ {
+		for off := st.MinOffset("t", part); off < st.MaxOffset("t", part); off++ {
+			res, err := st.Read("t", part, off, 1, nil)
+			if err != nil || res.Status != store.ReadFound {
+				t.Fatalf("read t-%d@%d: %v", part, off, err)
+			}
+			r, _, err := protocol.DecodeRecord(res.Bufs[0], 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, string(r.Data))
+			res.Release()
+		}
+	}
+	return got
 }
 
 func strconvList(s []string) string {
@@ -136,25 +151,7 @@ func TestTornHalfCommitCompleted(t *testing.T) {
 	for _, survived := range []int{0, 2, 4} {
 		t.Run(strconv.Itoa(survived), func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			open := func() (*store.Store, *Manager) {
-				st, err := store.Open(store.Config{Dir: dir, SegmentSize: 1 << 20, IndexFileSize: 1 << 12, Logger: log})
-				if err != nil {
-					t.Fatal(err)
-				}
-				m, err := Open(Config{Store: st, Logger: log})
-				if err != nil {
-					st.Close()
-					t.Fatal(err)
-				}
-				return st, m
-			}
-			closeBoth := func(st *store.Store, m *Manager) {
-				m.Close()
-				if err := st.Close(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			open := func() (*store.Store, *Manager) { return openTorn(t, dir) }
 			st, m := open()
 			s := m.NewSession(nil)
 			var items []endItem
@@ -196,38 +193,18 @@ func TestTornHalfCommitCompleted(t *testing.T) {
 			for i := range items {
 				items[i].rd.Release()
 			}
-			closeBoth(st, m)
+			closeTorn(t, st, m)
 
 			for restart := 0; restart < 2; restart++ {
 				st, m = open()
 				if n := m.Stats().PendingHalf; n != 0 {
 					t.Fatalf("restart %d: %d half messages still pending", restart, n)
 				}
-				for deadline := time.Now().Add(30 * time.Second); st.MaxOffset("t", 0)+st.MaxOffset("t", 1) < 4; {
-					if time.Now().After(deadline) {
-						t.Fatalf("restart %d: %d+%d messages readable, want 4", restart, st.MaxOffset("t", 0), st.MaxOffset("t", 1))
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-				var got []string
-				for part := int32(0); part < 2; part++ {
-					for off := st.MinOffset("t", part); off < st.MaxOffset("t", part); off++ {
-						res, err := st.Read("t", part, off, 1, nil)
-						if err != nil || res.Status != store.ReadFound {
-							t.Fatalf("read t-%d@%d: %v", part, off, err)
-						}
-						r, _, err := protocol.DecodeRecord(res.Bufs[0], 0)
-						if err != nil {
-							t.Fatal(err)
-						}
-						got = append(got, string(r.Data))
-						res.Release()
-					}
-				}
+				got := visibleTorn(t, st, restart, 4)
 				if want := "[m0 m2 m4 m1]"; strconvList(got) != want {
 					t.Fatalf("restart %d: visible %v, want %s once each", restart, got, want)
 				}
-				closeBoth(st, m)
+				closeTorn(t, st, m)
 			}
 		})
 	}
