@@ -255,3 +255,68 @@ func TestKeptBodyMatchesRecord(t *testing.T) {
 		read.rd.Release()
 	}
 }
+
+// Half bodies are kept only within their bounds: one larger than
+// maxKeptBody, or any once maxKeptBytes are kept, is read back from the log
+// at the commit. Every one is committed as it was put, and the budget is
+// given back when the halves are finished.
+func TestKeptBodyBudget(t *testing.T) {
+	st, m := openTorn(t, filepath.Join(t.TempDir(), "data"))
+	defer closeTorn(t, st, m)
+	s := m.NewSession(nil)
+	put := func(data string, spent int64) *half {
+		t.Helper()
+		m.mu.Lock()
+		m.kept = spent
+		m.mu.Unlock()
+		msg := store.Message{Topic: "t", Data: []byte(data), BornTime: 1000, Properties: []byte("tx=half&pgroup=g&tag=a")}
+		res, f, err := m.PutHalf(s, "g", &msg)
+		if err != nil || f.Wait() != nil {
+			t.Fatal(err)
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.halves[res.MsgID]
+	}
+	big := string(make([]byte, maxKeptBody+1))
+	spent := put("over budget", maxKeptBytes)
+	large := put(big, 0)
+	kept := put("kept", 0)
+	if spent.body != nil || large.body != nil || kept.body == nil {
+		t.Fatalf("kept bodies: over budget %v, larger than %d bytes %v, within bounds %v",
+			spent.body != nil, maxKeptBody, large.body != nil, kept.body != nil)
+	}
+	reqs := []EndReq{{ID: spent.id, Action: Commit}, {ID: large.id, Action: Commit}, {ID: kept.id, Action: Commit}}
+	m.EndBatch(s, reqs)
+	for i := range reqs {
+		if reqs[i].Err != nil || !reqs[i].Appended {
+			t.Fatalf("commit %d: %v (appended %v)", i, reqs[i].Err, reqs[i].Appended)
+		}
+		if f := reqs[i].Flush; f != nil && f.Wait() != nil {
+			t.Fatal(f.Wait())
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); st.MaxOffset("t", 0) < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d messages readable, want 3", st.MaxOffset("t", 0))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for off, want := range []string{"over budget", big, "kept"} {
+		res, err := st.Read("t", 0, int64(off), 1, nil)
+		if err != nil || res.Status != store.ReadFound {
+			t.Fatalf("read t-0@%d: %v", off, err)
+		}
+		r, _, err := protocol.DecodeRecord(res.Bufs[0], 0)
+		if err != nil || string(r.Data) != want || string(r.Properties) != "pgroup=g&tag=a" || r.BornTime != 1000 {
+			t.Fatalf("t-0@%d: %v %q born %d, want %d bytes", off, err, r.Properties, r.BornTime, len(want))
+		}
+		res.Release()
+	}
+	m.mu.Lock()
+	left := m.kept
+	m.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d kept bytes still counted after the commits", left)
+	}
+}
