@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -318,5 +319,36 @@ func TestKeptBodyBudget(t *testing.T) {
 	m.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d kept bytes still counted after the commits", left)
+	}
+}
+
+// A commit op whose run is short and whose half records are gone (a
+// damaged log, or retention cut them) cannot be completed: recovery says
+// so and the table does not open, rather than dropping the transaction's
+// missing messages in silence.
+func TestTornCommitWithoutHalves(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(store.Config{Dir: dir, SegmentSize: 1 << 20, IndexFileSize: 1 << 12, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []store.Message{{Topic: "t", Data: []byte("m0")}, {Topic: "t", Data: []byte("m1")}}
+	run := commitRun("XID:1:0a:01:q", 0, len(msgs), 0, msgs)[:1] // the op only; no %TX_HALF% record
+	f, err := st.AppendBatch(run, make([]store.AppendResult, len(run)))
+	if err != nil || f.Wait() != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	m, err := Open(Config{Store: st, Logger: log})
+	if err == nil {
+		m.Close()
+		t.Fatal("opened a table whose commit run cannot be completed")
+	}
+	if !strings.Contains(err.Error(), "cut by a crash") || !strings.Contains(err.Error(), "XID:1:0a:01:q") {
+		t.Fatalf("error %q does not say which commit could not be completed and why", err)
+	}
+	if n := st.MaxOffset("t", 0); n != 0 {
+		t.Fatalf("%d messages appended by the failed recovery", n)
 	}
 }
