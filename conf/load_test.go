@@ -619,8 +619,8 @@ func TestMatchPattern(t *testing.T) {
 		{"*aab", "aaab", true}, {"*ab*ab", "abxab", true}, {"*ab*ab", "abab", true}, {"*ab*ab", "aba", false},
 	}
 	for _, tc := range cases {
-		if got := matchPattern(tc.p, tc.n); got != tc.want {
-			t.Errorf("matchPattern(%q, %q) = %v", tc.p, tc.n, got)
+		if got := MatchPattern(tc.p, tc.n); got != tc.want {
+			t.Errorf("MatchPattern(%q, %q) = %v", tc.p, tc.n, got)
 		}
 	}
 }
