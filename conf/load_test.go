@@ -307,6 +307,8 @@ func TestUnknownSection(t *testing.T) {
 		{"zookeper", "did you mean [zookeeper]?"},
 		{"zk", "did you mean [topic=zk]?"},
 		{"slaves", "did you mean [slave]?"},
+		{"replicaton", "did you mean [replication]?"},
+		{"securty", "did you mean [security]?"},
 		{"topics=test", "did you mean [topic=test]?"},
 		{"Topic=test", "did you mean [topic=test]?"},
 		{"topic test", "did you mean [topic=test]?"},
