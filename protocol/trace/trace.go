@@ -117,9 +117,7 @@ const (
 // key of every event's msgId and record id (BucketKey: one key per 64 KiB
 // of commit log, so a batch of consecutive messages needs one or two) and
 // every business key of the messages. Readers look a message up by its
-// bucket and pick its events out of the records found; records written
-// before buckets existed carry the decimal msgIds themselves as keys, and
-// readers ask for those too.
+// bucket and pick its events out of the records found.
 
 // AppendEvent appends e's line (with its '\n').
 func AppendEvent(dst []byte, e *Event) []byte {
