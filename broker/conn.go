@@ -130,6 +130,15 @@ func (c *conn) signalWriter() {
 	}
 }
 
+// handOffReplies hands the replies of the commands read so far to the writer
+// (their records written out first), before the reader waits or parks a
+// request that may be answered from another goroutine: such an answer must
+// not overtake them (docs/protocol.md, "Ordering on a connection").
+func (c *conn) handOffReplies() {
+	c.writeOut()
+	c.publish()
+}
+
 // writeOut makes the records of this batch's async-flush puts durable
 // against a broker crash (in the page cache) before they are acknowledged:
 // one store.WriteOut per batch of commands read, not per put (two atomic
@@ -227,8 +236,7 @@ func (c *conn) readLoop() {
 		if n > 0 {
 			c.readMs = time.Now().UnixMilli()
 			perr := c.parser.Parse(buf[:n], c.handle)
-			c.writeOut()
-			c.publish()
+			c.handOffReplies()
 			if perr == protocol.ErrQuit || c.quit {
 				return
 			}

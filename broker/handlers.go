@@ -205,11 +205,6 @@ func (c *conn) handleGet(cmd *protocol.Command) {
 	res, err := s.store.Read(ts.name, g.partition, g.offset, g.maxBytes, g.filter)
 	if err == nil && res.Status == store.ReadNoMessage && cmd.MaxWaitMs > 0 && !s.shuttingDown.Load() {
 		res.Release()
-		// The replies of the commands before this one go to the writer now:
-		// the parked get may be answered at once and must not overtake them
-		// (docs/protocol.md, "Ordering on a connection").
-		c.writeOut()
-		c.publish()
 		c.park(g, cmd.MaxWaitMs)
 		return
 	}

@@ -13,6 +13,7 @@ import (
 // gets cost no CPU until something happens; each one is a small goroutine
 // blocked in select.
 func (c *conn) park(g getReq, maxWaitMs int64) {
+	c.handOffReplies() // a parked get may be answered at once (another connection's put)
 	s := c.srv
 	s.stats.longPolls.Add(1)
 	c.parked.Add(1)

@@ -109,8 +109,7 @@ func (c *conn) awaitOwnPuts(ts *topicState, partition int32, offset int64) {
 		return // readable already
 	}
 	// Slow path: our record is assigned but not readable yet.
-	c.writeOut()
-	c.publish()
+	c.handOffReplies()
 	var flushDone <-chan struct{}
 	f := c.own.lastFlush
 	if f != nil {

@@ -55,11 +55,6 @@ func (c *conn) handlePop(cmd *protocol.Command) {
 	if err == nil && len(b.Items) == 0 && cmd.MaxWaitMs > 0 && !s.shuttingDown.Load() {
 		waits := append([]<-chan struct{}(nil), b.Waits...)
 		b.Release()
-		// The replies of the commands before this one go to the writer now:
-		// the parked pop may be answered at once (a lock ending) and must not
-		// overtake them (docs/protocol.md, "Ordering on a connection").
-		c.writeOut()
-		c.publish()
 		c.parkPop(popReq{group: group, topic: ts.name, filter: f, max: int(cmd.Count),
 			invisible: time.Duration(cmd.Millis) * time.Millisecond, opaque: cmd.Opaque}, waits, cmd.MaxWaitMs)
 		return
@@ -119,6 +114,7 @@ type popReq struct {
 // redelivery falling due), its wait ends, or the connection stops. Like a
 // parked get it is a goroutine blocked in select: no polling.
 func (c *conn) parkPop(r popReq, waits []<-chan struct{}, maxWaitMs int64) {
+	c.handOffReplies() // a parked pop may be answered at once (a lock ending)
 	s := c.srv
 	c.parked.Add(1)
 	c.wg.Add(1)

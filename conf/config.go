@@ -326,7 +326,7 @@ func (c *Config) Topic(name string) (t Topic, ok bool) {
 			best = i
 			break
 		}
-		if !strings.Contains(p, "*") || !matchPattern(p, name) {
+		if !strings.Contains(p, "*") || !MatchPattern(p, name) {
 			continue
 		}
 		if best < 0 || moreSpecific(p, c.Topics[best].Pattern) {
@@ -407,9 +407,12 @@ func validName(s string, star bool) bool {
 	return true
 }
 
-// matchPattern reports whether name matches p, where '*' matches any run of
-// characters (possibly empty) and every other character matches itself.
-func matchPattern(p, name string) bool {
+// MatchPattern reports whether name matches p, where '*' matches any run of
+// bytes (possibly empty) and every other byte matches itself: [topic=…]
+// wildcards here, the users file's ACL patterns in broker/auth (on a
+// request's []byte topic: it does not allocate). The backtracking is linear
+// in len(name) per star.
+func MatchPattern[N ~string | ~[]byte](p string, name N) bool {
 	px, nx := 0, 0
 	starP, starN := -1, 0
 	for nx < len(name) {

@@ -589,7 +589,7 @@ func (p *parser) unknownKey(raw, canon, key string, known []string) {
 
 func (p *parser) unknownSection(raw string) {
 	name := strings.TrimSpace(raw)
-	cands := []string{"system", "zookeeper", "slave", secSection}
+	cands := []string{"system", "zookeeper", "slave", "replication", secSection}
 	lower := strings.ToLower(name)
 	// "[topics=x]", "[Topic=x]", "[topic x]", "[topic:x]" → "[topic=x]"
 	if i := strings.IndexAny(lower, "=: "); i > 0 && levenshtein(strings.TrimSpace(lower[:i]), "topic") <= 2 {

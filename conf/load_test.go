@@ -307,6 +307,8 @@ func TestUnknownSection(t *testing.T) {
 		{"zookeper", "did you mean [zookeeper]?"},
 		{"zk", "did you mean [topic=zk]?"},
 		{"slaves", "did you mean [slave]?"},
+		{"replicaton", "did you mean [replication]?"},
+		{"securty", "did you mean [security]?"},
 		{"topics=test", "did you mean [topic=test]?"},
 		{"Topic=test", "did you mean [topic=test]?"},
 		{"topic test", "did you mean [topic=test]?"},
@@ -619,8 +621,8 @@ func TestMatchPattern(t *testing.T) {
 		{"*aab", "aaab", true}, {"*ab*ab", "abxab", true}, {"*ab*ab", "abab", true}, {"*ab*ab", "aba", false},
 	}
 	for _, tc := range cases {
-		if got := matchPattern(tc.p, tc.n); got != tc.want {
-			t.Errorf("matchPattern(%q, %q) = %v", tc.p, tc.n, got)
+		if got := MatchPattern(tc.p, tc.n); got != tc.want {
+			t.Errorf("MatchPattern(%q, %q) = %v", tc.p, tc.n, got)
 		}
 	}
 }

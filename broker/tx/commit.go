@@ -147,19 +147,11 @@ type commitAt struct {
 // committed (XAER_NOTA), so nothing is appended twice.
 func (m *Manager) checkCommitRun(c *commitAt) error {
 	want := c.n - c.from
-	if m.runRecordMatches(c.runStart+c.runBytes-c.lastBytes, c, c.n-1, c.lastBytes) {
-		return nil
-	}
-	// Count the run's records that survived, in order.
-	have, pos := 0, c.runStart
-	for have < want {
-		size, ok := m.runRecordAt(pos, c, c.from+have)
-		if !ok {
-			break
-		}
-		have++
-		pos += size
-	}
+	have := survivedRun(c.runStart, c.runBytes, c.lastBytes, want, func(pos int64, i int) (int64, bool) {
+		return m.committedRecordAt(pos, func() (*store.ReadResult, error) {
+			return m.st.Read(HalfTopic, 0, c.halfFrom+int64(c.from+i), 1, nil)
+		})
+	})
 	if have == want {
 		return nil
 	}
@@ -184,17 +176,30 @@ func (m *Manager) checkCommitRun(c *commitAt) error {
 	return nil
 }
 
-// runRecordMatches reports whether the record at pos is message i of c's
-// transaction as committed, of size size.
-func (m *Manager) runRecordMatches(pos int64, c *commitAt, i int, size int64) bool {
-	got, ok := m.runRecordAt(pos, c, i)
-	return ok && got == size
+// survivedRun counts the records of a run of n that survived a crash, in
+// order from runStart: all n when its last record (lastBytes long, ending at
+// runStart+runBytes) is there, else the prefix found. recordAt reports the
+// size of the record at pos when it is record i of the run.
+func survivedRun(runStart, runBytes, lastBytes int64, n int, recordAt func(pos int64, i int) (int64, bool)) int {
+	if size, ok := recordAt(runStart+runBytes-lastBytes, n-1); ok && size == lastBytes {
+		return n
+	}
+	have, pos := 0, runStart
+	for have < n {
+		size, ok := recordAt(pos, have)
+		if !ok {
+			break
+		}
+		have++
+		pos += size
+	}
+	return have
 }
 
-// runRecordAt reads the record at physical offset pos and reports its size
-// when it is message i of c's transaction as committed: a TxCommit record
-// with the born time and data of half record i.
-func (m *Manager) runRecordAt(pos int64, c *commitAt, i int) (int64, bool) {
+// committedRecordAt reads the record at physical offset pos and reports its
+// size when it is the real message of the half record readHalf reads: a
+// TxCommit record with the half record's born time and data.
+func (m *Manager) committedRecordAt(pos int64, readHalf func() (*store.ReadResult, error)) (int64, bool) {
 	res, err := m.st.ReadByID(protocol.MakeMsgID(m.cfg.BrokerID, pos))
 	if err != nil {
 		return 0, false
@@ -203,16 +208,16 @@ func (m *Manager) runRecordAt(pos int64, c *commitAt, i int) (int64, bool) {
 	if res.Count == 0 {
 		return 0, false
 	}
-	r, _, err := protocol.DecodeRecord(res.Bufs[0], 0)
+	r, _, err := protocol.DecodeRecordNoCRC(res.Bufs[0]) // ReadByID checked it
 	if err != nil || r.SysFlag&protocol.SysFlagTxCommit == 0 {
 		return 0, false
 	}
-	hr, err := m.st.Read(HalfTopic, 0, c.halfFrom+int64(i), 1, nil)
+	hr, err := readHalf()
 	if err != nil {
 		return 0, false
 	}
 	defer hr.Release()
-	if hr.Status != store.ReadFound {
+	if hr.Count == 0 || hr.Status != store.ReadFound {
 		return 0, false
 	}
 	h, _, err := protocol.DecodeRecord(hr.Bufs[0], 0)

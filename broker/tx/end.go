@@ -356,18 +356,9 @@ func (m *Manager) checkEndRun(e *endAt) error {
 	if len(commits) == 0 {
 		return nil
 	}
-	if size, ok := m.endRecordAt(e.runStart+e.runBytes-e.lastBytes, commits[len(commits)-1]); ok && size == e.lastBytes {
-		return nil
-	}
-	have, pos := 0, e.runStart
-	for have < len(commits) {
-		size, ok := m.endRecordAt(pos, commits[have])
-		if !ok {
-			break
-		}
-		have++
-		pos += size
-	}
+	have := survivedRun(e.runStart, e.runBytes, e.lastBytes, len(commits), func(pos int64, i int) (int64, bool) {
+		return m.committedRecordAt(pos, func() (*store.ReadResult, error) { return m.st.ReadByID(commits[i]) })
+	})
 	if have == len(commits) {
 		return nil
 	}
@@ -404,37 +395,6 @@ func (m *Manager) checkEndRun(e *endAt) error {
 	}
 	m.log.Warn("completed the commit of half messages a crash had cut short", "survived", have, "appended", len(rest))
 	return nil
-}
-
-// endRecordAt reads the record at physical offset pos and reports its size
-// when it is the real message of half message halfID: a TxCommit record
-// with the half record's born time and data.
-func (m *Manager) endRecordAt(pos, halfID int64) (int64, bool) {
-	res, err := m.st.ReadByID(protocol.MakeMsgID(m.cfg.BrokerID, pos))
-	if err != nil {
-		return 0, false
-	}
-	defer res.Release()
-	if res.Count == 0 {
-		return 0, false
-	}
-	r, _, err := protocol.DecodeRecordNoCRC(res.Bufs[0])
-	if err != nil || r.SysFlag&protocol.SysFlagTxCommit == 0 {
-		return 0, false
-	}
-	hr, err := m.st.ReadByID(halfID)
-	if err != nil {
-		return 0, false
-	}
-	defer hr.Release()
-	if hr.Count == 0 {
-		return 0, false
-	}
-	h, _, err := protocol.DecodeRecordNoCRC(hr.Bufs[0])
-	if err != nil || h.BornTime != r.BornTime || !bytes.Equal(h.Data, r.Data) {
-		return 0, false
-	}
-	return int64(protocol.RecordSize(len(r.Topic), len(r.Properties), len(r.Data))), true
 }
 
 // hasProp reports whether props has a pair with key key (fast: a substring

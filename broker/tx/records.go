@@ -244,22 +244,9 @@ func parseOp(data []byte) (op, error) {
 
 // withoutProp returns props without the pairs whose key is key (a copy).
 func withoutProp(props []byte, key string) []byte {
-	out := make([]byte, 0, len(props))
-	for len(props) > 0 {
-		var pair []byte
-		if i := bytes.IndexByte(props, '&'); i >= 0 {
-			pair, props = props[:i], props[i+1:]
-		} else {
-			pair, props = props, nil
-		}
-		k, _, _ := bytes.Cut(pair, []byte("="))
-		if string(k) == key || len(pair) == 0 {
-			continue
-		}
-		if len(out) > 0 {
-			out = append(out, '&')
-		}
-		out = append(out, pair...)
+	out := appendPropsWithout(make([]byte, 0, len(props)+1), props, key)
+	if len(out) > 0 {
+		out = out[1:] // the '&' before the first pair
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,25 +26,7 @@ func TestTornTwoPhaseCommitCompleted(t *testing.T) {
 	for _, survived := range []int{0, 2, 5} {
 		t.Run(strconv.Itoa(survived), func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			open := func() (*store.Store, *Manager) {
-				st, err := store.Open(store.Config{Dir: dir, SegmentSize: 1 << 20, IndexFileSize: 1 << 12, Logger: log})
-				if err != nil {
-					t.Fatal(err)
-				}
-				m, err := Open(Config{Store: st, Logger: log})
-				if err != nil {
-					st.Close()
-					t.Fatal(err)
-				}
-				return st, m
-			}
-			closeBoth := func(st *store.Store, m *Manager) {
-				m.Close()
-				if err := st.Close(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			open := func() (*store.Store, *Manager) { return openTorn(t, dir) }
 			const key = "XID:1:0a:01:q"
 			st, m := open()
 			s := m.NewSession(nil)
@@ -71,7 +54,7 @@ func TestTornTwoPhaseCommitCompleted(t *testing.T) {
 			if _, err := st.AppendBatch(run, make([]store.AppendResult, len(run))); err != nil {
 				t.Fatal(err)
 			}
-			closeBoth(st, m)
+			closeTorn(t, st, m)
 
 			for restart := 0; restart < 2; restart++ {
 				st, m = open()
@@ -79,27 +62,7 @@ func TestTornTwoPhaseCommitCompleted(t *testing.T) {
 					t.Fatalf("restart %d: still prepared %v", restart, p)
 				}
 				// Appended at recovery: readable once the store indexed them.
-				for deadline := time.Now().Add(30 * time.Second); st.MaxOffset("t", 0)+st.MaxOffset("t", 1) < 5; {
-					if time.Now().After(deadline) {
-						t.Fatalf("restart %d: %d+%d messages readable, want 5", restart, st.MaxOffset("t", 0), st.MaxOffset("t", 1))
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-				var got []string
-				for part := int32(0); part < 2; part++ {
-					for off := st.MinOffset("t", part); off < st.MaxOffset("t", part); off++ {
-						res, err := st.Read("t", part, off, 1, nil)
-						if err != nil || res.Status != store.ReadFound {
-							t.Fatalf("read t-%d@%d: %v", part, off, err)
-						}
-						r, _, err := protocol.DecodeRecord(res.Bufs[0], 0)
-						if err != nil {
-							t.Fatal(err)
-						}
-						got = append(got, string(r.Data))
-						res.Release()
-					}
-				}
+				got := visibleTorn(t, st, restart, 5)
 				if want := "[m0 m2 m4 m1 m3]"; strconvList(got) != want {
 					t.Fatalf("restart %d: visible %v, want %s once each", restart, got, want)
 				}
@@ -108,10 +71,63 @@ func TestTornTwoPhaseCommitCompleted(t *testing.T) {
 				if !errors.As(err, &xe) || xe.Code != XAErrNotA {
 					t.Fatalf("retried commit: %v", err)
 				}
-				closeBoth(st, m)
+				closeTorn(t, st, m)
 			}
 		})
 	}
+}
+
+// openTorn opens the store in dir and the tx table on it, as a restart does.
+func openTorn(t *testing.T, dir string) (*store.Store, *Manager) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(store.Config{Dir: dir, SegmentSize: 1 << 20, IndexFileSize: 1 << 12, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Open(Config{Store: st, Logger: log})
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	return st, m
+}
+
+func closeTorn(t *testing.T, st *store.Store, m *Manager) {
+	t.Helper()
+	m.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// visibleTorn waits until want messages of topic t (partitions 0 and 1) are
+// readable (recovery appends them and the store indexes them in the
+// background), then returns their bodies, partition 0 first.
+func visibleTorn(t *testing.T, st *store.Store, restart int, want int64) []string {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); st.MaxOffset("t", 0)+st.MaxOffset("t", 1) < want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("restart %d: %d+%d messages readable, want %d", restart, st.MaxOffset("t", 0), st.MaxOffset("t", 1), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var got []string
+	for part := int32(0); part < 2; part++ {
+		for off := st.MinOffset("t", part); off < st.MaxOffset("t", part); off++ {
+			res, err := st.Read("t", part, off, 1, nil)
+			if err != nil || res.Status != store.ReadFound {
+				t.Fatalf("read t-%d@%d: %v", part, off, err)
+			}
+			r, _, err := protocol.DecodeRecord(res.Bufs[0], 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, string(r.Data))
+			res.Release()
+		}
+	}
+	return got
 }
 
 func strconvList(s []string) string {
@@ -136,25 +152,7 @@ func TestTornHalfCommitCompleted(t *testing.T) {
 	for _, survived := range []int{0, 2, 4} {
 		t.Run(strconv.Itoa(survived), func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			open := func() (*store.Store, *Manager) {
-				st, err := store.Open(store.Config{Dir: dir, SegmentSize: 1 << 20, IndexFileSize: 1 << 12, Logger: log})
-				if err != nil {
-					t.Fatal(err)
-				}
-				m, err := Open(Config{Store: st, Logger: log})
-				if err != nil {
-					st.Close()
-					t.Fatal(err)
-				}
-				return st, m
-			}
-			closeBoth := func(st *store.Store, m *Manager) {
-				m.Close()
-				if err := st.Close(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			open := func() (*store.Store, *Manager) { return openTorn(t, dir) }
 			st, m := open()
 			s := m.NewSession(nil)
 			var items []endItem
@@ -196,38 +194,18 @@ func TestTornHalfCommitCompleted(t *testing.T) {
 			for i := range items {
 				items[i].rd.Release()
 			}
-			closeBoth(st, m)
+			closeTorn(t, st, m)
 
 			for restart := 0; restart < 2; restart++ {
 				st, m = open()
 				if n := m.Stats().PendingHalf; n != 0 {
 					t.Fatalf("restart %d: %d half messages still pending", restart, n)
 				}
-				for deadline := time.Now().Add(30 * time.Second); st.MaxOffset("t", 0)+st.MaxOffset("t", 1) < 4; {
-					if time.Now().After(deadline) {
-						t.Fatalf("restart %d: %d+%d messages readable, want 4", restart, st.MaxOffset("t", 0), st.MaxOffset("t", 1))
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-				var got []string
-				for part := int32(0); part < 2; part++ {
-					for off := st.MinOffset("t", part); off < st.MaxOffset("t", part); off++ {
-						res, err := st.Read("t", part, off, 1, nil)
-						if err != nil || res.Status != store.ReadFound {
-							t.Fatalf("read t-%d@%d: %v", part, off, err)
-						}
-						r, _, err := protocol.DecodeRecord(res.Bufs[0], 0)
-						if err != nil {
-							t.Fatal(err)
-						}
-						got = append(got, string(r.Data))
-						res.Release()
-					}
-				}
+				got := visibleTorn(t, st, restart, 4)
 				if want := "[m0 m2 m4 m1]"; strconvList(got) != want {
 					t.Fatalf("restart %d: visible %v, want %s once each", restart, got, want)
 				}
-				closeBoth(st, m)
+				closeTorn(t, st, m)
 			}
 		})
 	}
@@ -276,5 +254,101 @@ func TestKeptBodyMatchesRecord(t *testing.T) {
 			t.Fatalf("%d: kept %+v (%d bytes), read back %+v (%d bytes)", i, kept.msg, kept.size, read.msg, read.size)
 		}
 		read.rd.Release()
+	}
+}
+
+// Half bodies are kept only within their bounds: one larger than
+// maxKeptBody, or any once maxKeptBytes are kept, is read back from the log
+// at the commit. Every one is committed as it was put, and the budget is
+// given back when the halves are finished.
+func TestKeptBodyBudget(t *testing.T) {
+	st, m := openTorn(t, filepath.Join(t.TempDir(), "data"))
+	defer closeTorn(t, st, m)
+	s := m.NewSession(nil)
+	put := func(data string, spent int64) *half {
+		t.Helper()
+		m.mu.Lock()
+		m.kept = spent
+		m.mu.Unlock()
+		msg := store.Message{Topic: "t", Data: []byte(data), BornTime: 1000, Properties: []byte("tx=half&pgroup=g&tag=a")}
+		res, f, err := m.PutHalf(s, "g", &msg)
+		if err != nil || f.Wait() != nil {
+			t.Fatal(err)
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.halves[res.MsgID]
+	}
+	big := string(make([]byte, maxKeptBody+1))
+	spent := put("over budget", maxKeptBytes)
+	large := put(big, 0)
+	kept := put("kept", 0)
+	if spent.body != nil || large.body != nil || kept.body == nil {
+		t.Fatalf("kept bodies: over budget %v, larger than %d bytes %v, within bounds %v",
+			spent.body != nil, maxKeptBody, large.body != nil, kept.body != nil)
+	}
+	reqs := []EndReq{{ID: spent.id, Action: Commit}, {ID: large.id, Action: Commit}, {ID: kept.id, Action: Commit}}
+	m.EndBatch(s, reqs)
+	for i := range reqs {
+		if reqs[i].Err != nil || !reqs[i].Appended {
+			t.Fatalf("commit %d: %v (appended %v)", i, reqs[i].Err, reqs[i].Appended)
+		}
+		if f := reqs[i].Flush; f != nil && f.Wait() != nil {
+			t.Fatal(f.Wait())
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); st.MaxOffset("t", 0) < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d messages readable, want 3", st.MaxOffset("t", 0))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for off, want := range []string{"over budget", big, "kept"} {
+		res, err := st.Read("t", 0, int64(off), 1, nil)
+		if err != nil || res.Status != store.ReadFound {
+			t.Fatalf("read t-0@%d: %v", off, err)
+		}
+		r, _, err := protocol.DecodeRecord(res.Bufs[0], 0)
+		if err != nil || string(r.Data) != want || string(r.Properties) != "pgroup=g&tag=a" || r.BornTime != 1000 {
+			t.Fatalf("t-0@%d: %v %q born %d, want %d bytes", off, err, r.Properties, r.BornTime, len(want))
+		}
+		res.Release()
+	}
+	m.mu.Lock()
+	left := m.kept
+	m.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d kept bytes still counted after the commits", left)
+	}
+}
+
+// A commit op whose run is short and whose half records are gone (a
+// damaged log, or retention cut them) cannot be completed: recovery says
+// so and the table does not open, rather than dropping the transaction's
+// missing messages in silence.
+func TestTornCommitWithoutHalves(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(store.Config{Dir: dir, SegmentSize: 1 << 20, IndexFileSize: 1 << 12, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []store.Message{{Topic: "t", Data: []byte("m0")}, {Topic: "t", Data: []byte("m1")}}
+	run := commitRun("XID:1:0a:01:q", 0, len(msgs), 0, msgs)[:1] // the op only; no %TX_HALF% record
+	f, err := st.AppendBatch(run, make([]store.AppendResult, len(run)))
+	if err != nil || f.Wait() != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	m, err := Open(Config{Store: st, Logger: log})
+	if err == nil {
+		m.Close()
+		t.Fatal("opened a table whose commit run cannot be completed")
+	}
+	if !strings.Contains(err.Error(), "cut by a crash") || !strings.Contains(err.Error(), "XID:1:0a:01:q") {
+		t.Fatalf("error %q does not say which commit could not be completed and why", err)
+	}
+	if n := st.MaxOffset("t", 0); n != 0 {
+		t.Fatalf("%d messages appended by the failed recovery", n)
 	}
 }
