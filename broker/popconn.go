@@ -265,12 +265,7 @@ func appendStale(b []byte, applied, stale int, hs []pop.Handle) []byte {
 			break
 		}
 		h := &hs[i]
-		b = append(append(append(b, ' '), h.Topic...), ':')
-		b = strconv.AppendInt(b, int64(h.Partition), 10)
-		b = append(b, ':')
-		b = strconv.AppendInt(b, h.Offset, 10)
-		b = append(b, ':')
-		b = strconv.AppendInt(b, int64(h.Attempt), 10)
+		b = pop.AppendHandle(append(b, ' '), h.Topic, h.Partition, h.Offset, h.Attempt)
 		listed++
 	}
 	return b

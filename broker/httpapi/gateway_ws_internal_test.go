@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -30,12 +31,15 @@ func startFakeGateway(t *testing.T, f *fakePop) *Server {
 	return s
 }
 
-// wsFrame is any server frame.
-type wsFrame struct {
+// WSFrame is any server frame. It is exported (in the test build only) so
+// that the real-broker tests of package httpapi_test decode frames with the
+// same type.
+type WSFrame struct {
 	Type       string            `json:"type"`
 	Handle     string            `json:"handle"`
 	MsgID      string            `json:"msgId"`
 	Topic      string            `json:"topic"`
+	Partition  int32             `json:"partition"`
 	Offset     int64             `json:"offset"`
 	Attempt    int               `json:"attempt"`
 	Tag        string            `json:"tag"`
@@ -52,6 +56,11 @@ type wsFrame struct {
 	Error      string            `json:"error"`
 	Max        int               `json:"max"`
 }
+
+// Key names a message frame's position, partition@offset.
+func (f WSFrame) Key() string { return fmt.Sprintf("%d@%d", f.Partition, f.Offset) }
+
+type wsFrame = WSFrame
 
 type wsClient struct {
 	t *testing.T

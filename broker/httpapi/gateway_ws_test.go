@@ -19,27 +19,7 @@ import (
 
 const wsWait = 60 * time.Second
 
-type wsMsg struct {
-	Type       string            `json:"type"`
-	Handle     string            `json:"handle"`
-	MsgID      string            `json:"msgId"`
-	Topic      string            `json:"topic"`
-	Partition  int32             `json:"partition"`
-	Offset     int64             `json:"offset"`
-	Attempt    int               `json:"attempt"`
-	Tag        string            `json:"tag"`
-	Keys       []string          `json:"keys"`
-	Properties map[string]string `json:"properties"`
-	Encoding   string            `json:"encoding"`
-	Body       string            `json:"body"`
-	ID         json.RawMessage   `json:"id"`
-	OK         int               `json:"ok"`
-	Failed     int               `json:"failed"`
-	Code       int               `json:"code"`
-	Error      string            `json:"error"`
-}
-
-func (m wsMsg) key() string { return fmt.Sprintf("%d@%d", m.Partition, m.Offset) }
+type wsMsg = httpapi.WSFrame
 
 type wsConn struct {
 	t *testing.T
@@ -167,7 +147,7 @@ func TestWSDelivery(t *testing.T) {
 		if m.Type != "message" {
 			t.Fatalf("frame %+v", m)
 		}
-		if released.Handle != "" && m.key() == released.key() {
+		if released.Handle != "" && m.Key() == released.Key() {
 			// The released message comes again, with the next attempt.
 			if again || m.Attempt != 2 {
 				t.Fatalf("released message again: %+v", m)
@@ -178,10 +158,10 @@ func TestWSDelivery(t *testing.T) {
 			acked++
 			continue
 		}
-		if seen[m.key()] {
-			t.Fatalf("%s delivered twice", m.key())
+		if seen[m.Key()] {
+			t.Fatalf("%s delivered twice", m.Key())
 		}
-		seen[m.key()] = true
+		seen[m.Key()] = true
 		if got := len(seen) - acked; got > K {
 			t.Fatalf("%d unacknowledged, K = %d", got, K)
 		}
@@ -239,7 +219,7 @@ func TestWSSurvivesBrokerRestart(t *testing.T) {
 	acked := map[string]bool{}
 	var handles []string
 	for _, m := range msgs[:n/2] {
-		acked[m.key()] = true
+		acked[m.Key()] = true
 		handles = append(handles, m.Handle)
 	}
 	for _, m := range w.ackSync(1, handles...) {
@@ -276,13 +256,13 @@ func TestWSSurvivesBrokerRestart(t *testing.T) {
 		if m.Type != "message" {
 			continue
 		}
-		if acked[m.key()] {
-			t.Fatalf("acknowledged message %s delivered again after the restart", m.key())
+		if acked[m.Key()] {
+			t.Fatalf("acknowledged message %s delivered again after the restart", m.Key())
 		}
-		if again[m.key()] {
-			t.Fatalf("%s twice after the restart", m.key())
+		if again[m.Key()] {
+			t.Fatalf("%s twice after the restart", m.Key())
 		}
-		again[m.key()] = true
+		again[m.Key()] = true
 		queue = append(queue, w2.ackSync(len(again), m.Handle)...)
 	}
 	// A marker published now comes next: nothing acknowledged was queued

@@ -669,8 +669,9 @@ func FormatHandle(topic string, partition int32, offset int64, attempt int) stri
 	return string(AppendHandle(make([]byte, 0, len(topic)+32), topic, partition, offset, attempt))
 }
 
-// AppendHandle appends the handle text to b.
-func AppendHandle(b []byte, topic string, partition int32, offset int64, attempt int) []byte {
+// AppendHandle appends the handle text to b (topic as a string or, without
+// a conversion, as the bytes of a parsed Handle).
+func AppendHandle[T string | []byte](b []byte, topic T, partition int32, offset int64, attempt int) []byte {
 	b = append(b, topic...)
 	b = append(b, ':')
 	b = strconv.AppendInt(b, int64(partition), 10)
