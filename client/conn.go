@@ -408,17 +408,7 @@ func (c *brokerConn) endSync() {
 		c.end()
 		return
 	}
-	buf := c.wbuf
-	c.wbuf, c.spare = c.spare[:0], nil
-	c.writing = true
-	c.mu.Unlock()
-	err := c.writeBuf(g, buf)
-	if cap(buf) > 4<<20 {
-		buf = make([]byte, 0, 64<<10)
-	}
-	c.mu.Lock()
-	c.spare = buf[:0]
-	c.writing = false
+	err := c.writeOutLocked(g)
 	cur := c.cur // the connection may have been replaced meanwhile
 	more := len(c.wbuf) > 0 && cur != nil
 	c.mu.Unlock()
@@ -432,6 +422,26 @@ func (c *brokerConn) endSync() {
 		default:
 		}
 	}
+}
+
+// writeOutLocked writes what c.wbuf holds (the writer or endSync). Called
+// with c.mu held and c.writing false; it releases c.mu for the write (with
+// c.writing set, so nobody else writes meanwhile and appends go to a fresh
+// buffer) and returns with c.mu held again, the written buffer kept as the
+// spare unless it grew past 4 MiB.
+func (c *brokerConn) writeOutLocked(g *generation) error {
+	buf := c.wbuf
+	c.wbuf, c.spare = c.spare[:0], nil
+	c.writing = true
+	c.mu.Unlock()
+	err := c.writeBuf(g, buf)
+	if cap(buf) > 4<<20 {
+		buf = make([]byte, 0, 64<<10)
+	}
+	c.mu.Lock()
+	c.spare = buf[:0]
+	c.writing = false
+	return err
 }
 
 // writeBuf writes one buffer of requests (the writer or endSync, with
@@ -799,17 +809,7 @@ func (c *brokerConn) writer(g *generation, fail func(error)) {
 				c.mu.Unlock()
 				break
 			}
-			buf := c.wbuf
-			c.wbuf, c.spare = c.spare[:0], nil
-			c.writing = true
-			c.mu.Unlock()
-			err := c.writeBuf(g, buf)
-			if cap(buf) > 4<<20 {
-				buf = make([]byte, 0, 64<<10)
-			}
-			c.mu.Lock()
-			c.spare = buf[:0]
-			c.writing = false
+			err := c.writeOutLocked(g)
 			c.mu.Unlock()
 			if err != nil {
 				fail(err)

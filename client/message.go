@@ -243,16 +243,23 @@ func (d *decoder) decodeProps(m *Message, props []byte) {
 
 // key returns a property key as a string, cached like tags (a
 // partition's messages usually carry the same few keys).
-func (d *decoder) key(raw []byte) string {
-	if k, ok := d.keys[string(raw)]; ok {
-		return k
+func (d *decoder) key(raw []byte) string { return unescapeCached(&d.keys, raw) }
+
+func (d *decoder) tag(raw []byte) string { return unescapeCached(&d.tags, raw) }
+
+// unescapeCached is protocol.Unescape(raw) through the cache *m (a new
+// string only for a value not seen yet); the cache starts over once it
+// holds 256 values.
+func unescapeCached(m *map[string]string, raw []byte) string {
+	if s, ok := (*m)[string(raw)]; ok {
+		return s
 	}
-	k := protocol.Unescape(raw)
-	if d.keys == nil || len(d.keys) >= 256 {
-		d.keys = make(map[string]string)
+	s := protocol.Unescape(raw)
+	if *m == nil || len(*m) >= 256 {
+		*m = make(map[string]string)
 	}
-	d.keys[string(raw)] = k
-	return k
+	(*m)[string(raw)] = s
+	return s
 }
 
 // blockString is a property value as a string: without escapes, a view of
@@ -266,18 +273,6 @@ func blockString(v []byte) string {
 		return unsafe.String(&v[0], len(v))
 	}
 	return protocol.Unescape(v)
-}
-
-func (d *decoder) tag(raw []byte) string {
-	if t, ok := d.tags[string(raw)]; ok {
-		return t
-	}
-	t := protocol.Unescape(raw)
-	if d.tags == nil || len(d.tags) >= 256 {
-		d.tags = make(map[string]string)
-	}
-	d.tags[string(raw)] = t
-	return t
 }
 
 // decodeBlock decodes a value block into messages (one allocation for the

@@ -181,10 +181,7 @@ type Message struct {
 // Match reports whether m satisfies the expression; an unknown result (a
 // comparison with a missing property) does not match. It does not allocate.
 func (e *Expr) Match(m *Message) bool {
-	if len(e.keys) < 2 { // one key read once: a lookup is the scan
-		return e.eval(e.root, m, nil) == yes
-	}
-	if len(e.keys) == 0 {
+	if len(e.keys) < 2 { // no key, one key (a lookup is the scan), or more than maxSlots (keys dropped)
 		return e.eval(e.root, m, nil) == yes
 	}
 	var sl slots

@@ -75,7 +75,7 @@ func (b *bencher) accumulation(ctx context.Context) []benchkit.Result {
 
 	// 2. Publishing with no reader.
 	msgs := []*client.Message{b.message(topic)}
-	d, _ := b.limits()
+	d := b.o.duration // each phase runs for --duration (b.limits would make it 24 h under --count alone)
 	busy := startMachineCPU()
 	base := b.publishPhase(ctx, "accumulation (no reader)", msgs, d, 0, nil, nil)
 	baseBusy := busy.note()
