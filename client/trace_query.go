@@ -130,24 +130,22 @@ const txHalfTopic = "%TX_HALF%"
 
 // traceEvents reads the events about message id (as the traced id or as
 // the record an event is about) from the %TRACE% records of its bucket
-// key, and of the id itself (records written before bucket keys).
+// key.
 func (a *Admin) traceEvents(ctx context.Context, addr string, id int64, mt *MessageTrace) ([]trace.Event, error) {
+	recs, err := a.QueryKey(ctx, addr, trace.Topic, trace.BucketKey(id), maxTraceRecords)
+	if err != nil {
+		return nil, err
+	}
 	var evs []trace.Event
-	for _, key := range []string{trace.BucketKey(id), strconv.FormatInt(id, 10)} {
-		recs, err := a.QueryKey(ctx, addr, trace.Topic, key, maxTraceRecords)
+	for i := range recs {
+		d, err := trace.Decode(recs[i].Body)
 		if err != nil {
-			return nil, err
+			mt.BadRecords++
+			continue
 		}
-		for i := range recs {
-			d, err := trace.Decode(recs[i].Body)
-			if err != nil {
-				mt.BadRecords++
-				continue
-			}
-			for _, e := range d {
-				if e.MsgID == id || (e.RecordID != 0 && e.RecordID == id && e.MsgID >= 0) {
-					evs = append(evs, e)
-				}
+		for _, e := range d {
+			if e.MsgID == id || (e.RecordID != 0 && e.RecordID == id && e.MsgID >= 0) {
+				evs = append(evs, e)
 			}
 		}
 	}

@@ -117,9 +117,7 @@ const (
 // key of every event's msgId and record id (BucketKey: one key per 64 KiB
 // of commit log, so a batch of consecutive messages needs one or two) and
 // every business key of the messages. Readers look a message up by its
-// bucket and pick its events out of the records found; records written
-// before buckets existed carry the decimal msgIds themselves as keys, and
-// readers ask for those too.
+// bucket and pick its events out of the records found.
 
 // AppendEvent appends e's line (with its '\n').
 func AppendEvent(dst []byte, e *Event) []byte {
@@ -659,26 +657,6 @@ func digits(v []byte, max int) bool {
 		}
 	}
 	return len(v) < 19 || string(v) <= "9223372036854775807"
-}
-
-// StoreEvent is the store event of a message, read from its record
-// (brokerID: the broker holding it). A record that is a copy (delayed or
-// retried) reports its origMsgId as the traced id.
-func StoreEvent(r *protocol.Record, brokerID int) Event {
-	e := Event{Type: Store, MsgID: r.MsgID, Topic: string(r.Topic), Time: r.StoreTime, OK: true,
-		Broker: brokerID, Partition: int(r.Partition), Offset: r.QueueOffset, Reconsume: int(r.ReconsumeTimes),
-		Keys: strings.Join(protocol.Keys(r.Properties), " "), Tag: protocol.Property(r.Properties, protocol.PropTag)}
-	if n := len(r.Data); n > 0 {
-		e.Size = n
-	}
-	if r.BornTime != 0 && r.BornTime != r.StoreTime {
-		e.Detail = "born " + strconv.FormatInt(r.StoreTime-r.BornTime, 10) + " ms before"
-	}
-	if r.Topic != nil && string(r.Topic) == "%SCHEDULE%" {
-		e.Detail = strings.TrimSpace(e.Detail + " scheduled for " + protocol.Property(r.Properties, "realTopic"))
-		e.Offset = -1
-	}
-	return e
 }
 
 // Timeline is a message's trace: the events about msgID in the trace

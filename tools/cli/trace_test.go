@@ -64,15 +64,6 @@ func TestTraceEndToEnd(t *testing.T) {
 		t.Errorf("audit's trace stats %+v: want events written, none dropped", st)
 	}
 
-	var mt client.MessageTrace
-	have := func(pred func(e *trace.Event) bool) bool {
-		for i := range mt.Events {
-			if pred(&mt.Events[i]) {
-				return true
-			}
-		}
-		return false
-	}
 	checks := map[string]func(e *trace.Event) bool{
 		"produce": func(e *trace.Event) bool {
 			return e.Type == trace.Produce && e.OK && e.Topic == "orders" && e.Keys == "order-4711" && e.Offset == rows[0].Offset
@@ -101,33 +92,7 @@ func TestTraceEndToEnd(t *testing.T) {
 			return e.Type == trace.ConsumeEnd && e.Group == "audit" && e.OK && e.Reconsume == 1 && e.RecordID != 0 && e.Topic == "orders"
 		},
 	}
-	missing := func() []string {
-		var m []string
-		for name, f := range checks {
-			if !have(f) {
-				m = append(m, name)
-			}
-		}
-		return m
-	}
-	var last string
-	zktest.Eventually(t, 60*time.Second, func() bool {
-		out, _, code := c.run("trace", strconv.FormatInt(id, 10), "--json")
-		last = out
-		if code != 0 {
-			return false
-		}
-		mt = client.MessageTrace{}
-		if err := json.Unmarshal([]byte(out), &mt); err != nil {
-			t.Fatalf("bad JSON: %v\n%s", err, out)
-		}
-		return len(missing()) == 0
-	}, "trace of %d lacks %v:\n%s", id, missing(), last)
-	for i := 1; i < len(mt.Events); i++ {
-		if mt.Events[i].Time < mt.Events[i-1].Time {
-			t.Fatalf("events out of time order at %d:\n%s", i, last)
-		}
-	}
+	mt := waitTrace(t, c, id, checks)
 	if !mt.Found || mt.MsgID != id {
 		t.Errorf("trace header %+v", mt)
 	}
