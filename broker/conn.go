@@ -172,7 +172,7 @@ func (c *conn) publish() {
 		return
 	}
 	if c.inlineLocked() {
-		c.writeInline() // unlocks c.mu (inline.go)
+		c.writeInline(&c.rq) // unlocks c.mu (inline.go)
 		return
 	}
 	if len(c.out.replies) == 0 {

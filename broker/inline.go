@@ -57,10 +57,7 @@ func (c *conn) enqueueParked(add func(q *outQueue)) {
 		return
 	}
 	c.writing = true
-	c.mu.Unlock()
-	err := c.w.writeQueue(&c.iq)
-	c.iq.releaseAll()
-	c.finishInline(err)
+	c.writeInline(&c.iq)
 }
 
 // flushesDone reports whether no reply of q waits for a group commit.
@@ -88,12 +85,13 @@ func (c *conn) inlineLocked() bool {
 	return true
 }
 
-// writeInline writes c.rq from the reader; it is called with c.mu held and
-// c.writing set by inlineLocked, and returns with c.mu released.
-func (c *conn) writeInline() {
+// writeInline writes q (c.rq from the reader, c.iq from a parked get); it
+// is called with c.mu held and c.writing set, and returns with c.mu
+// released.
+func (c *conn) writeInline(q *outQueue) {
 	c.mu.Unlock()
-	err := c.w.writeQueue(&c.rq)
-	c.rq.releaseAll()
+	err := c.w.writeQueue(q)
+	q.releaseAll()
 	c.finishInline(err)
 }
 

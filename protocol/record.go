@@ -251,28 +251,41 @@ func DecodeRecordNoCRC(b []byte) (Record, int, error) {
 	return r, size, nil
 }
 
-func decodeFieldsInto(r *Record, rec []byte) error {
+// RecordLayout checks the variable part of a whole record (rec is exactly
+// the record, at least RecordOverhead+1 bytes): a topic of 1..255 bytes,
+// then the properties and data whose lengths must end exactly at the
+// record's end. It returns the topic, the properties and where the data
+// starts; the fixed fields are read at their Off… offsets.
+func RecordLayout(rec []byte) (topic, props []byte, data int, err error) {
 	be := binary.BigEndian
 	size := len(rec)
 	p := OffTopicLen
 	tl := int(rec[p])
 	p++
 	if tl == 0 || p+tl+2 > size {
-		return ErrBadLayout
+		return nil, nil, 0, ErrBadLayout
 	}
-	topic := rec[p : p+tl]
+	topic = rec[p : p+tl]
 	p += tl
 	pl := int(be.Uint16(rec[p:]))
 	p += 2
 	if p+pl+4 > size {
-		return ErrBadLayout
+		return nil, nil, 0, ErrBadLayout
 	}
-	props := rec[p : p+pl]
+	props = rec[p : p+pl]
 	p += pl
-	dl := int(be.Uint32(rec[p:]))
-	p += 4
-	if dl != size-p {
-		return ErrBadLayout
+	if int(be.Uint32(rec[p:])) != size-p-4 {
+		return nil, nil, 0, ErrBadLayout
+	}
+	return topic, props, p + 4, nil
+}
+
+func decodeFieldsInto(r *Record, rec []byte) error {
+	be := binary.BigEndian
+	size := len(rec)
+	topic, props, p, err := RecordLayout(rec)
+	if err != nil {
+		return err
 	}
 	*r = Record{
 		Size:           int32(size),

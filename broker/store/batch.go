@@ -127,26 +127,8 @@ func (l *commitLog) appendRunLocked(p *partition, msgs []Message, res []AppendRe
 		m := &msgs[i]
 		phys := l.wpos
 		size := int64(protocol.RecordSize(len(m.Topic), len(m.Properties), len(m.Data)))
-		born := m.BornTime
-		if born == 0 {
-			born = st
-		}
-		rec := protocol.Record{
-			MsgID:          protocol.MakeMsgID(l.cfg.BrokerID, phys),
-			Flag:           m.Flag,
-			Partition:      m.Partition,
-			QueueOffset:    q,
-			PhysicalOffset: phys,
-			StoreTime:      st,
-			BornTime:       born,
-			SysFlag:        m.SysFlag,
-			ReconsumeTimes: m.ReconsumeTimes,
-			Topic:          topic,
-			Properties:     m.Properties,
-			Data:           m.Data,
-		}
-		protocol.EncodeRecord(l.stagedLocked(size), &rec) // written out later (stage.go)
-		res[i] = AppendResult{MsgID: rec.MsgID, QueueOffset: q, PhysicalOffset: phys, StoreTime: st, Size: int(size)}
+		id := l.encodeLocked(m, topic, phys, q, st, size)
+		res[i] = AppendResult{MsgID: id, QueueOffset: q, PhysicalOffset: phys, StoreTime: st, Size: int(size)}
 		l.wpos = phys + size
 		q++
 	}

@@ -323,26 +323,8 @@ func (l *commitLog) appendLocked(p *partition, m *Message, size, now int64) (App
 		st = l.lastStore
 	}
 	l.lastStore = st
-	born := m.BornTime
-	if born == 0 {
-		born = st
-	}
 	q := p.next.Load()
-	rec := protocol.Record{
-		MsgID:          protocol.MakeMsgID(l.cfg.BrokerID, phys),
-		Flag:           m.Flag,
-		Partition:      m.Partition,
-		QueueOffset:    q,
-		PhysicalOffset: phys,
-		StoreTime:      st,
-		BornTime:       born,
-		SysFlag:        m.SysFlag,
-		ReconsumeTimes: m.ReconsumeTimes,
-		Topic:          unsafe.Slice(unsafe.StringData(m.Topic), len(m.Topic)),
-		Properties:     m.Properties,
-		Data:           m.Data,
-	}
-	protocol.EncodeRecord(l.stagedLocked(size), &rec) // written out later (stage.go)
+	id := l.encodeLocked(m, unsafe.Slice(unsafe.StringData(m.Topic), len(m.Topic)), phys, q, st, size)
 	p.next.Store(q + 1)
 	l.wpos = phys + size
 	l.lastRecord = phys
@@ -369,12 +351,41 @@ func (l *commitLog) appendLocked(p *partition, m *Message, size, now int64) (App
 		kickFlusher = true
 	}
 	return AppendResult{
-		MsgID:          rec.MsgID,
+		MsgID:          id,
 		QueueOffset:    q,
 		PhysicalOffset: phys,
 		StoreTime:      st,
 		Size:           int(size),
 	}, f, kickFlusher
+}
+
+// encodeLocked encodes m as the record at physical offset phys (size bytes,
+// room made by makeRoomLocked) with queue offset q and store time st, into
+// the staging buffer (written out later, stage.go), and returns its message
+// id. topic is m.Topic's bytes (a batch run shares one). Both the single
+// append (appendLocked) and the batch run (appendRunLocked) build their
+// records here, so the two cannot drift apart.
+func (l *commitLog) encodeLocked(m *Message, topic []byte, phys, q, st, size int64) int64 {
+	born := m.BornTime
+	if born == 0 {
+		born = st
+	}
+	rec := protocol.Record{
+		MsgID:          protocol.MakeMsgID(l.cfg.BrokerID, phys),
+		Flag:           m.Flag,
+		Partition:      m.Partition,
+		QueueOffset:    q,
+		PhysicalOffset: phys,
+		StoreTime:      st,
+		BornTime:       born,
+		SysFlag:        m.SysFlag,
+		ReconsumeTimes: m.ReconsumeTimes,
+		Topic:          topic,
+		Properties:     m.Properties,
+		Data:           m.Data,
+	}
+	protocol.EncodeRecord(l.stagedLocked(size), &rec)
+	return rec.MsgID
 }
 
 // localAppendErrLocked is appendErrLocked for a local append (not a

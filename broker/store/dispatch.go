@@ -171,36 +171,21 @@ type dispatchRecord struct {
 }
 
 // indexFields decodes the fields the dispatcher needs from a whole record
-// (rec is exactly its size), with the layout checks of
-// protocol.DecodeRecordNoCRC (magic, size, topic, properties and data
+// (rec is exactly its size), with the checks of protocol.DecodeRecordNoCRC
+// (magic, size, and protocol.RecordLayout's topic, properties and data
 // lengths) but without building a protocol.Record: the dispatcher runs it
 // once per record of the log.
 func indexFields(rec []byte) (dispatchRecord, error) {
 	be := binary.BigEndian
-	size := len(rec)
-	if size < protocol.RecordOverhead+1 {
+	if len(rec) < protocol.RecordOverhead+1 {
 		return dispatchRecord{}, protocol.ErrBadSize
 	}
 	if be.Uint32(rec[protocol.OffMagic:]) != protocol.RecordMagic {
 		return dispatchRecord{}, protocol.ErrBadMagic
 	}
-	p := protocol.OffTopicLen
-	tl := int(rec[p])
-	p++
-	if tl == 0 || p+tl+2 > size {
-		return dispatchRecord{}, protocol.ErrBadLayout
-	}
-	topic := rec[p : p+tl]
-	p += tl
-	pl := int(be.Uint16(rec[p:]))
-	p += 2
-	if p+pl+4 > size {
-		return dispatchRecord{}, protocol.ErrBadLayout
-	}
-	props := rec[p : p+pl]
-	p += pl
-	if int(be.Uint32(rec[p:])) != size-p-4 {
-		return dispatchRecord{}, protocol.ErrBadLayout
+	topic, props, _, err := protocol.RecordLayout(rec)
+	if err != nil {
+		return dispatchRecord{}, err
 	}
 	return dispatchRecord{
 		topic:       topic,

@@ -198,23 +198,20 @@ scan:
 				break
 			}
 			prevEnd = phys + int64(size)
-			if !all && !f.MatchHash(tag) {
+			// The unit alone may show the read cannot select the record: a tag
+			// miss, or a property signature the expression rules out.
+			skip := !all && !f.MatchHash(tag)
+			if !skip && sm != nil {
+				sig, ok := unitSignature(r.units[i:])
+				skip = ok && !sm.MaySignature(sig)
+			}
+			if skip {
 				q++
 				if indexSkips++; indexSkips >= maxIndexSkips && r.Count == 0 {
 					stopped = true
 					break scan
 				}
 				continue
-			}
-			if sm != nil {
-				if sig, ok := unitSignature(r.units[i:]); ok && !sm.MaySignature(sig) {
-					q++ // the unit alone shows the expression cannot select it
-					if indexSkips++; indexSkips >= maxIndexSkips && r.Count == 0 {
-						stopped = true
-						break scan
-					}
-					continue
-				}
 			}
 			if rm != nil {
 				ok, err := s.peekMatch(&pk, p, q, phys, int(size), rm)
