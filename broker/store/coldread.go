@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"os"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -164,28 +165,177 @@ func (s *Store) coldRead(r *ReadResult, g *segment, off int64, n int, limit int6
 	if fd < 0 { // -2: closed meanwhile
 		return false
 	}
-	b := getColdBuf()
-	want := int((end - start + coldAlign - 1) &^ (coldAlign - 1))
-	got, err := unix.Pread(fd, b.data[:want], start)
-	if err != nil || int64(got) < end-start {
-		putColdBuf(b)
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			s.coldFailed(err)
+	b := s.pf.take(g, g.base+off) // read ahead by the previous get of this stream
+	if b == nil {
+		var err error
+		if b, err = s.directRead(g, fd, start, end); err != nil {
+			return false
 		}
-		return false
+		if b.end > g.raFront.Load() {
+			g.raFront.Store(b.end) // (racing readers: the front is a hint)
+		}
 	}
-	b.seg, b.beg, b.end = g, g.base+start, g.base+start+int64(got)
 	r.cold = append(r.cold, b)
-	s.counters.coldReads.Add(1)
-	s.counters.coldReadBytes.Add(int64(got))
 	return true
 }
 
-// coldFailed turns direct reads off after a read error (logged once): the
-// mapping path reads, and reports, what the disk does.
-func (s *Store) coldFailed(err error) {
-	if coldOff.CompareAndSwap(false, true) {
-		s.log.Warn("direct cold reads disabled: a direct read failed; reading through the mapping", "err", err)
+// directRead reads g's bytes [start, end) (start aligned) into a buffer.
+func (s *Store) directRead(g *segment, fd int, start, end int64) (*coldBuf, error) {
+	b := getColdBuf()
+	want := int((end - start + coldAlign - 1) &^ (coldAlign - 1))
+	got, err := unix.Pread(fd, b.data[:want], start)
+	if err == nil && int64(got) < end-start {
+		err = errShortDirect
+	}
+	if err != nil {
+		putColdBuf(b)
+		if !errors.Is(err, unix.EINTR) {
+			s.coldFailed(err)
+		}
+		return nil, err
+	}
+	b.seg, b.beg, b.end = g, g.base+start, g.base+start+int64(got)
+	s.counters.coldReads.Add(1)
+	s.counters.coldReadBytes.Add(int64(got))
+	return b, nil
+}
+
+var errShortDirect = errors.New("short direct read")
+
+// Read-ahead for direct reads. A reader's gets are served one after the
+// other by its connection, so a direct read of each get's window alone
+// leaves the disk idle while the broker verifies and writes the previous
+// one. When a read ends in a directly read window with its byte budget
+// spent, the window where the stream's next get will start (at the end of
+// the last record served: a partition's records are contiguous in the
+// log while it is the only one written, as in a backlog of one topic) is
+// read by a goroutine while this reply is written; the next get takes it,
+// waiting if it is still being read. A few are kept (prefetchSlots, about
+// one per stream reading cold data); one not taken before others replace it
+// is dropped. A window is read ahead only where a direct read would be
+// made (none of its pages cached).
+
+const prefetchSlots = 8
+
+// prefetches are the windows read ahead, guarded by mu.
+type prefetches struct {
+	mu     sync.Mutex
+	slots  [prefetchSlots]*prefetch
+	next   int  // round-robin victim
+	closed bool // the store is closing: no new ones
+}
+
+// prefetch is one window being read ahead: buf is valid once done is
+// closed and err is nil. It holds a reference to seg until taken or
+// dropped.
+type prefetch struct {
+	seg      *segment
+	beg, end int64 // physical range planned (beg aligned)
+	done     chan struct{}
+	buf      *coldBuf
+	err      error
+}
+
+// windowStart is the aligned start of the direct read for a read at g's
+// offset off.
+func windowStart(off int64) int64 { return off &^ (coldAlign - 1) }
+
+// readAheadDirect starts reading the window of g at off ahead of the
+// stream's next get (r's read ended there with its budget spent), unless
+// one is there already, it would be short, or part of it is cached.
+func (s *Store) readAheadDirect(g *segment, off, limit int64) {
+	if coldOff.Load() {
+		return
+	}
+	start := windowStart(off)
+	end := min(off+coldWindow, g.size, (limit-g.base)&^(coldAlign-1))
+	if g.base+start < g.raFront.Load() {
+		// Behind a window already read or read ahead: the stream's gets
+		// arrived out of order (pipelined), the next one is covered.
+		return
+	}
+	if end-off < coldMin || !noneResident(g.data[start:end]) {
+		return
+	}
+	fd := g.directFD()
+	if fd < 0 {
+		return
+	}
+	pf := &s.pf
+	pf.mu.Lock()
+	if pf.closed {
+		pf.mu.Unlock()
+		return
+	}
+	if !g.acquire() {
+		pf.mu.Unlock()
+		return
+	}
+	p := &prefetch{seg: g, beg: g.base + start, end: g.base + end, done: make(chan struct{})}
+	g.raFront.Store(p.end)
+	i := pf.next
+	pf.next = (pf.next + 1) % prefetchSlots
+	old := pf.slots[i]
+	pf.slots[i] = p
+	s.wg.Add(1)
+	pf.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		p.buf, p.err = s.directRead(g, fd, start, end)
+		close(p.done)
+	}()
+	if old != nil {
+		old.drop()
+	}
+}
+
+// take returns the window read ahead of g for a read at physical phys,
+// waiting for its read; nil when there is none (or it failed).
+func (pf *prefetches) take(g *segment, phys int64) *coldBuf {
+	pf.mu.Lock()
+	var p *prefetch
+	for i, q := range pf.slots {
+		if q != nil && q.seg == g && q.beg <= phys && phys < q.end {
+			p, pf.slots[i] = q, nil
+			break
+		}
+	}
+	pf.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	<-p.done
+	p.seg.release() // the reader's result holds its own reference
+	if p.err != nil {
+		return nil
+	}
+	if !p.buf.covers(g, phys, 1) {
+		putColdBuf(p.buf)
+		return nil
+	}
+	return p.buf
+}
+
+// drop gives up a window nobody took (waiting for its read).
+func (p *prefetch) drop() {
+	<-p.done
+	if p.buf != nil {
+		putColdBuf(p.buf)
+	}
+	p.seg.release()
+}
+
+// dropAll drops every window read ahead and starts no more (Close).
+func (pf *prefetches) dropAll() {
+	pf.mu.Lock()
+	pf.closed = true
+	slots := pf.slots
+	pf.slots = [prefetchSlots]*prefetch{}
+	pf.mu.Unlock()
+	for _, p := range slots {
+		if p != nil {
+			p.drop()
+		}
 	}
 }
 
@@ -207,4 +357,12 @@ func noneResident(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// coldFailed turns direct reads off after a read error (logged once): the
+// mapping path reads, and reports, what the disk does.
+func (s *Store) coldFailed(err error) {
+	if coldOff.CompareAndSwap(false, true) {
+		s.log.Warn("direct cold reads disabled: a direct read failed; reading through the mapping", "err", err)
+	}
 }

@@ -154,6 +154,11 @@ func (s *Store) Read(topic string, partition int32, offset int64, maxBytes int, 
 		r.Release()
 		return nil, err
 	}
+	if r.lastBuf != nil && r.Bytes >= maxBytes/2 && r.NextOffset < readable {
+		// A cold stream with more to read: its next window, while this
+		// reply is written (coldread.go).
+		s.readAheadDirect(r.lastSeg, r.lastEnd-r.lastSeg.base, s.clog.writePos())
+	}
 	return r, nil
 }
 
