@@ -128,6 +128,29 @@ type FetchResult struct {
 	Moved bool
 }
 
+// check validates r and returns its byte budget (defaults applied).
+func (r *FetchRequest) check() (maxBytes int, err error) {
+	if !protocol.ValidName(r.Topic) {
+		return 0, fmt.Errorf("%w: topic %q", zkmeta.ErrBadName, r.Topic)
+	}
+	maxBytes = r.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = 1 << 20
+	}
+	return min(maxBytes, math.MaxInt32), nil
+}
+
+// encoder renders r as a get (its group defaults to AdminGroup).
+func (r *FetchRequest) encoder(maxBytes int) func(dst []byte, op int32) []byte {
+	group := r.Group
+	if group == "" {
+		group = AdminGroup
+	}
+	return func(dst []byte, op int32) []byte {
+		return protocol.AppendGetWhere(dst, r.Topic, group, int32(r.Partition), r.Offset, int32(maxBytes), op, r.MaxWait.Milliseconds(), r.Tags, r.Where)
+	}
+}
+
 // Fetch reads up to maxBytes of messages (at least one when there is one)
 // from a partition of the broker at addr, starting at offset, without
 // waiting.
@@ -146,27 +169,17 @@ func (a *Admin) FetchWith(ctx context.Context, addr string, req FetchRequest) (*
 }
 
 func fetchOn(ctx context.Context, c *brokerConn, req *FetchRequest, timeout time.Duration, d *decoder) (*FetchResult, error) {
-	if !protocol.ValidName(req.Topic) {
-		return nil, fmt.Errorf("%w: topic %q", zkmeta.ErrBadName, req.Topic)
+	maxBytes, err := req.check()
+	if err != nil {
+		return nil, err
 	}
-	group := req.Group
-	if group == "" {
-		group = AdminGroup
-	}
-	maxBytes := req.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = 1 << 20
-	}
-	maxBytes = min(maxBytes, math.MaxInt32)
 	wm, err := d.whereMatcher(req.Where)
 	if err != nil {
 		return nil, err
 	}
 	cl := getCall(kindGet)
 	cl.hint = maxBytes // the block is read into a fresh buffer of its size, which the messages alias
-	cl, err = c.doCall(ctx, cl, timeout+req.MaxWait, func(dst []byte, op int32) []byte {
-		return protocol.AppendGetWhere(dst, req.Topic, group, int32(req.Partition), req.Offset, int32(maxBytes), op, req.MaxWait.Milliseconds(), req.Tags, req.Where)
-	})
+	cl, err = c.doCall(ctx, cl, timeout+req.MaxWait, req.encoder(maxBytes))
 	if err != nil {
 		return nil, err
 	}

@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/metaqgo/metaq/protocol"
-	"github.com/metaqgo/metaq/zkmeta"
 )
 
 // Zero-allocation fetching: Admin.FetchInto reads a get's value block from
@@ -260,18 +258,10 @@ func (a *Admin) FetchInto(ctx context.Context, addr string, req FetchRequest, fb
 func fetchInto(ctx context.Context, c *brokerConn, req *FetchRequest, timeout time.Duration, fb *FetchBuffer) error {
 	fb.Reset()
 	fb.from = req.Offset
-	if !protocol.ValidName(req.Topic) {
-		return fmt.Errorf("%w: topic %q", zkmeta.ErrBadName, req.Topic)
+	maxBytes, err := req.check()
+	if err != nil {
+		return err
 	}
-	group := req.Group
-	if group == "" {
-		group = AdminGroup
-	}
-	maxBytes := req.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = 1 << 20
-	}
-	maxBytes = min(maxBytes, math.MaxInt32)
 	wm, err := fb.dec.whereMatcher(req.Where)
 	if err != nil {
 		return err
@@ -282,9 +272,7 @@ func fetchInto(ctx context.Context, c *brokerConn, req *FetchRequest, timeout ti
 	if cl.dst == nil {
 		cl.dst = make([]byte, 0, min(maxBytes, 4<<20)) // the first get: sized once
 	}
-	cl, err = c.doCall(ctx, cl, timeout+req.MaxWait, func(dst []byte, op int32) []byte {
-		return protocol.AppendGetWhere(dst, req.Topic, group, int32(req.Partition), req.Offset, int32(maxBytes), op, req.MaxWait.Milliseconds(), req.Tags, req.Where)
-	})
+	cl, err = c.doCall(ctx, cl, timeout+req.MaxWait, req.encoder(maxBytes))
 	if err != nil {
 		return err
 	}

@@ -23,27 +23,7 @@ func TestReadPopulatesChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := last.PhysicalOffset + int64(last.Size)
-	var q int64
-	for q < 2600 {
-		r, err := s.Read("pop", 0, q, 4<<20, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Status != ReadFound {
-			t.Fatalf("read at %d: %v", q, r.Status)
-		}
-		for _, b := range r.Bufs {
-			for len(b) > 0 {
-				n := int(uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]))
-				if !bytes.HasSuffix(b[:n], body) {
-					t.Fatalf("record at offset %d does not end with its body", q)
-				}
-				b = b[n:]
-				q++
-			}
-		}
-		r.Release()
-	}
+	readCold(t, s, "pop", 2600, 4<<20, func(int64) []byte { return body })
 	if populateOff.Load() {
 		t.Skip("kernel refuses MADV_POPULATE_READ")
 	}
