@@ -109,6 +109,9 @@ func TestColdReadDirect(t *testing.T) {
 		t.Errorf("%d bytes read directly of a %d-byte log", st.ColdReadBytes, logBytes)
 	}
 	t.Logf("%d direct reads, %d bytes", st.ColdReads, st.ColdReadBytes)
+	if st.ColdUnitReads == 0 {
+		t.Error("the cold index was read through the page cache")
+	}
 
 	// Gets out of order (pipelined by several fetchers): still no byte
 	// read twice beyond the windows read ahead and not taken.
@@ -171,8 +174,8 @@ func TestColdReadDirect(t *testing.T) {
 
 // BenchmarkColdRead reads a cold backlog (100-byte messages, 1 MiB gets; the
 // files are evicted from the page cache before each pass) with direct cold
-// reads (direct) and through the mapping with read-ahead and populate
-// (mapped). The figure is the process's CPU per record (user+system,
+// reads (direct; direct-log: the index units through the page cache) and
+// through the mapping with read-ahead and populate (mapped). The figure is the process's CPU per record (user+system,
 // getrusage), which includes the kernel's page-cache work.
 func BenchmarkColdRead(b *testing.B) {
 	cfg := benchConfig(b)
@@ -190,10 +193,11 @@ func BenchmarkColdRead(b *testing.B) {
 	if err := s.Flush(); err != nil {
 		b.Fatal(err)
 	}
-	for _, mode := range []string{"direct", "mapped"} {
+	for _, mode := range []string{"direct", "direct-log", "mapped"} {
 		b.Run(mode, func(b *testing.B) {
-			DirectColdReads(mode == "direct")
-			defer DirectColdReads(true)
+			DirectColdReads(mode != "mapped")
+			coldUnitsOff = mode == "direct-log"
+			defer func() { DirectColdReads(true); coldUnitsOff = false }()
 			var cpu time.Duration
 			for range b.N {
 				dropFileCache(b, s, cfg.Dir)
@@ -203,6 +207,8 @@ func BenchmarkColdRead(b *testing.B) {
 				cpu += rusageCPU() - c0
 			}
 			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*n), "cpu-ns/record")
+			st := s.Stats()
+			b.Logf("unit reads %d, log reads %d (%d bytes)", st.ColdUnitReads, st.ColdReads, st.ColdReadBytes)
 		})
 	}
 }

@@ -54,6 +54,7 @@ type ReadResult struct {
 	lastEnd int64      // physical end of the last buffer
 	lastBuf *coldBuf   // the direct read the last buffer is in (nil: the mapping)
 	cold    []*coldBuf // direct reads served from (coldread.go), held until Release
+	ucold   coldUnits  // index units read directly (coldunits.go); its buffer stays with the pooled result
 	live    bool
 }
 
@@ -104,6 +105,7 @@ func (r *ReadResult) Release() {
 		r.cold[i] = nil
 	}
 	r.cold, r.lastBuf = r.cold[:0], nil
+	r.ucold.reset()
 	clear(r.Bufs)
 	r.Bufs = r.Bufs[:0]
 	r.Status, r.Bytes, r.Count = 0, 0, 0
@@ -187,7 +189,7 @@ scan:
 	for q < readable {
 		bad, badPhys := "", int64(-1) // a damaged unit at q (repair.go)
 		want := min(readable-q, batch)
-		nb, err := s.readUnits(p, q, r.units[:want*unitSize])
+		units, nb, err := s.scanUnits(r, p, q, want, maxBytes)
 		switch {
 		case err == nil:
 		case r.Count > 0:
@@ -204,7 +206,7 @@ scan:
 			bad = "index file missing above the partition's min offset"
 		}
 		for i := 0; bad == "" && i < nb; i += unitSize {
-			phys, size, tag := getUnit(r.units[i:])
+			phys, size, tag := getUnit(units[i:])
 			if !s.plausibleUnit(phys, size, prevEnd, limit) {
 				bad, badPhys = "index unit is not a possible record position", phys
 				break
@@ -214,7 +216,7 @@ scan:
 			// miss, or a property signature the expression rules out.
 			skip := !all && !f.MatchHash(tag)
 			if !skip && sm != nil {
-				sig, ok := unitSignature(r.units[i:])
+				sig, ok := unitSignature(units[i:])
 				skip = ok && !sm.MaySignature(sig)
 			}
 			if skip {
@@ -278,6 +280,7 @@ scan:
 		if repairs < maxReadRepairs {
 			repairs++
 			ok, skipTo := s.repairIndex(p, q, readable)
+			r.ucold.reset() // units read directly before the repair are stale
 			if ok {
 				goto again
 			}

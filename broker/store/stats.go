@@ -22,6 +22,7 @@ type counters struct {
 	stageWaits        atomic.Int64 // appends that waited for the staging buffer to drain (stage.go; tests)
 	coldReads         atomic.Int64 // direct reads of cold commit-log bytes (coldread.go)
 	coldReadBytes     atomic.Int64
+	coldUnitReads     atomic.Int64
 }
 
 // Stats are counters for MetaQ's `stats` command and for metrics. Counters
@@ -54,6 +55,7 @@ type Stats struct {
 	IndexRepairs      int64 // index units that failed verification on a read, rebuilt from the commit log (repair.go), since open
 	ColdReads         int64 // direct reads of commit-log bytes not in the page cache (coldread.go), since open
 	ColdReadBytes     int64 // bytes they read
+	ColdUnitReads     int64 // direct reads of cold index units (coldunits.go), since open
 
 	SyncFlush  bool   // group-commit mode
 	WriteError string // sticky error refusing appends ("" = none)
@@ -108,6 +110,7 @@ func (s *Store) Stats() Stats {
 	st.CorruptReads = s.counters.corruptReads.Load()
 	st.IndexRepairs = s.counters.indexRepairs.Load()
 	st.ColdReads, st.ColdReadBytes = s.counters.coldReads.Load(), s.counters.coldReadBytes.Load()
+	st.ColdUnitReads = s.counters.coldUnitReads.Load()
 	st.SyncFlush = s.sync
 
 	for _, ti := range s.Topics() {
