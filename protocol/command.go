@@ -42,7 +42,7 @@ const (
 	OpProducer  // producer <group> <opaque> (txparse.go)
 	OpRetry     // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
 	OpReplicate // metaq: replicate <brokerId> <slaveId> <position> <epoch> <opaque> (haparse.go)
-	OpBatchPut  // metaq: mput <topic> <partition> <count> <len> [<checksum>] <opaque> (batch.go)
+	OpBatchPut  // metaq: mput <topic> <partition> <count> <len> [<checksum>] [runs] <opaque> (batch.go)
 	OpPop       // metaq: pop <topic> <group> <max> <invisibleMs> <maxWaitMs> <opaque> [<tags> [<where>]] (pop.go)
 	OpAck       // metaq: ack <group> <handle>|<len> <opaque> (pop.go)
 	OpRelease   // metaq: release <group> <delayMs> <handle>|<len> <opaque>
@@ -134,6 +134,9 @@ type Command struct {
 	// extend carry one handle in Key or a whitespace-separated list in Data.
 	// mput: Count = messages in the block (1 … MaxBatchCount).
 	Count  int32
+	// BatchRuns: mput asked for the compact reply (the `runs` field,
+	// batch.go): message ids as runs of record sizes instead of a list.
+	BatchRuns bool
 	Millis int64
 	MaxNum int32 // query key
 
