@@ -133,12 +133,12 @@ type Command struct {
 	// Millis = delay; extend: Millis = invisibility. ack/release/reject/
 	// extend carry one handle in Key or a whitespace-separated list in Data.
 	// mput: Count = messages in the block (1 … MaxBatchCount).
-	Count  int32
+	Count int32
 	// BatchRuns: mput asked for the compact reply (the `runs` field,
 	// batch.go): message ids as runs of record sizes instead of a list.
 	BatchRuns bool
-	Millis int64
-	MaxNum int32 // query key
+	Millis    int64
+	MaxNum    int32 // query key
 
 	// Args are the raw fields after the command name (the opaque included).
 	// Set only for transaction, sync and commands with an Err (for logging);
