@@ -19,31 +19,32 @@ func init() { AddCommand(newBenchCommand) }
 // benchOpts are the flags of `metaq bench` (shared by every workload; a workload ignores those
 // it does not use, so that bench/'s peer harness can always pass all of them).
 type benchOpts struct {
-	servers    []string
-	serverPID  int
-	topic      string
-	msgSize    int
-	conns      int
-	window     int
-	duration   time.Duration
-	count      int64
-	rate       float64
-	topics     int
-	partitions int
-	tag        string
-	where      string
-	sync       bool
-	fetchSize  int
-	fetchDepth int
-	cpuProfile string
-	batch      int             // publish-batch: messages per mput frame (bench_batch.go)
-	accum      accumOpts       // accumulation (bench_accum.go)
-	zk         zkBenchOpts     // zk-offsets (bench_zk.go)
-	delay      delayBenchOpts  // bench_delay.go
-	shared     sharedBenchOpts // bench_shared.go
-	trace      bool            // producers write trace records (bench_trace.go)
-	traceRuns  int             // trace workload: on/off pairs
-	tx         txBenchOpts     // bench_tx.go
+	servers       []string
+	serverPID     int
+	topic         string
+	msgSize       int
+	conns         int
+	window        int
+	duration      time.Duration
+	count         int64
+	rate          float64
+	topics        int
+	partitions    int
+	tag           string
+	where         string
+	sync          bool
+	fetchSize     int
+	fetchDepth    int
+	cpuProfile    string
+	batch         int             // publish-batch: messages per mput frame (bench_batch.go)
+	batchInflight int             // publish-batch: frames in flight per producer
+	accum         accumOpts       // accumulation (bench_accum.go)
+	zk            zkBenchOpts     // zk-offsets (bench_zk.go)
+	delay         delayBenchOpts  // bench_delay.go
+	shared        sharedBenchOpts // bench_shared.go
+	trace         bool            // producers write trace records (bench_trace.go)
+	traceRuns     int             // trace workload: on/off pairs
+	tx            txBenchOpts     // bench_tx.go
 
 	durationSet bool // --duration given
 	countSet    bool // --count given
@@ -102,7 +103,7 @@ measured.`},
 		short: "Batched publish: Producer.SendBatchAsync, --batch messages per mput frame",
 		long: `Publish --msg-size messages to --topic for --duration (or --count messages) in batch puts
 (mput: one frame, one append and one reply for --batch messages) with Producer.SendBatchAsync:
---conns producers, each with --window messages (--window/--batch frames, at least 2) in flight.
+--conns producers, each with --batch-inflight frames in flight (--window does not apply).
 Labelled publish-batch-durable when every broker flushes synchronously (unflushThreshold=0);
 the name publish-batch-durable fails on brokers that do not.`},
 	{use: benchkit.WorkloadAccumulation,
@@ -218,7 +219,8 @@ workload succeeded.`,
 	pf.IntVar(&o.fetchSize, "fetch-size", 1<<20, "consume/e2e: bytes per get (the broker caps it at maxTransferSize)")
 	pf.IntVar(&o.fetchDepth, "fetch-depth", 4, "consume: gets in flight per partition")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark client's CPU profile to this file")
-	pf.IntVar(&o.batch, "batch", 100, "publish-batch: messages per mput frame (1 … 10000)")
+	pf.IntVar(&o.batch, "batch", 1000, "publish-batch: messages per mput frame (1 … 10000)")
+	pf.IntVar(&o.batchInflight, "batch-inflight", 5, "publish-batch: mput frames in flight per producer connection (Kafka's max.in.flight.requests.per.connection is 5)")
 	pf.IntVar(&o.zk.inflight, "zk-inflight", 64, "zk-offsets: requests in flight on the ZooKeeper session")
 	pf.IntVar(&o.zk.multi, "zk-multi", 100, "zk-offsets: set-datas per multi-op")
 	pf.Int64Var(&o.accum.backlog, "backlog", 50_000_000, "accumulation: messages piled up before the measured phases")
@@ -273,6 +275,8 @@ func (o *benchOpts) validate(name string) error {
 		return usageErr("--fetch-size must be >= 1")
 	case o.fetchDepth < 1:
 		return usageErr("--fetch-depth must be >= 1")
+	case o.batchInflight < 1:
+		return usageErr("--batch-inflight must be >= 1")
 	case o.batch < 1 || o.batch > 10000:
 		return usageErr("--batch must be 1 … 10000")
 	case o.accum.backlog < 1 || o.accum.fillBatch < 1 || o.accum.fillBatch > 10000:

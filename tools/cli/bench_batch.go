@@ -12,8 +12,8 @@ import (
 )
 
 // publish-batch: Producer.SendBatchAsync with --batch messages per frame (one mput, one append
-// on the broker) and --window messages in flight per producer (--window/--batch frames, at
-// least 2). Labelled publish-batch-durable on brokers that flush synchronously.
+// on the broker) and --batch-inflight frames in flight per producer (Kafka counts its in-flight
+// limit in requests too). Labelled publish-batch-durable on brokers that flush synchronously.
 func (b *bencher) publishBatch(ctx context.Context, name string) benchkit.Result {
 	mode := b.flushMode(ctx)
 	wl := name
@@ -36,7 +36,7 @@ func (b *bencher) publishBatch(ctx context.Context, name string) benchkit.Result
 		r.Error = "first put: " + err.Error()
 		return r
 	}
-	frames := max(2, b.o.window/b.o.batch)
+	frames := b.o.batchInflight
 	d, limit := b.limits()
 	n0, us0, ok0 := b.fsyncStats(ctx)
 	ph := b.batchPhase(ctx, wl, batch, frames, d, limit, &r)
