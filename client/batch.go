@@ -117,6 +117,10 @@ func (p *Producer) encodeFrames(route *topicRoute, msgs []*Message, dst []*batch
 		}
 		return dst[:first], err
 	}
+	// The entry header of the previous message, reused while size and flag
+	// repeat (a batch's messages are often alike).
+	var hdr [32]byte
+	hdrLen, hdrSize, hdrFlag := 0, -1, int32(0)
 	for i, m := range msgs {
 		var props []byte
 		if hasProps(m) {
@@ -127,8 +131,13 @@ func (p *Producer) encodeFrames(route *topicRoute, msgs []*Message, dst []*batch
 			props = f.props
 		}
 		d := messageData(m, props)
+		if size, flag := d.Len(), d.SendFlag(); size != hdrSize || flag != hdrFlag {
+			hdrLen = len(protocol.AppendBatchEntryHeader(hdr[:0], size, flag))
+			hdrSize, hdrFlag = size, flag
+		}
 		start := len(f.block)
-		f.block = protocol.AppendBatchEntry(f.block, &d)
+		f.block = append(f.block, hdr[:hdrLen]...)
+		f.block = d.AppendTo(f.block)
 		n := len(f.block) - start
 		if n > limit {
 			return fail(fmt.Errorf("metaq client: message %d of %d bytes exceeds MaxMessageSize %d in a batch", i, n, limit))
