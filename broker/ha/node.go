@@ -78,6 +78,12 @@ type Node struct {
 	follower *follower
 	links    map[*link]struct{}
 	replicas map[int]*replica
+	// masterSince is the write position when this node last became master
+	// (started as master, or promoted); checked holds the slaves whose log
+	// was found to be a prefix of this log since then (ServeLink). Both
+	// reset on every change to master.
+	masterSince int64
+	checked     map[int]bool
 
 	gate *gate
 	wg   sync.WaitGroup
@@ -103,7 +109,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, st: cfg.Store, log: cfg.Logger.With("component", "replication"),
-		links: map[*link]struct{}{}, replicas: map[int]*replica{}, done: make(chan struct{}),
+		links: map[*link]struct{}{}, replicas: map[int]*replica{}, checked: map[int]bool{}, done: make(chan struct{}),
 	}
 	n.demotedK = cfg.SlaveID
 	if n.demotedK < 0 {
@@ -144,10 +150,23 @@ func (n *Node) Start() {
 // becomeMasterLocked installs the gate and accepts appends (roleMu held
 // or not yet shared).
 func (n *Node) becomeMasterLocked() {
+	n.mu.Lock()
+	n.masterSince = n.st.WritePos()
+	clear(n.checked)
+	n.mu.Unlock()
 	n.st.SetReplica(false)
 	if n.cfg.SyncReplicas > 0 {
 		n.st.SetReplicationGate(n.gate)
 	}
+}
+
+// linkBase is where this node's log ended when it became master, and
+// whether slave id's log has been checked against this log since (its
+// first link since then started at or before that point).
+func (n *Node) linkBase(id int) (since int64, checked bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.masterSince, n.checked[id]
 }
 
 // Close stops following and streaming; rounds still held fail (503).

@@ -88,8 +88,17 @@ func (n *Node) ServeLink(nc net.Conn, req LinkRequest) {
 		fail(503, "reading the epoch history: "+err.Error())
 		return
 	}
-	vis := st.VisiblePos()
-	if end := epochEnd(es, req.Epoch, vis); req.Position > end {
+	end := epochEnd(es, req.Epoch, st.WrittenPos())
+	if since, checked := n.linkBase(req.SlaveID); !checked && req.Position > since && since < end {
+		// The first link of this slave since this node became master, and
+		// the slave holds more than this node's log held then: the bytes
+		// past that point came from before (a master ships what it wrote
+		// before it is durable, so a crash of its machine can lose what a
+		// slave already holds) and this log may have different bytes
+		// there now. The slave cuts them and copies them again.
+		end = since
+	}
+	if req.Position > end {
 		// The slave holds bytes this master never had in that epoch (or
 		// more than it has at all): it must cut them first.
 		n.log.Warn("a slave's log goes past its epoch in this master's history; it must truncate",
@@ -116,6 +125,7 @@ func (n *Node) ServeLink(nc net.Conn, req LinkRequest) {
 	}
 	l := &link{n: n, nc: nc, r: r, stop: make(chan struct{})}
 	n.links[l] = struct{}{}
+	n.checked[req.SlaveID] = true
 	n.mu.Unlock()
 	defer func() {
 		n.mu.Lock()
@@ -224,7 +234,7 @@ func (l *link) stream(pos int64) error {
 		hdrs = hdrs[:0]
 		size := 0
 		for size < writeBatch {
-			c, ok, err := st.ReadRaw(pos, readChunk)
+			c, ok, err := st.ReadRawWritten(pos, readChunk)
 			if err != nil {
 				return err
 			}
@@ -237,7 +247,7 @@ func (l *link) stream(pos int64) error {
 		}
 		now := time.Now()
 		if len(chunks) > 0 {
-			end := st.VisiblePos()
+			end := st.WrittenPos()
 			iov = iov[:0]
 			hdrs = make([]byte, 0, frameHeaderSize*len(chunks))
 			for i := range chunks {
@@ -273,10 +283,10 @@ func (l *link) stream(pos int64) error {
 		select {
 		case <-l.stop:
 			return nil
-		case <-st.WaitVisible(pos):
+		case <-st.WaitWritten(pos):
 		case <-hb.C:
 			var h [frameHeaderSize]byte
-			end := st.VisiblePos()
+			end := st.WrittenPos()
 			putFrameHeader(h[:], frameHeader{kind: frameHeartbeat, pos: end, end: end, time: time.Now().UnixMilli()})
 			_ = l.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
 			if _, err := l.nc.Write(h[:]); err != nil {

@@ -213,6 +213,7 @@ type Store struct {
 	counters counters
 
 	visWait visibleWaiters // WaitVisible (raw.go)
+	wrWait  visibleWaiters // WaitWritten (raw.go)
 }
 
 // topicState is one topic's partitions.
@@ -253,6 +254,7 @@ func Open(cfg Config) (*Store, error) {
 		s.wakeDispatcher()
 		s.visWait.wake()
 	}
+	s.clog.onWritten = s.wrWait.wake
 	s.disp = newDispatcher(s)
 	for _, d := range []string{cfg.Dir, s.logDir, s.indexDir, s.keyDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
