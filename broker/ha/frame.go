@@ -20,9 +20,7 @@ import (
 //	    master's oldest segment when position is older than its retention
 //	result 409 <len> <opaque>\r\n<end>
 //	    the slave's log goes past the end of its last epoch in the master's
-//	    history, or (its first link since this node became master) past
-//	    where this node's log ended then (end): it must truncate there
-//	    before following
+//	    history (end): it must truncate there before following
 //	result 403/400/503 <len> <opaque>\r\n<text>
 //	    not a master, a wrong brokerId or position, or shutting down
 //

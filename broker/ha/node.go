@@ -78,12 +78,10 @@ type Node struct {
 	follower *follower
 	links    map[*link]struct{}
 	replicas map[int]*replica
-	// masterSince is the write position when this node last became master
-	// (started as master, or promoted); checked holds the slaves whose log
-	// was found to be a prefix of this log since then (ServeLink). Both
-	// reset on every change to master.
-	masterSince int64
-	checked     map[int]bool
+	// epochMu guards startEpoch: a node started as master has written the
+	// epoch record of this run (ensureEpoch), or needs none (promoted).
+	epochMu    sync.Mutex
+	startEpoch bool
 
 	gate *gate
 	wg   sync.WaitGroup
@@ -109,7 +107,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, st: cfg.Store, log: cfg.Logger.With("component", "replication"),
-		links: map[*link]struct{}{}, replicas: map[int]*replica{}, checked: map[int]bool{}, done: make(chan struct{}),
+		links: map[*link]struct{}{}, replicas: map[int]*replica{}, done: make(chan struct{}),
 	}
 	n.demotedK = cfg.SlaveID
 	if n.demotedK < 0 {
@@ -120,6 +118,11 @@ func New(cfg Config) (*Node, error) {
 		n.role.Store(int32(RoleSlave))
 	} else {
 		n.role.Store(int32(RoleMaster))
+		if cfg.SyncReplicas > 0 {
+			// Before the broker takes a put: a round held before Start is
+			// checked once the gate runs.
+			n.st.SetReplicationGate(n.gate)
+		}
 	}
 	e, err := lastEpoch(n.st)
 	if err != nil {
@@ -139,6 +142,11 @@ func (n *Node) Start() {
 	}()
 	if n.Role() == RoleMaster {
 		n.becomeMasterLocked()
+		if n.epoch.Load() > 0 {
+			if err := n.ensureEpoch(); err != nil {
+				n.log.Error("the epoch record of this run could not be written; the first slave link tries again", "err", err)
+			}
+		}
 		return
 	}
 	n.st.SetReplica(true)
@@ -150,23 +158,31 @@ func (n *Node) Start() {
 // becomeMasterLocked installs the gate and accepts appends (roleMu held
 // or not yet shared).
 func (n *Node) becomeMasterLocked() {
-	n.mu.Lock()
-	n.masterSince = n.st.WritePos()
-	clear(n.checked)
-	n.mu.Unlock()
 	n.st.SetReplica(false)
 	if n.cfg.SyncReplicas > 0 {
 		n.st.SetReplicationGate(n.gate)
 	}
 }
 
-// linkBase is where this node's log ended when it became master, and
-// whether slave id's log has been checked against this log since (its
-// first link since then started at or before that point).
-func (n *Node) linkBase(id int) (since int64, checked bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.masterSince, n.checked[id]
+// ensureEpoch writes the epoch record of this run on a node started as
+// master (epoch.go): at Start when its log holds epoch records already (a
+// slave has linked to it before), else at the first link. The epoch begins
+// where the log recovered to at open (store.OpenPos), whatever was appended
+// since. Nothing to do on a promoted node (Promote wrote its epoch).
+func (n *Node) ensureEpoch() error {
+	n.epochMu.Lock()
+	defer n.epochMu.Unlock()
+	if n.startEpoch || n.cfg.AutoFailover || n.cfg.SlaveID >= 0 {
+		return nil
+	}
+	e := n.epoch.Load() + 1
+	if err := writeStartEpoch(n.st, e, n.st.OpenPos()); err != nil {
+		return err
+	}
+	n.epoch.Store(e)
+	n.startEpoch = true
+	n.log.Info("a new epoch begins where the log recovered to", "epoch", e, "epochStart", n.st.OpenPos())
+	return nil
 }
 
 // Close stops following and streaming; rounds still held fail (503).
@@ -284,6 +300,9 @@ func (n *Node) Promote(ctx context.Context, epoch int64) error {
 			return fmt.Errorf("ha: promote: starting the services that write: %w", err)
 		}
 	}
+	n.epochMu.Lock()
+	n.startEpoch = true // this run's epoch is the one just written
+	n.epochMu.Unlock()
 	n.master.Store(nil)
 	n.role.Store(int32(RoleMaster))
 	n.fenced.Store(nil)

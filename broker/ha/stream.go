@@ -83,24 +83,33 @@ func (n *Node) ServeLink(nc net.Conn, req LinkRequest) {
 		fail(503, why)
 		return
 	}
+	if err := n.ensureEpoch(); err != nil {
+		fail(503, err.Error())
+		return
+	}
 	es, err := readEpochs(st)
 	if err != nil {
 		fail(503, "reading the epoch history: "+err.Error())
 		return
 	}
 	end := epochEnd(es, req.Epoch, st.WrittenPos())
-	if since, checked := n.linkBase(req.SlaveID); !checked && req.Position > since && since < end {
-		// The first link of this slave since this node became master, and
-		// the slave holds more than this node's log held then: the bytes
-		// past that point came from before (a master ships what it wrote
-		// before it is durable, so a crash of its machine can lose what a
-		// slave already holds) and this log may have different bytes
-		// there now. The slave cuts them and copies them again.
-		end = since
+	if req.Position > end && end < st.MinPos() {
+		// Where the slave's epoch ends here is below this log's oldest
+		// segment: nothing retained can be compared with the slave's
+		// bytes, and a slave cut there would be reset to the oldest
+		// segment with no epoch of its own, and cut again. A slave reset
+		// to this master's oldest segment (behind retention) is in this
+		// case every time it links until it has received an epoch record.
+		n.log.Warn("a slave's epoch ends below this master's oldest segment: its log cannot be checked against this one; it continues",
+			"slave", req.SlaveID, "position", req.Position, "epoch", req.Epoch, "epochEnd", end, "oldestSegment", st.MinPos())
+		end = req.Position
 	}
 	if req.Position > end {
 		// The slave holds bytes this master never had in that epoch (or
-		// more than it has at all): it must cut them first.
+		// more than it has at all): it must cut them first. This includes
+		// a slave of a master whose machine crashed: a master ships what
+		// it wrote before it is durable, and each start of a master opens
+		// a new epoch where its recovered log ends (epoch.go).
 		n.log.Warn("a slave's log goes past its epoch in this master's history; it must truncate",
 			"slave", req.SlaveID, "position", req.Position, "epoch", req.Epoch, "epochEnd", end)
 		fail(409, strconv.FormatInt(end, 10))
@@ -125,7 +134,6 @@ func (n *Node) ServeLink(nc net.Conn, req LinkRequest) {
 	}
 	l := &link{n: n, nc: nc, r: r, stop: make(chan struct{})}
 	n.links[l] = struct{}{}
-	n.checked[req.SlaveID] = true
 	n.mu.Unlock()
 	defer func() {
 		n.mu.Lock()

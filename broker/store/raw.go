@@ -140,6 +140,10 @@ func (s *Store) VisiblePos() int64 { return s.clog.visibleLimit() }
 // position by the round being fsynced.
 func (s *Store) WrittenPos() int64 { return s.clog.stage.written.Load() }
 
+// OpenPos is where the commit log ended when Open had recovered it: every
+// byte from it on was appended by this run of the store.
+func (s *Store) OpenPos() int64 { return s.openEnd }
+
 // MinPos is the base of the oldest segment.
 func (s *Store) MinPos() int64 { return s.clog.minPos() }
 

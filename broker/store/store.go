@@ -214,6 +214,7 @@ type Store struct {
 
 	visWait visibleWaiters // WaitVisible (raw.go)
 	wrWait  visibleWaiters // WaitWritten (raw.go)
+	openEnd int64          // the commit log's end once Open recovered it (OpenPos)
 }
 
 // topicState is one topic's partitions.
@@ -269,6 +270,7 @@ func Open(cfg Config) (*Store, error) {
 		s.unlockDir()
 		return nil, err
 	}
+	s.openEnd = s.clog.writePos()
 	s.clog.start() // the flusher and the preallocator
 	s.wg.Add(2)
 	go s.dispatchLoop()

@@ -200,9 +200,10 @@ func tearTail(t *testing.T, dataPath string, cut int64) {
 // master's machine its slave may hold more than the master recovered. Real processes: a master
 // with syncReplicas=1 and a slave; both are killed with SIGKILL, the master's log loses its tail
 // (tearTail), the master restarts alone and appends new records over the lost range (its puts
-// time out: no slave), then the slave restarts. Its first link to the restarted master must cut
-// what the master no longer has (409 → truncation marker → restart in place) and copy the new
-// records: afterwards both logs are byte-identical, and an acknowledged put made after the
+// time out: no slave) and is killed and restarted once more, then the slave restarts. Its link
+// to the restarted master must cut what the master no longer has (each start of a master opens
+// a new epoch where its log recovered to, so the slave's epoch ends where the first restart's
+// log did: 409 → truncation marker → restart in place) and copy the new records: afterwards both logs are byte-identical, and an acknowledged put made after the
 // rejoin is on the slave.
 func TestSlaveAheadOfRestartedMasterTruncates(t *testing.T) {
 	if testing.Short() {
@@ -254,11 +255,19 @@ func TestSlaveAheadOfRestartedMasterTruncates(t *testing.T) {
 		"the restarted master appended past the slave's end")
 	for range ch {
 	}
+	// And the master is restarted once more before the slave comes back: its log now
+	// reaches past the slave's end with bytes the slave does not have.
+	m.signal(syscall.SIGKILL)
+	m.wait(30 * time.Second)
+	m = startBrokerProc(t, maddr, "-c", mini)
 
 	s = startBrokerProc(t, saddr, "-c", sini)
 	waitFor(t, 60*time.Second, func() bool { return strings.Contains(s.stderr.String(), "restarting the broker in place") },
 		"the slave truncates and restarts")
 	s.waitReady(30 * time.Second)
+	// The master refused puts while it had no slave in sync (replicaTimeoutMs): it accepts
+	// them again once the slave has caught up.
+	waitFor(t, 60*time.Second, func() bool { return put(1) == 1 }, "a put acknowledged after the slave rejoined")
 	if got := put(500); got != 500 {
 		t.Fatalf("%d of 500 puts acknowledged after the slave rejoined", got)
 	}
@@ -268,6 +277,6 @@ func TestSlaveAheadOfRestartedMasterTruncates(t *testing.T) {
 	if a, b := logDigest(t, filepath.Join(mdir, "data"), end2), logDigest(t, filepath.Join(sdir, "data"), end2); a != b {
 		t.Fatalf("the logs differ over [0, %d) after the rejoin", end2)
 	}
-	t.Logf("master's log %d → cut at %d, recovered to %d; the slave truncated from %d and holds the master's %d bytes",
+	t.Logf("master's log %d → cut at %d, durable to %d after the restart; the slave truncated from %d and holds the master's %d bytes",
 		end, cut, e0, end, end2)
 }
