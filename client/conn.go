@@ -48,6 +48,12 @@ type connConfig struct {
 	// broker writes on it (on the reader goroutine). Neither may block.
 	onUp    func(c *brokerConn)
 	onCheck func(c *brokerConn, msgID int64)
+
+	// trace is a traced producer's writer (trace.go): each connection
+	// sends `trace on` first, stamps its replies with the time of their
+	// read, and queues the produce events its reader completes in a ring
+	// of its own (produceRing).
+	trace *traceWriter
 }
 
 type connState uint8
@@ -76,6 +82,13 @@ type call struct {
 	opaque   int32
 	kind     callKind
 	deadline int64 // unix nanos (coarse clock)
+
+	// stamp is the trace clock when the reply was read, set by the reader
+	// of a traced producer's connection (trace.go); by is that connection
+	// when it completes the call through onDone (on its goroutine). Both
+	// are cleared when the call is registered.
+	stamp time.Duration
+	by    *brokerConn
 
 	// result
 	code      int
@@ -114,6 +127,7 @@ func putCall(cl *call) {
 func (cl *call) reset() {
 	cl.code, cl.value, cl.err, cl.onDone = 0, false, nil, nil
 	cl.msgID, cl.partition, cl.offset = 0, 0, 0
+	cl.stamp, cl.by = 0, nil
 	cl.ids = cl.ids[:0]
 	cl.body = nil
 	if cl.bodyBuf != nil {
@@ -290,6 +304,8 @@ type brokerConn struct {
 	spare    []byte
 	writing  bool // the write side is taken: the writer or a synchronous caller writes (endSync)
 	closeErr error
+
+	tl *produceRing // a traced producer's: produce events its reader completed (trace.go)
 }
 
 func newBrokerConn(addr string, cfg *connConfig) *brokerConn {
@@ -304,6 +320,9 @@ func newBrokerConn(addr string, cfg *connConfig) *brokerConn {
 		pending: newPendingTable(cfg.window),
 		wbuf:    make([]byte, 0, 64<<10),
 		spare:   make([]byte, 0, 64<<10),
+	}
+	if cfg.trace != nil {
+		c.tl = cfg.trace.newRing(addr)
 	}
 	c.dialCtx, c.cancel = context.WithCancel(context.Background())
 	c.up.Store(true)
@@ -381,6 +400,7 @@ func (c *brokerConn) register(ctx context.Context, cl *call, deadline int64) err
 	}
 	cl.opaque = c.nextOp
 	cl.deadline = deadline
+	cl.stamp, cl.by = 0, nil
 	c.pending.put(cl)
 	return nil
 }
@@ -638,6 +658,10 @@ func (c *brokerConn) serve(nc net.Conn) error {
 	c.state, c.downErr, c.cur = stateUp, nil, g
 	c.up.Store(true)
 	c.wbuf = c.wbuf[:0]
+	if c.tl != nil {
+		c.wbuf = appendTraceOn(c.wbuf) // trace.go: before any put of this connection
+		g.wkick <- struct{}{}
+	}
 	c.mu.Unlock()
 	c.clock.Store(time.Now().UnixNano())
 	if f := c.cfg.onUp; f != nil {
@@ -767,8 +791,18 @@ func (c *brokerConn) heartbeatDone(cl *call) {
 
 func (c *brokerConn) reader(g *generation, fail func(error)) {
 	defer g.wg.Done()
-	rr := protocol.NewReplyReader(g.nc, c.cfg.maxReplyBody)
+	var src io.Reader = g.nc
+	var st *stampReader
+	if c.tl != nil {
+		st = &stampReader{r: g.nc} // trace.go
+		src = st
+		defer c.tl.publish()
+	}
+	rr := protocol.NewReplyReader(src, c.cfg.maxReplyBody)
 	for {
+		if c.tl != nil && rr.Buffered() == 0 {
+			c.tl.publish() // the read batch is done: its produce events go to the writer
+		}
 		rep, err := rr.Next()
 		if err != nil {
 			fail(err)
@@ -787,6 +821,12 @@ func (c *brokerConn) reader(g *generation, fail func(error)) {
 		}
 		<-c.window
 		cl.setReply(c.addr, &rep)
+		if st != nil {
+			cl.stamp = st.at
+			if cl.onDone != nil {
+				cl.by = c // completed right here, on this goroutine
+			}
+		}
 		cl.finish()
 	}
 }
@@ -837,6 +877,9 @@ func (c *brokerConn) close(err error) {
 		c.cancel()
 	})
 	<-c.runDone
+	if c.tl != nil {
+		c.tl.retired.Store(true) // trace.go: the writer drains it one last time
+	}
 }
 
 // --- pool -------------------------------------------------------------------

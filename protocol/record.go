@@ -71,6 +71,10 @@ const (
 	SysFlagDelayed    uint16 = 1 << 3
 	SysFlagRetry      uint16 = 1 << 4
 	SysFlagDeadLetter uint16 = 1 << 5
+	// SysFlagTraced: the producer traces the message (its connection sent
+	// `trace on`, docs/trace.md); the broker writes its own trace events for
+	// it, and the copies it makes (retry, delay, commit) keep the bit.
+	SysFlagTraced uint16 = 1 << 6
 )
 
 // Flag bits of the MetaQ put flag.

@@ -89,6 +89,10 @@ func NewReplyReader(r io.Reader, maxBody int) *ReplyReader {
 	return &ReplyReader{r: br, maxBody: maxBody}
 }
 
+// Buffered is the number of bytes read from the stream and not yet
+// returned: 0 means the next Next reads from the stream.
+func (rr *ReplyReader) Buffered() int { return rr.r.Buffered() }
+
 // Next reads one reply. It returns io.EOF when the stream ends cleanly
 // between replies and io.ErrUnexpectedEOF when it ends inside one.
 func (rr *ReplyReader) Next() (Reply, error) {
