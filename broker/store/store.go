@@ -173,6 +173,7 @@ type Store struct {
 
 	ra  readAheads // chunks of the commit log advised for reading (readahead.go)
 	pop readAheads // chunks of the commit log populated for reading (readahead.go)
+	pf  prefetches // direct reads started ahead of cold readers (coldread.go)
 
 	// The commit log: the append lock and everything it guards, the flush
 	// positions, the segment list, the flusher and preallocator (commitlog.go).
@@ -213,6 +214,8 @@ type Store struct {
 	counters counters
 
 	visWait visibleWaiters // WaitVisible (raw.go)
+	wrWait  visibleWaiters // WaitWritten (raw.go)
+	openEnd int64          // the commit log's end once Open recovered it (OpenPos)
 }
 
 // topicState is one topic's partitions.
@@ -253,6 +256,7 @@ func Open(cfg Config) (*Store, error) {
 		s.wakeDispatcher()
 		s.visWait.wake()
 	}
+	s.clog.onWritten = s.wrWait.wake
 	s.disp = newDispatcher(s)
 	for _, d := range []string{cfg.Dir, s.logDir, s.indexDir, s.keyDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -267,6 +271,7 @@ func Open(cfg Config) (*Store, error) {
 		s.unlockDir()
 		return nil, err
 	}
+	s.openEnd = s.clog.writePos()
 	s.clog.start() // the flusher and the preallocator
 	s.wg.Add(2)
 	go s.dispatchLoop()
@@ -372,6 +377,7 @@ func (s *Store) Close() error {
 	s.isClosed.Store(true)
 
 	close(s.stop)
+	s.pf.dropAll() // cold reads' read-ahead (coldread.go): none starts after this
 	s.wg.Wait()
 
 	// Everything below runs with the background goroutines stopped.

@@ -19,32 +19,34 @@ func init() { AddCommand(newBenchCommand) }
 // benchOpts are the flags of `metaq bench` (shared by every workload; a workload ignores those
 // it does not use, so that bench/'s peer harness can always pass all of them).
 type benchOpts struct {
-	servers       []string
-	serverPID     int
-	topic         string
-	msgSize       int
-	conns         int
-	window        int
-	duration      time.Duration
-	count         int64
-	rate          float64
-	topics        int
-	partitions    int
-	tag           string
-	where         string
-	sync          bool
-	fetchSize     int
-	fetchDepth    int
-	cpuProfile    string
-	batch         int             // publish-batch: messages per mput frame (bench_batch.go)
-	batchInflight int             // publish-batch: frames in flight per producer
-	accum         accumOpts       // accumulation (bench_accum.go)
-	zk            zkBenchOpts     // zk-offsets (bench_zk.go)
-	delay         delayBenchOpts  // bench_delay.go
-	shared        sharedBenchOpts // bench_shared.go
-	trace         bool            // producers write trace records (bench_trace.go)
-	traceRuns     int             // trace workload: on/off pairs
-	tx            txBenchOpts     // bench_tx.go
+	servers    []string
+	serverPID  int
+	topic      string
+	msgSize    int
+	conns      int
+	window     int
+	duration   time.Duration
+	count      int64
+	rate       float64
+	topics     int
+	partitions int
+	tag        string
+	where      string
+	sync       bool
+	fetchSize  int
+	fetchDepth int
+	fetchInto  bool // consume: Admin.FetchInto instead of FetchWith
+	cpuProfile string
+	batch      int             // publish-batch: messages per mput frame (bench_batch.go)
+	accum      accumOpts       // accumulation (bench_accum.go)
+	zk         zkBenchOpts     // zk-offsets (bench_zk.go)
+	delay      delayBenchOpts  // bench_delay.go
+	shared     sharedBenchOpts // bench_shared.go
+	trace      bool            // producers write trace records (bench_trace.go)
+	traceRuns  int             // trace workload: on/off pairs
+	tx         txBenchOpts     // bench_tx.go
+
+	batchInflight int // publish-batch: frames in flight per producer (bench_batch.go)
 
 	durationSet bool // --duration given
 	countSet    bool // --count given
@@ -218,6 +220,7 @@ workload succeeded.`,
 	pf.BoolVar(&o.sync, "sync", false, "expect sync flush (durable at ack): fail unless every broker reports flush_mode sync")
 	pf.IntVar(&o.fetchSize, "fetch-size", 1<<20, "consume/e2e: bytes per get (the broker caps it at maxTransferSize)")
 	pf.IntVar(&o.fetchDepth, "fetch-depth", 4, "consume: gets in flight per partition")
+	pf.BoolVar(&o.fetchInto, "fetch-into", false, "consume: read with Admin.FetchInto (a reused buffer, records iterated in place) instead of FetchWith (accumulation always does)")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark client's CPU profile to this file")
 	pf.IntVar(&o.batch, "batch", 1000, "publish-batch: messages per mput frame (1 … 10000)")
 	pf.IntVar(&o.batchInflight, "batch-inflight", 5, "publish-batch: mput frames in flight per producer connection (Kafka's max.in.flight.requests.per.connection is 5)")
