@@ -325,6 +325,22 @@ func (p *prefetch) drop() {
 	p.seg.release()
 }
 
+// dropBelow drops the windows read ahead of segments that end at or below
+// pos (retention deleted them: a window's reference would keep the file).
+func (pf *prefetches) dropBelow(pos int64) {
+	var dead []*prefetch
+	pf.mu.Lock()
+	for i, p := range pf.slots {
+		if p != nil && p.seg.end() <= pos {
+			dead, pf.slots[i] = append(dead, p), nil
+		}
+	}
+	pf.mu.Unlock()
+	for _, p := range dead {
+		p.drop()
+	}
+}
+
 // dropAll drops every window read ahead and starts no more (Close).
 func (pf *prefetches) dropAll() {
 	pf.mu.Lock()

@@ -13,7 +13,7 @@ import (
 // record's bytes, measured at ~20% of the broker's CPU on a cold drain once
 // the log itself was read directly. So a large read (a budget of coldMin or
 // more) that starts on units the page cache does not hold — a buffered
-// pread of the first unit with RWF_NOWAIT refuses (EAGAIN) — reads up to
+// pread of the window's last unit with RWF_NOWAIT refuses (EAGAIN) — reads up to
 // coldUnitWindow bytes of units with one O_DIRECT pread into a buffer its
 // ReadResult keeps, and scans from there; anything cached keeps the normal
 // path. Only units below the partition's filed position are read this way
@@ -84,8 +84,8 @@ func (s *Store) coldUnitRead(r *ReadResult, p *partition, q int64) bool {
 	if err != nil {
 		return false
 	}
-	var probe [unitSize]byte
-	_, err = unix.Preadv2(fd, [][]byte{probe[:]}, off, unix.RWF_NOWAIT)
+	var probe [unitSize]byte // the window's last unit: its first page may be warm (a unit read alone, the min offset's)
+	_, err = unix.Preadv2(fd, [][]byte{probe[:]}, end-unitSize, unix.RWF_NOWAIT)
 	unix.Close(fd)
 	if err != unix.EAGAIN {
 		r.ucold.cached = true // cached (or refused for another reason): the page cache serves

@@ -157,6 +157,7 @@ func (s *Store) deleteSegments(cutoff int64) (int, error) {
 	if !s.clog.dropBefore(segs[0], n) {
 		return 0, nil
 	}
+	s.pf.dropBelow(s.clog.minPos()) // windows read ahead of deleted segments hold their files (coldread.go)
 	s.counters.segmentsDeleted.Add(int64(n))
 	return n, ioError("fsync dir", syncDir(s.logDir))
 }
