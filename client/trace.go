@@ -303,9 +303,7 @@ func (r *produceRing) drain(fn func(*produceItem)) {
 		return
 	}
 	for i := t; i < h; i++ {
-		it := &r.items[i&(ringSize-1)]
-		fn(it)
-		*it = produceItem{} // drop its strings
+		fn(&r.items[i&(ringSize-1)]) // left as it is: the next round overwrites it, field by field
 	}
 	r.tail.Store(h)
 }

@@ -69,7 +69,7 @@ func (b *bencher) traceCost(ctx context.Context) benchkit.Result {
 	d, limit := b.limits()
 	var rOn, rOff []float64
 	var cOn, cOff, sOn, sOff []float64 // client and broker CPU µs per message
-	var pairs []float64                 // on/off of each pair of adjacent phases (least drift between them)
+	var pairs []float64                // on/off of each pair of adjacent phases (least drift between them)
 	var notes []string
 	for i := range 2 * b.o.traceRuns {
 		traced := i%2 == 1
