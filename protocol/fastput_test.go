@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 // renderFull renders every field of a command (the line, the checksum, the
@@ -107,4 +108,31 @@ func FuzzFastPut(f *testing.F) {
 			t.Fatalf("%q:\n fast %q %q\n slow %q %q", stream, got, gotErr, want, wantErr)
 		}
 	})
+}
+
+// TestReplyFastPathTaken: a put reply whole in the buffer is read without
+// the general path's body copy (rr.buf stays unallocated), and the same
+// reply split across reads takes the general path with the same result.
+func TestReplyFastPathTaken(t *testing.T) {
+	stream := "result 200 20 7\r\n12345678901 0 424242result 500 3 -8\nbad"
+	rr := NewReplyReader(strings.NewReader(stream), 0)
+	var got []string
+	for {
+		rep, err := rr.Next()
+		if err != nil {
+			break
+		}
+		got = append(got, fmt.Sprintf("%d %d %d %q", rep.Kind, rep.Code, rep.Opaque, rep.Body))
+	}
+	if rr.buf != nil {
+		t.Fatal("the general path copied a body")
+	}
+	want, _ := readEvents(iotest.OneByteReader(strings.NewReader(stream)), 1<<20)
+	var gen []string
+	for _, e := range want {
+		gen = append(gen, fmt.Sprintf("%d %d %d %q", e.kind, e.code, e.opaque, e.body))
+	}
+	if len(got) != 2 || strings.Join(got, "|") != strings.Join(gen, "|") || want[0].body != "12345678901 0 424242" {
+		t.Fatalf("fast %q, general %v", got, want)
+	}
 }

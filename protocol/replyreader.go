@@ -92,6 +92,19 @@ func NewReplyReader(r io.Reader, maxBody int) *ReplyReader {
 // Next reads one reply. It returns io.EOF when the stream ends cleanly
 // between replies and io.ErrUnexpectedEOF when it ends inside one.
 func (rr *ReplyReader) Next() (Reply, error) {
+	if !rr.KeepBodies {
+		if rr.r.Buffered() == 0 {
+			// The read ReadSlice would do, done first so that the fast
+			// path sees the replies it brings. An error here is what
+			// ReadSlice would return for an empty line.
+			if _, err := rr.r.Peek(1); err != nil {
+				return Reply{}, err
+			}
+		}
+		if rep, ok := rr.fastResult(); ok {
+			return rep, nil
+		}
+	}
 	line, err := rr.r.ReadSlice('\n')
 	switch {
 	case err == bufio.ErrBufferFull || len(line) > MaxLineLen:
@@ -121,6 +134,54 @@ func (rr *ReplyReader) Next() (Reply, error) {
 	}
 	rep.Body = body
 	return rep, nil
+}
+
+// fastResult reads a `result <code> <len> <opaque>\r\n<body>` that is whole
+// in the read buffer in one pass, with Body aliasing the buffer (valid until
+// the next Next, as documented): a pipelined producer's put replies, which
+// otherwise cost a line search, a field split and a copy of each body
+// through io.ReadFull. Anything else (a value reply, a check, a reply not
+// yet whole, extra spaces, long or out-of-range numbers, a body over the
+// maximum) is left to the general path, untouched.
+func (rr *ReplyReader) fastResult() (Reply, bool) {
+	n := rr.r.Buffered()
+	if n < len("result 0 0 0\n") {
+		return Reply{}, false
+	}
+	b, _ := rr.r.Peek(n) // no read: n bytes are buffered
+	if string(b[:7]) != "result " {
+		return Reply{}, false
+	}
+	code, j, ok := fastInt(b, 7, ' ')
+	if !ok || j >= len(b) || code < 0 || code > maxI32 {
+		return Reply{}, false
+	}
+	blen, j, ok := fastInt(b, j, ' ')
+	if !ok || j >= len(b) || blen < 0 || blen > int64(rr.maxBody) {
+		return Reply{}, false
+	}
+	op, j, ok := fastInt(b, j, 0)
+	if !ok || op < minI32 || op > maxI32 {
+		return Reply{}, false
+	}
+	switch {
+	case b[j] == '\n':
+	case b[j] == '\r' && j+1 < len(b) && b[j+1] == '\n':
+		j++
+	default:
+		return Reply{}, false
+	}
+	ds := j + 1
+	if int64(len(b)-ds) < blen {
+		return Reply{}, false
+	}
+	de := ds + int(blen)
+	rep := Reply{Kind: ReplyResult, Code: int(code), Opaque: int32(op)}
+	if blen > 0 {
+		rep.Body = b[ds:de:de]
+	}
+	_, _ = rr.r.Discard(de) // buffered: cannot fail
+	return rep, true
 }
 
 // readBody reads exactly n bytes into buf, growing it as bytes arrive.
