@@ -80,6 +80,7 @@ type conn struct {
 	lastGroup string                         // the group of the last pop (popconn.go; reader only)
 	user      string                         // authenticated user, "" = anonymous (security.go; reader only)
 	authBuf   []byte                         // scratch for the unescaped secret (reader only)
+	traceMark uint16                         // protocol.SysFlagTraced after `trace on` (traceput.go; reader only)
 
 	own ownPuts    // this connection's puts, for the gets after them (reader only; ordering.go)
 	put partialPut // a put whose data spans reads (reader only; putbudget.go)

@@ -89,9 +89,22 @@ func NewReplyReader(r io.Reader, maxBody int) *ReplyReader {
 	return &ReplyReader{r: br, maxBody: maxBody}
 }
 
+// Buffered is the number of bytes read from the stream and not yet
+// returned: 0 means the next Next reads from the stream.
+func (rr *ReplyReader) Buffered() int { return rr.r.Buffered() }
+
 // Next reads one reply. It returns io.EOF when the stream ends cleanly
 // between replies and io.ErrUnexpectedEOF when it ends inside one.
-func (rr *ReplyReader) Next() (Reply, error) {
+func (rr *ReplyReader) Next() (Reply, error) { return rr.NextInto(nil) }
+
+// NextInto is Next with the caller choosing where a body goes: once the
+// header is parsed, dst (when not nil) is called with the reply and its
+// body length, and a non-nil slice it returns receives the body (appended
+// from its length 0, grown as bytes arrive beyond its capacity, so a body
+// goes from the socket to the caller's buffer with no copy in between);
+// a nil slice means the reader's own buffer (or a fresh one, KeepBodies).
+// dst is not called for replies without a body.
+func (rr *ReplyReader) NextInto(dst func(rep Reply, n int) []byte) (Reply, error) {
 	if !rr.KeepBodies {
 		if rr.r.Buffered() == 0 {
 			// The read ReadSlice would do, done first so that the fast
@@ -101,7 +114,7 @@ func (rr *ReplyReader) Next() (Reply, error) {
 				return Reply{}, err
 			}
 		}
-		if rep, ok := rr.fastResult(); ok {
+		if rep, ok := rr.fastResult(dst); ok {
 			return rep, nil
 		}
 	}
@@ -122,11 +135,17 @@ func (rr *ReplyReader) Next() (Reply, error) {
 		return rep, nil
 	}
 	var body []byte
-	if !rr.KeepBodies {
+	own := true
+	if dst != nil {
+		if b := dst(rep, n); b != nil {
+			body, own = b[:0], false
+		}
+	}
+	if own && !rr.KeepBodies {
 		body = rr.buf[:0]
 	}
 	body, err = readBody(rr.r, body, n)
-	if !rr.KeepBodies {
+	if own && !rr.KeepBodies {
 		rr.buf = body // the largest body received so far, at most maxBody
 	}
 	if err != nil {
@@ -142,8 +161,9 @@ func (rr *ReplyReader) Next() (Reply, error) {
 // otherwise cost a line search, a field split and a copy of each body
 // through io.ReadFull. Anything else (a value reply, a check, a reply not
 // yet whole, extra spaces, long or out-of-range numbers, a body over the
-// maximum) is left to the general path, untouched.
-func (rr *ReplyReader) fastResult() (Reply, bool) {
+// maximum) is left to the general path, untouched. dst is NextInto's: a
+// buffer it returns gets a copy of the body, as on the general path.
+func (rr *ReplyReader) fastResult(dst func(rep Reply, n int) []byte) (Reply, bool) {
 	n := rr.r.Buffered()
 	if n < len("result 0 0 0\n") {
 		return Reply{}, false
@@ -178,7 +198,15 @@ func (rr *ReplyReader) fastResult() (Reply, bool) {
 	de := ds + int(blen)
 	rep := Reply{Kind: ReplyResult, Code: int(code), Opaque: int32(op)}
 	if blen > 0 {
-		rep.Body = b[ds:de:de]
+		var own []byte
+		if dst != nil {
+			own = dst(rep, int(blen))
+		}
+		if own != nil {
+			rep.Body = append(own[:0], b[ds:de]...)
+		} else {
+			rep.Body = b[ds:de:de]
+		}
 	}
 	_, _ = rr.r.Discard(de) // buffered: cannot fail
 	return rep, true
