@@ -199,6 +199,12 @@ type Store struct {
 
 	dispKick  chan struct{}
 	dispSleep atomic.Bool
+	// dispMu is held by whoever runs a dispatch batch: the dispatcher
+	// goroutine, or a goroutine that just made records visible and
+	// dispatches them itself (dispatchInline, dispatch.go). It guards disp.
+	dispMu sync.Mutex
+	// waitParts counts partitions with an armed long-poll channel (wait.go).
+	waitParts atomic.Int32
 
 	// Dispatch progress notification for catchUp (wait.go).
 	progMu      sync.Mutex
@@ -250,7 +256,9 @@ func Open(cfg Config) (*Store, error) {
 	s.clog = newCommitLog(&s.cfg, s.log, s.logDir, &s.counters, s.stop, &s.wg)
 	s.clog.partitionFor = func(topic string, part int32) *partition { return s.partition(topic, part, true) }
 	s.clog.onVisible = func() {
-		s.wakeDispatcher()
+		if !s.dispatchInline() {
+			s.wakeDispatcher()
+		}
 		s.visWait.wake()
 	}
 	s.disp = newDispatcher(s)
@@ -376,7 +384,9 @@ func (s *Store) Close() error {
 
 	// Everything below runs with the background goroutines stopped.
 	errFlush := s.clog.flushOnce()
+	s.dispMu.Lock()
 	errDisp := s.disp.run(s.clog.visibleLimit())
+	s.dispMu.Unlock()
 	errCkpt := s.checkpoint()
 	s.closeAllWaiters()
 

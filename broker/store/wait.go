@@ -40,7 +40,10 @@ func (s *Store) Wait(topic string, partition int32, offset int64) <-chan struct{
 		ch = make(chan struct{})
 		p.waitCh = ch
 	}
-	p.waiting.Store(true)
+	if !p.waiting.Load() {
+		p.waiting.Store(true)
+		s.waitParts.Add(1) // inline dispatch while someone waits (dispatch.go)
+	}
 	p.waitMu.Unlock()
 	if p.indexed.Load() > offset || s.isClosed.Load() {
 		return closedChan
@@ -51,18 +54,21 @@ func (s *Store) Wait(topic string, partition int32, offset int64) <-chan struct{
 // notify wakes p's waiters (dispatcher, after publishing p.indexed).
 func (s *Store) notify(p *partition) {
 	if p.waiting.Load() {
-		p.wakeWaiters()
+		s.wakeWaiters(p)
 	}
 }
 
 // wakeWaiters closes p's wait channel, if any.
-func (p *partition) wakeWaiters() {
+func (s *Store) wakeWaiters(p *partition) {
 	p.waitMu.Lock()
 	if p.waitCh != nil {
 		close(p.waitCh)
 		p.waitCh = nil
 	}
-	p.waiting.Store(false)
+	if p.waiting.Load() {
+		p.waiting.Store(false)
+		s.waitParts.Add(-1)
+	}
 	p.waitMu.Unlock()
 }
 
@@ -70,7 +76,7 @@ func (p *partition) wakeWaiters() {
 // ErrClosed.
 func (s *Store) closeAllWaiters() {
 	for _, p := range s.allPartitions() {
-		p.wakeWaiters()
+		s.wakeWaiters(p)
 	}
 }
 

@@ -71,3 +71,48 @@ func TestWait(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// While a long poll waits and the dispatcher sleeps, the WriteOut that makes
+// a put visible indexes it itself and wakes the waiter before it returns: no
+// hand-off to the dispatcher goroutine (dispatch.go, "Inline dispatch").
+func TestWriteOutWakesWaiterInline(t *testing.T) {
+	s := mustOpen(t, testConfig(t, ""))
+	defer mustClose(t, s)
+	inline := 0
+	for i := int64(0); i < 20 && inline < 3; i++ {
+		deadline := time.Now().Add(30 * time.Second)
+		for !s.dispSleep.Load() { // the dispatcher goes back to sleep
+			if time.Now().After(deadline) {
+				t.Fatal("the dispatcher never slept")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		ch := s.Wait("inline", 0, i)
+		before := s.counters.inlineDispatches.Load()
+		if _, _, err := s.AppendAsync(&Message{Topic: "inline", Data: []byte("m")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WriteOut(); err != nil {
+			t.Fatal(err)
+		}
+		if s.counters.inlineDispatches.Load() > before {
+			select {
+			case <-ch:
+				inline++
+			default:
+				t.Fatal("WriteOut dispatched inline but the waiter is not woken")
+			}
+		}
+		select { // either way the waiter is woken
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the waiter was never woken")
+		}
+	}
+	if inline == 0 {
+		t.Fatal("no WriteOut dispatched inline")
+	}
+	if s.waitParts.Load() != 0 {
+		t.Fatalf("waitParts = %d after every waiter was woken", s.waitParts.Load())
+	}
+}
