@@ -19,12 +19,22 @@ import (
 // 10,000 partitions fed round-robin cost one pwrite per 256 units, not one
 // per partition per batch. After a partition's run is added its readable
 // count is published and its long-poll waiters are woken; after the whole
-// batch, s.dispatched.
+// batch, s.dispatched. WaitFunc waiters (parked gets) are called after the
+// batch, once dispMu is released.
 type dispatcher struct {
 	s      *Store
 	parts  partCache    // private partition cache (partcache.go)
 	batch  []*partition // partitions with pending units
 	warned int          // offset-mismatch warnings logged
+	fired  *Waiter      // WaitFunc waiters made readable, to call after dispMu (wait.go)
+}
+
+// takeFired returns the waiters the batches so far made readable (dispMu
+// held); the caller calls them with runFired once it released dispMu.
+func (d *dispatcher) takeFired() *Waiter {
+	w := d.fired
+	d.fired = nil
+	return w
 }
 
 // dispatchBatchBytes bounds one batch (readers see new units at least every
@@ -44,7 +54,9 @@ func (s *Store) dispatchLoop() {
 		if s.dispatched.Load() < limit {
 			s.dispMu.Lock()
 			err := s.disp.batchTo(s.clog.visibleLimit())
+			fired := s.disp.takeFired()
 			s.dispMu.Unlock()
+			runFired(fired)
 			if err != nil {
 				s.setIndexErr(err)
 				backoff = min(max(2*backoff, 20*time.Millisecond), time.Second)
@@ -122,7 +134,9 @@ func (s *Store) dispatchInline() bool {
 	if limit := s.clog.visibleLimit(); s.dispatched.Load() < limit {
 		err = s.disp.batchTo(limit)
 	}
+	fired := s.disp.takeFired()
 	s.dispMu.Unlock()
+	runFired(fired)
 	if err == nil {
 		s.counters.inlineDispatches.Add(1)
 	}
@@ -316,7 +330,7 @@ func (d *dispatcher) flush() error {
 	for _, p := range d.batch {
 		if err == nil {
 			if err = d.writeRun(p); err == nil {
-				d.s.notify(p)
+				d.s.notify(p, &d.fired)
 			}
 		}
 		p.inBatch = false

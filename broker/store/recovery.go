@@ -133,6 +133,7 @@ func (s *Store) recover() error {
 	s.dispatched.Store(cut)
 	s.dispMu.Lock() // uncontended: nothing else runs yet; disp's rule
 	err = s.disp.run(end)
+	s.disp.takeFired() // nobody waits before Open returns
 	s.dispMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("store: recovery re-dispatch: %w", err)

@@ -44,6 +44,10 @@
 //  4. l.stage.wmu — serialises writing staged records out (stage.go; the
 //     flusher, writeOut callers, readers catching up, an appender whose
 //     buffer is full). Held across the pwrite, never with l.mu held.
+//     4a. s.dispMu — held by whoever runs a dispatch batch (dispatch.go):
+//     the dispatcher goroutine, or an inline dispatch (TryLock only, with
+//     l.flushMu held in the flusher). WaitFunc callbacks run after it is
+//     released.
 //  5. l.mu — THE APPEND LOCK (commitLog). Guards the write position and
 //     active segment, assigning queue offsets (partition.next is only
 //     stored under it), the last store time, the pending group-commit round,
@@ -386,7 +390,9 @@ func (s *Store) Close() error {
 	errFlush := s.clog.flushOnce()
 	s.dispMu.Lock()
 	errDisp := s.disp.run(s.clog.visibleLimit())
+	fired := s.disp.takeFired()
 	s.dispMu.Unlock()
+	runFired(fired)
 	errCkpt := s.checkpoint()
 	s.closeAllWaiters()
 

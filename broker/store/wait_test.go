@@ -116,3 +116,48 @@ func TestWriteOutWakesWaiterInline(t *testing.T) {
 		t.Fatalf("waitParts = %d after every waiter was woken", s.waitParts.Load())
 	}
 }
+
+// WaitFunc calls its waiter once a record at or past its offset is
+// readable, not before; CancelWait disarms; Close calls every armed waiter.
+func TestWaitFunc(t *testing.T) {
+	s := mustOpen(t, testConfig(t, ""))
+	fired := make(chan int, 10)
+	w0 := &Waiter{Fn: func() { fired <- 0 }}
+	w1 := &Waiter{Fn: func() { fired <- 1 }}
+	w2 := &Waiter{Fn: func() { fired <- 2 }}
+	if !s.WaitFunc("wf", 0, 0, w0) || !s.WaitFunc("wf", 0, 1, w1) || !s.WaitFunc("wf", 0, 1, w2) {
+		t.Fatal("not armed on an empty partition")
+	}
+	if !s.CancelWait(w2) || s.CancelWait(w2) {
+		t.Fatal("CancelWait: want true once, then false")
+	}
+	mustAppend(t, s, &Message{Topic: "wf", Data: []byte("m0")})
+	select {
+	case i := <-fired:
+		if i != 0 {
+			t.Fatalf("waiter %d called for offset 0", i)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter for offset 0 was never called")
+	}
+	if s.CancelWait(w0) {
+		t.Fatal("a called waiter is still armed")
+	}
+	if s.WaitFunc("wf", 0, 0, w0) {
+		t.Fatal("armed for a readable offset")
+	}
+	mustClose(t, s)
+	select {
+	case i := <-fired:
+		if i != 1 {
+			t.Fatalf("Close called waiter %d", i)
+		}
+	default:
+		t.Fatal("Close did not call the armed waiter")
+	}
+	select {
+	case i := <-fired:
+		t.Fatalf("waiter %d called again", i)
+	default:
+	}
+}
