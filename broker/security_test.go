@@ -56,6 +56,8 @@ type secBroker struct {
 	TLSAddr string
 	CA      *authtest.CA
 	Users   string
+	Cert    string // tlsCert and tlsKey, for renewal tests
+	Key     string
 }
 
 // runSecure starts a broker with [security]: TLS on a second port (mutual
@@ -78,7 +80,7 @@ func runSecure(t *testing.T, mutual bool, extra string, log *slog.Logger) *secBr
 		Logger:   log,
 		Server:   func(o *broker.Options) { o.TLSAddr = "127.0.0.1:0" },
 	})
-	return &secBroker{Broker: b, TLSAddr: b.Server.TLSAddr().String(), CA: ca, Users: users}
+	return &secBroker{Broker: b, TLSAddr: b.Server.TLSAddr().String(), CA: ca, Users: users, Cert: cert, Key: key}
 }
 
 func dialTLS(t *testing.T, addr string, cfg *tls.Config) (*brokertest.Client, error) {
@@ -237,6 +239,53 @@ func TestSecurityACL(t *testing.T) {
 	if st.Denied[auth.OpPublish] < 2 || st.Denied[auth.OpSubscribe] < 4 {
 		t.Fatalf("denials %+v", st.Denied)
 	}
+}
+
+// TestSecurityTLSCertificateRenewal: a certificate renewed on disk (both
+// files replaced by rename) is served to new connections without a restart;
+// a connection made before keeps working.
+func TestSecurityTLSCertificateRenewal(t *testing.T) {
+	b := runSecure(t, false, "", nil)
+	cfg, err := auth.ClientTLS(b.CA.CAFile, "", "", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	servedSerial := func() (string, *brokertest.Client) {
+		t.Helper()
+		c, err := dialTLS(t, b.TLSAddr, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Conn.(*tls.Conn).ConnectionState().PeerCertificates[0].SerialNumber.String(), c
+	}
+	before, old := servedSerial()
+	cert, key := b.CA.Issue(t, "broker")
+	for _, f := range [][2]string{{cert, b.Cert}, {key, b.Key}} {
+		data, err := os.ReadFile(f[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f[1]+".tmp", data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(f[1]+".tmp", f[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		now, c := servedSerial()
+		c.Close()
+		if now != before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the renewed certificate was not served")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	login(t, old, "alice", "pw-alice")
+	want(t, old, "put orders.x 0 1 0 1\r\nx", 200)
 }
 
 func TestSecurityUsersFileReload(t *testing.T) {

@@ -606,7 +606,7 @@ func (p *parser) unknownSection(raw string) {
 		p.errorf(raw, "", "unknown section [%s]; did you mean [topic=%s]?", name, name)
 		return
 	}
-	p.errorf(raw, "", "unknown section [%s] (known: [system], [zookeeper], [slave], [topic=<name>])", name)
+	p.errorf(raw, "", "unknown section [%s] (known: [system], [zookeeper], [slave], [replication], [%s], [topic=<name>])", name, secSection)
 }
 
 // closest returns the known name nearest to s by Levenshtein distance

@@ -314,7 +314,7 @@ func TestUnknownSection(t *testing.T) {
 		{"topic test", "did you mean [topic=test]?"},
 		{"topic:test", "did you mean [topic=test]?"},
 		{"test", "did you mean [topic=test]?"},
-		{"a b c", "unknown section [a b c] (known: [system], [zookeeper], [slave], [topic=<name>])"},
+		{"a b c", "unknown section [a b c] (known: [system], [zookeeper], [slave], [replication], [security], [topic=<name>])"},
 	}
 	for _, tc := range cases {
 		text := "[system]\nbrokerId=0\n\n[" + tc.section + "]\n"

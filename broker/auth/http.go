@@ -181,7 +181,7 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 }
 
 var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><title>metaq — log in</title>
+<html><head><meta charset="utf-8"><title>metaq — log in</title><link rel="icon" href="data:,">
 <style>body{font-family:sans-serif;max-width:22em;margin:4em auto}input{display:block;width:100%;margin:.3em 0 1em}</style></head>
 <body><h1>metaq</h1>{{if .Error}}<p role="alert" style="color:#b00">{{.Error}}</p>{{end}}
 <form method="post" action="/login"><input type="hidden" name="next" value="{{.Next}}">

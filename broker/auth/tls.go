@@ -6,10 +6,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/metaqgo/metaq/conf"
@@ -18,13 +20,15 @@ import (
 
 // ServerTLS is the TLS configuration of a listener: certFile/keyFile (PEM),
 // and, when clientCA is set, mutual TLS (a client without a certificate
-// signed by clientCA is refused in the handshake). TLS 1.2 at least.
+// signed by clientCA is refused in the handshake). TLS 1.2 at least. The
+// certificate pair is re-read when its files change (see certReloader), so
+// a renewed certificate is served without a restart.
 func ServerTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	r, err := newCertReloader(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("tlsCert/tlsKey: %w", err)
 	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	cfg := &tls.Config{GetCertificate: r.get, MinVersion: tls.VersionTLS12}
 	if clientCA != "" {
 		pool, err := loadPool(clientCA)
 		if err != nil {
@@ -33,6 +37,84 @@ func ServerTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
+}
+
+// certCheckEvery is how often, at most, a handshake looks at the
+// certificate files (a variable for the package's tests).
+var certCheckEvery = time.Second
+
+// certReloader serves a listener's certificate and follows its files: a
+// handshake at most once per certCheckEvery stats both files, and when
+// either changed (inode, size or modification time) loads the pair again.
+// A pair that does not load (a renewal caught half-written, a key that does
+// not match) keeps the previous certificate, is logged once per change, and
+// is tried again when the files change next. mu guards everything below
+// it; it is held for a stat (and, on a change, a read of two small files),
+// never across network I/O.
+type certReloader struct {
+	certFile, keyFile string
+
+	mu      sync.Mutex
+	cert    *tls.Certificate
+	certSt  os.FileInfo
+	keySt   os.FileInfo
+	checked time.Time
+}
+
+func newCertReloader(certFile, keyFile string) (*certReloader, error) {
+	r := &certReloader{certFile: certFile, keyFile: keyFile}
+	cs, ks := statOrNil(certFile), statOrNil(keyFile)
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	r.cert, r.certSt, r.keySt, r.checked = &cert, cs, ks, time.Now()
+	return r, nil
+}
+
+func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := time.Now(); now.Sub(r.checked) >= certCheckEvery {
+		r.checked = now
+		r.reloadLocked()
+	}
+	return r.cert, nil
+}
+
+// reloadLocked loads the pair again when a file changed since the last
+// attempt.
+func (r *certReloader) reloadLocked() {
+	cs, ks := statOrNil(r.certFile), statOrNil(r.keyFile)
+	if unchanged(cs, r.certSt) && unchanged(ks, r.keySt) {
+		return
+	}
+	r.certSt, r.keySt = cs, ks // tried once per change, whatever the outcome
+	cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
+	if err != nil {
+		slog.Error("TLS certificate files changed but do not load; keeping the previous certificate",
+			"tlsCert", r.certFile, "tlsKey", r.keyFile, "err", err)
+		return
+	}
+	r.cert = &cert
+	slog.Info("TLS certificate reloaded", "tlsCert", r.certFile)
+}
+
+// unchanged is sameStat where two missing files are the same too (so a
+// missing file is logged once, not at every check).
+func unchanged(a, b os.FileInfo) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return sameStat(a, b)
+}
+
+func statOrNil(path string) os.FileInfo {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil
+	}
+	return st
 }
 
 // ClientTLS is the TLS configuration of a client: caFile ("" = the system

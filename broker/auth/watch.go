@@ -28,10 +28,13 @@ func ReadUsersFile(path string) (*Users, []byte, error) {
 }
 
 // WatchFile loads path into a now and then follows it: every interval
-// (default 1s) the file is stat'ed and, when its size or modification time
-// changed, re-read; a file that no longer parses keeps the previous users
-// (and is logged). It returns once the first load is done; the watch runs
-// until ctx ends, and done is closed then.
+// (default 1s) the file is stat'ed, and once its inode, size or modification
+// time has changed and then stayed the same for a whole interval, it is re-read.
+// Waiting for the file to settle keeps a half-written file (an editor or
+// `cat >` truncates, then writes) from being loaded as an empty user set;
+// a settled file that does not parse keeps the previous users (and is
+// logged). It returns once the first load is done; the watch runs until ctx
+// ends, and done is closed then.
 func (a *Authorizer) WatchFile(ctx context.Context, path string, interval time.Duration) (done <-chan struct{}, err error) {
 	u, data, err := ReadUsersFile(path)
 	if err != nil {
@@ -47,7 +50,7 @@ func (a *Authorizer) WatchFile(ctx context.Context, path string, interval time.D
 		defer close(ch)
 		t := time.NewTicker(interval)
 		defer t.Stop()
-		prev := st
+		loaded, seen := st, st // the stat last loaded; the stat last observed
 		for {
 			select {
 			case <-ctx.Done():
@@ -59,10 +62,15 @@ func (a *Authorizer) WatchFile(ctx context.Context, path string, interval time.D
 				a.log.Error("users file unreadable; keeping the previous users", "path", path, "err", err)
 				continue
 			}
-			if prev != nil && cur.Size() == prev.Size() && cur.ModTime().Equal(prev.ModTime()) {
+			if sameStat(cur, loaded) {
+				seen = cur
 				continue
 			}
-			prev = cur
+			if !sameStat(cur, seen) {
+				seen = cur // still changing: wait until it settles
+				continue
+			}
+			loaded = cur
 			u, nd, err := ReadUsersFile(path)
 			if err != nil {
 				a.log.Error("users file does not parse; keeping the previous users", "path", path, "err", err)
@@ -77,6 +85,15 @@ func (a *Authorizer) WatchFile(ctx context.Context, path string, interval time.D
 		}
 	}()
 	return ch, nil
+}
+
+// sameStat reports whether two stats of the users file show the same file
+// (inode: a file replaced by rename is a new one), size and modification
+// time (a nil stat matches nothing). The modification time alone is not
+// enough: it has the kernel's coarse clock granularity, so two same-size
+// writes a few milliseconds apart can share it.
+func sameStat(a, b os.FileInfo) bool {
+	return a != nil && b != nil && os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
 }
 
 // WatchData follows a stream of users-file contents (ZooKeeper's

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/valyala/bytebufferpool"
+
+	"github.com/metaqgo/metaq/broker/auth"
 )
 
 // The dashboard: server-rendered html/template pages over the same view
@@ -86,6 +88,7 @@ type page struct {
 	Nav      string
 	Error    string
 	ReadOnly bool
+	User     string // logged in with a dashboard session: the header offers "Log out"
 	Served   string
 	Now      string
 	Minutes  int
@@ -143,6 +146,11 @@ func (s *Server) page(name, nav string, build func(context.Context, *http.Reques
 		defer cancel()
 		p := &page{Nav: nav, ReadOnly: s.opts.Token == "", Served: s.served(), Now: time.Now().UTC().Format("2006-01-02 15:04:05 MST"),
 			Minutes: ringSize * int(sampleEvery/time.Second) / 60}
+		if u, ok := auth.UserFrom(r.Context()); ok {
+			if _, err := r.Cookie(auth.SessionCookie); err == nil {
+				p.User = u
+			}
+		}
 		status := http.StatusOK
 		data, err := build(ctx, r, p)
 		if err != nil {
