@@ -110,7 +110,7 @@ func (c *conn) splitBatch(ts *topicState, partition int32, block []byte, n int) 
 				}
 			}
 		}
-		msgs[i] = store.Message{Topic: ts.name, Partition: partition, Flag: flag, Properties: props, Data: data}
+		msgs[i] = store.Message{Topic: ts.name, Partition: partition, Flag: flag, Properties: props, Data: data, SysFlag: c.traceMark}
 		bytes += len(data)
 	}
 	if len(rest) != 0 {

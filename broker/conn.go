@@ -79,6 +79,7 @@ type conn struct {
 	lastGroup string                         // the group of the last pop (popconn.go; reader only)
 	user      string                         // authenticated user, "" = anonymous (security.go; reader only)
 	authBuf   []byte                         // scratch for the unescaped secret (reader only)
+	traceMark uint16                         // protocol.SysFlagTraced after `trace on` (traceput.go; reader only)
 
 	pk  parkState  // parked gets (longpoll.go)
 	own ownPuts    // this connection's puts, for the gets after them (reader only; ordering.go)

@@ -66,6 +66,8 @@ func (c *conn) handle(cmd *protocol.Command) error {
 		c.handleReplicate(cmd) // replication.go
 	case protocol.OpAuth:
 		c.handleAuth(cmd) // security.go
+	case protocol.OpTrace:
+		c.handleTrace(cmd) // traceput.go
 	case protocol.OpSync:
 		c.rq.addResultString(protocol.StatusServiceUnavailable, "sync (replication) is not supported yet", cmd.Opaque)
 	default:
@@ -134,7 +136,8 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		c.failPut(ts, protocol.StatusBadRequest, err.Error(), cmd.Opaque)
 		return
 	}
-	msg := store.Message{Topic: ts.name, Partition: partition, Flag: flag, Properties: props, Data: data, StoreTime: c.readMs}
+	msg := store.Message{Topic: ts.name, Partition: partition, Flag: flag, Properties: props, Data: data, StoreTime: c.readMs,
+		SysFlag: c.traceMark}
 	if grp, half := tx.HalfGroupRaw(props); half {
 		c.halfPut(ts, grp, &msg, cmd.Opaque) // txconn.go
 		return

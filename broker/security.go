@@ -175,7 +175,7 @@ func (c *conn) authorize(cmd *protocol.Command) bool {
 	var op auth.Op
 	topic, group := cmd.Topic, cmd.Group
 	switch cmd.Op {
-	case protocol.OpAuth, protocol.OpQuit, protocol.OpVersion:
+	case protocol.OpAuth, protocol.OpQuit, protocol.OpVersion, protocol.OpTrace:
 		return true
 	case protocol.OpPut, protocol.OpBatchPut:
 		op = auth.OpPublish

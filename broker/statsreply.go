@@ -281,6 +281,7 @@ func appendStoreStats(b []byte, st store.Stats) []byte {
 		protocol.IntStat{Key: "fsyncs", V: st.Fsyncs},
 		protocol.IntStat{Key: "group_commits", V: st.GroupCommits},
 		protocol.IntStat{Key: "avg_fsync_us", V: st.AvgFsync.Microseconds()},
+		protocol.IntStat{Key: "cold_read_bytes", V: st.ColdReadBytes},
 		protocol.IntStat{Key: "partitions", V: int64(st.Partitions)})
 	if st.SyncFlush {
 		b = protocol.AppendStat(b, "flush_mode", "sync")

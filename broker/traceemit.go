@@ -39,7 +39,7 @@ func (s *Server) traceRetry(group string, recordID int64, res *delay.RetryResult
 // retried) message reached its topic.
 func traceDelivered(w *tracelog.Writer, brokerID int) func(r *protocol.Record, m *store.Message, res store.AppendResult) {
 	return func(r *protocol.Record, m *store.Message, res store.AppendResult) {
-		if !tracelog.Traced(r.Properties) {
+		if !tracelog.Traced(r.SysFlag, r.Properties) {
 			return
 		}
 		orig := r.MsgID

@@ -64,3 +64,15 @@ func (c *conn) tracePut(cmd *protocol.Command) {
 		go s.opts.OnTopic(ts.name, ts.settings.NumPartitions)
 	}
 }
+
+// handleTrace: `trace on|off <opaque>`. From `trace on` the connection's
+// puts are stored with protocol.SysFlagTraced: the broker writes its own
+// trace events for them (docs/trace.md) at no cost on the put path (a
+// traced message stays a plain one).
+func (c *conn) handleTrace(cmd *protocol.Command) {
+	c.traceMark = 0
+	if cmd.Count == 1 {
+		c.traceMark = protocol.SysFlagTraced
+	}
+	c.rq.addResultString(protocol.StatusSuccess, "", cmd.Opaque)
+}

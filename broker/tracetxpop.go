@@ -83,14 +83,14 @@ func (s *Server) traceTxEvent(e *tx.Event) {
 	checks := strconv.Itoa(e.Checks)
 	switch e.Kind {
 	case tx.EvHalf:
-		if !tracelog.Traced(e.Props) {
+		if !tracelog.Traced(e.SysFlag, e.Props) {
 			return
 		}
 		h.add(e.ID)
 		ev.Type, ev.Topic, ev.Time, ev.Partition = trace.TxHalf, e.Topic, e.Result.StoreTime, int(e.Partition)
 		ev.Detail = "half message of producer group " + e.Group + " stored in " + tx.HalfTopic + ": invisible until committed"
 	case tx.EvPending:
-		if tracelog.Traced(e.Props) {
+		if tracelog.Traced(e.SysFlag, e.Props) {
 			h.add(e.ID) // pending across a restart: its checks and outcome are still traced
 		}
 		return
@@ -126,7 +126,7 @@ func (s *Server) traceTxEvent(e *tx.Event) {
 			return // the tx-commit event says it all
 		}
 	case tx.EvCommit:
-		if !tracelog.Traced(e.Props) {
+		if !tracelog.Traced(e.SysFlag, e.Props) {
 			return
 		}
 		ev.Type, ev.RecordID, ev.Topic, ev.Time = trace.TxCommit, e.Result.MsgID, e.Topic, e.Result.StoreTime
@@ -225,7 +225,7 @@ func (s *Server) tracePopEvent(e pop.Event) {
 		Offset: e.Offset, Attempt: e.Attempt}
 	if e.Kind == "deliver" {
 		props := recordProps(e.Record)
-		if !tracelog.Traced(props) {
+		if !tracelog.Traced(recordSysFlag(e.Record), props) {
 			return
 		}
 		id := e.MsgID
@@ -318,4 +318,13 @@ func recordProps(rec []byte) []byte {
 		return nil
 	}
 	return rec[p : p+n]
+}
+
+// recordSysFlag is the sysFlag of an encoded record (0 when it is too
+// short to hold one).
+func recordSysFlag(rec []byte) uint16 {
+	if len(rec) < protocol.OffSysFlag+2 {
+		return 0
+	}
+	return binary.BigEndian.Uint16(rec[protocol.OffSysFlag:])
 }

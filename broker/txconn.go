@@ -179,7 +179,7 @@ func (c *conn) txPut(ts *topicState, cmd *protocol.Command) {
 		c.failPut(ts, protocol.StatusBadRequest, err.Error(), cmd.Opaque)
 		return
 	}
-	msg := store.Message{Topic: ts.name, Partition: cmd.Partition, Flag: flag, Properties: props, Data: data}
+	msg := store.Message{Topic: ts.name, Partition: cmd.Partition, Flag: flag, Properties: props, Data: data, SysFlag: c.traceMark}
 	if !c.delayPropsOK(ts, &msg, cmd.Opaque) {
 		return
 	}

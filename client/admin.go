@@ -162,7 +162,9 @@ func fetchOn(ctx context.Context, c *brokerConn, req *FetchRequest, timeout time
 	if err != nil {
 		return nil, err
 	}
-	cl, err := c.do(ctx, kindGet, timeout+req.MaxWait, func(dst []byte, op int32) []byte {
+	cl := getCall(kindGet)
+	cl.hint = maxBytes // the block is read into a fresh buffer of its size, which the messages alias
+	cl, err = c.doCall(ctx, cl, timeout+req.MaxWait, func(dst []byte, op int32) []byte {
 		return protocol.AppendGetWhere(dst, req.Topic, group, int32(req.Partition), req.Offset, int32(maxBytes), op, req.MaxWait.Milliseconds(), req.Tags, req.Where)
 	})
 	if err != nil {

@@ -48,6 +48,12 @@ type connConfig struct {
 	// broker writes on it (on the reader goroutine). Neither may block.
 	onUp    func(c *brokerConn)
 	onCheck func(c *brokerConn, msgID int64)
+
+	// trace is a traced producer's writer (trace.go): each connection
+	// sends `trace on` first, stamps its replies with the time of their
+	// read, and queues the produce events its reader completes in a ring
+	// of its own (produceRing).
+	trace *traceWriter
 }
 
 type connState uint8
@@ -64,7 +70,7 @@ type callKind uint8
 const (
 	kindOther callKind = iota // body copied
 	kindPut                   // success body parsed into msgID/partition/offset
-	kindGet                   // body copied into a fresh buffer the caller keeps
+	kindGet                   // value block read into the caller's buffer (call.dst) or a fresh one the caller keeps
 	kindHeartbeat
 	kindBatch // mput: success body parsed into partition, offset (the first) and ids (batch.go)
 )
@@ -76,6 +82,13 @@ type call struct {
 	opaque   int32
 	kind     callKind
 	deadline int64 // unix nanos (coarse clock)
+
+	// stamp is the trace clock when the reply was read, set by the reader
+	// of a traced producer's connection (trace.go); by is that connection
+	// when it completes the call through onDone (on its goroutine). Both
+	// are cleared when the call is registered.
+	stamp time.Duration
+	by    *brokerConn
 
 	// result
 	code      int
@@ -91,6 +104,14 @@ type call struct {
 	onDone func(*call)   // async completion, run by whoever completes the call
 
 	bodyBuf *bytebufferpool.ByteBuffer // holds body (kindOther), back to its pool on reset
+
+	// kindGet: the value block is read from the socket straight into dst
+	// (FetchInto's reused buffer, fetch.go), or, when dst is nil, into a
+	// fresh buffer of the body's size when that is at most hint (the get's
+	// byte budget); see valueBuffer.
+	dst  []byte
+	hint int
+	own  bool // the body was read into dst or a fresh buffer (valueBuffer)
 }
 
 // newCall returns a call that is not pooled (a producer's send owns its
@@ -114,8 +135,9 @@ func putCall(cl *call) {
 func (cl *call) reset() {
 	cl.code, cl.value, cl.err, cl.onDone = 0, false, nil, nil
 	cl.msgID, cl.partition, cl.offset = 0, 0, 0
+	cl.stamp, cl.by = 0, nil
 	cl.ids = cl.ids[:0]
-	cl.body = nil
+	cl.body, cl.dst, cl.hint, cl.own = nil, nil, 0, false
 	if cl.bodyBuf != nil {
 		bytebufferpool.Put(cl.bodyBuf)
 		cl.bodyBuf = nil
@@ -148,7 +170,11 @@ func (cl *call) setReply(addr string, rep *protocol.Reply) {
 			cl.err = &ConnError{Addr: addr, Err: err}
 		}
 	case cl.kind == kindGet && cl.value:
-		cl.body = append(make([]byte, 0, len(rep.Body)), rep.Body...)
+		if cl.own { // read straight into the call's buffer (valueBuffer)
+			cl.body = rep.Body
+		} else {
+			cl.body = append(make([]byte, 0, len(rep.Body)), rep.Body...)
+		}
 	default:
 		// Variable-size (a stats body, an error text): bytebufferpool
 		// recycles the buffers and drops the rare huge one.
@@ -158,6 +184,27 @@ func (cl *call) setReply(addr string, rep *protocol.Reply) {
 		cl.bodyBuf.B = append(cl.bodyBuf.B[:0], rep.Body...)
 		cl.body = cl.bodyBuf.B
 	}
+}
+
+// valueBuffer is where the reader puts the n-byte value block of a reply to
+// cl: a get's FetchInto buffer (grown as bytes arrive beyond its capacity),
+// or a fresh buffer of exactly n bytes when n is within the get's budget
+// (hint); otherwise nil, the reader's own buffer, which grows with the bytes
+// actually received and is copied by setReply — a broker cannot make the
+// client allocate more than it asked for or was sent. cl may be nil (a late
+// reply).
+func (cl *call) valueBuffer(n int) []byte {
+	switch {
+	case cl == nil || cl.kind != kindGet:
+		return nil
+	case cl.dst != nil:
+		cl.own = true
+		return cl.dst[:0]
+	case n <= cl.hint:
+		cl.own = true
+		return make([]byte, 0, n)
+	}
+	return nil // the reader's buffer, copied by setReply once it is all there
 }
 
 // maxWindow bounds a connection's window (Config.MaxInFlight), and so the
@@ -290,6 +337,8 @@ type brokerConn struct {
 	spare    []byte
 	writing  bool // the write side is taken: the writer or a synchronous caller writes (endSync)
 	closeErr error
+
+	tl *produceRing // a traced producer's: produce events its reader completed (trace.go)
 }
 
 func newBrokerConn(addr string, cfg *connConfig) *brokerConn {
@@ -304,6 +353,9 @@ func newBrokerConn(addr string, cfg *connConfig) *brokerConn {
 		pending: newPendingTable(cfg.window),
 		wbuf:    make([]byte, 0, 64<<10),
 		spare:   make([]byte, 0, 64<<10),
+	}
+	if cfg.trace != nil {
+		c.tl = cfg.trace.newRing(addr)
 	}
 	c.dialCtx, c.cancel = context.WithCancel(context.Background())
 	c.up.Store(true)
@@ -381,6 +433,7 @@ func (c *brokerConn) register(ctx context.Context, cl *call, deadline int64) err
 	}
 	cl.opaque = c.nextOp
 	cl.deadline = deadline
+	cl.stamp, cl.by = 0, nil
 	c.pending.put(cl)
 	return nil
 }
@@ -529,7 +582,12 @@ func (c *brokerConn) put(ctx context.Context, cl *call, timeout time.Duration, t
 // do sends a request built by enc and waits for its reply. The returned
 // call must be released with putCall.
 func (c *brokerConn) do(ctx context.Context, kind callKind, timeout time.Duration, enc func(dst []byte, opaque int32) []byte) (*call, error) {
-	cl := getCall(kind)
+	return c.doCall(ctx, getCall(kind), timeout, enc)
+}
+
+// doCall is do with a call the caller took from getCall and prepared (a
+// get's buffer); it is returned to the pool on failure.
+func (c *brokerConn) doCall(ctx context.Context, cl *call, timeout time.Duration, enc func(dst []byte, opaque int32) []byte) (*call, error) {
 	if err := c.begin(ctx, cl, c.deadlineFor(ctx, timeout)); err != nil {
 		putCall(cl)
 		return nil, err
@@ -638,6 +696,10 @@ func (c *brokerConn) serve(nc net.Conn) error {
 	c.state, c.downErr, c.cur = stateUp, nil, g
 	c.up.Store(true)
 	c.wbuf = c.wbuf[:0]
+	if c.tl != nil {
+		c.wbuf = appendTraceOn(c.wbuf) // trace.go: before any put of this connection
+		g.wkick <- struct{}{}
+	}
 	c.mu.Unlock()
 	c.clock.Store(time.Now().UnixNano())
 	if f := c.cfg.onUp; f != nil {
@@ -767,10 +829,36 @@ func (c *brokerConn) heartbeatDone(cl *call) {
 
 func (c *brokerConn) reader(g *generation, fail func(error)) {
 	defer g.wg.Done()
-	rr := protocol.NewReplyReader(g.nc, c.cfg.maxReplyBody)
+	var src io.Reader = g.nc
+	var st *stampReader
+	if c.tl != nil {
+		st = &stampReader{r: g.nc} // trace.go
+		src = st
+		defer c.tl.publish()
+	}
+	rr := protocol.NewReplyReader(src, c.cfg.maxReplyBody)
+	var cl *call // a get whose value block is being read into its own buffer
+	into := func(rep protocol.Reply, n int) []byte {
+		if rep.Kind != protocol.ReplyValue {
+			return nil
+		}
+		c.mu.Lock()
+		cl = c.pending.take(rep.Opaque)
+		c.mu.Unlock()
+		return cl.valueBuffer(n)
+	}
 	for {
-		rep, err := rr.Next()
+		if c.tl != nil && rr.Buffered() == 0 {
+			c.tl.publish() // the read batch is done: its produce events go to the writer
+		}
+		cl = nil
+		rep, err := rr.NextInto(into)
 		if err != nil {
+			if cl != nil { // taken from pending: fail it here
+				<-c.window
+				cl.err = &ConnError{Addr: c.addr, Err: err}
+				cl.finish()
+			}
 			fail(err)
 			return
 		}
@@ -779,14 +867,22 @@ func (c *brokerConn) reader(g *generation, fail func(error)) {
 			c.handleCheck(rep.Body)
 			continue
 		}
-		c.mu.Lock()
-		cl := c.pending.take(rep.Opaque)
-		c.mu.Unlock()
+		if rep.Kind != protocol.ReplyValue {
+			c.mu.Lock()
+			cl = c.pending.take(rep.Opaque)
+			c.mu.Unlock()
+		}
 		if cl == nil {
 			continue // timed out or abandoned: a late reply
 		}
 		<-c.window
 		cl.setReply(c.addr, &rep)
+		if st != nil {
+			cl.stamp = st.at
+			if cl.onDone != nil {
+				cl.by = c // completed right here, on this goroutine
+			}
+		}
 		cl.finish()
 	}
 }
@@ -837,6 +933,9 @@ func (c *brokerConn) close(err error) {
 		c.cancel()
 	})
 	<-c.runDone
+	if c.tl != nil {
+		c.tl.retired.Store(true) // trace.go: the writer drains it one last time
+	}
 }
 
 // --- pool -------------------------------------------------------------------

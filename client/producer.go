@@ -113,9 +113,6 @@ func (p *Producer) newSend(ctx context.Context, msg *Message) (*sendState, error
 	if hasProps(msg) { // a plain message skips the pool (its Get and Put were ~7% of async publish)
 		s.props = bytebufferpool.Get()
 		s.props.B = appendProps(s.props.B[:0], msg)
-		if p.trace != nil {
-			s.props.B = appendTraceMark(s.props.B) // trace.go
-		}
 		if len(s.props.B) > protocol.MaxPropertiesLen {
 			err := fmt.Errorf("metaq client: properties line of %d bytes exceeds %d", len(s.props.B), protocol.MaxPropertiesLen)
 			p.sendEnded(s, SendResult{}, err, "") // every BeforeSend has its AfterSend
@@ -123,8 +120,6 @@ func (p *Producer) newSend(ctx context.Context, msg *Message) (*sendState, error
 			return nil, err
 		}
 		props = s.props.B
-	} else if p.trace != nil {
-		props = traceMarkProps // trace.go: the mark alone, shared
 	}
 	s.data = messageData(msg, props)
 	s.ordered = p.opts.Selector.Ordered(msg)
@@ -159,11 +154,18 @@ func newProducer(cfg Config, hooks func(*connConfig)) (*Producer, error) {
 		hooks(cc)
 	}
 	p.pool = newConnPool(cc)
+	if p.cfg.Trace {
+		// Before any connection is made: a traced producer's connections
+		// mark its messages (`trace on`) and buffer its events (trace.go).
+		p.trace = newTraceWriter(p.pool, &p.cfg)
+		cc.trace = p.trace
+	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	switch {
 	case cfg.ZKConnect != "":
 		zc, err := cfg.newZK()
 		if err != nil {
+			p.trace.close(0)
 			return nil, err
 		}
 		p.zk = zc
@@ -175,12 +177,10 @@ func newProducer(cfg Config, hooks func(*connConfig)) (*Producer, error) {
 		}
 		p.direct = t
 	default:
+		p.trace.close(0)
 		return nil, errors.New("metaq client: Config.ZKConnect (or Config.Brokers) is required")
 	}
 	p.hooks = p.cfg.hookList()
-	if p.cfg.Trace {
-		p.trace = newTraceWriter(p.pool, &p.cfg) // trace.go
-	}
 	return p, nil
 }
 
@@ -341,7 +341,8 @@ func (p *Producer) Close() error {
 	case <-t.C:
 	}
 	t.Stop()
-	p.trace.close(p.opts.SendTimeout) // the last events, before the connections go
+	p.trace.syncRings(p.opts.SendTimeout) // trace.go: what the readers still hold
+	p.trace.close(p.opts.SendTimeout)     // the last events, before the connections go
 	p.cancel()
 	p.pool.close()
 	p.wg.Wait()
@@ -409,6 +410,7 @@ func (p *Producer) attemptAsync(ctx context.Context, s *sendState) {
 	s.tbl, s.idx = t, p.pick(t, s.msg, &s.attemptPos)
 	conn := t.conns[s.idx]
 	cl.err, cl.code = nil, 0
+	cl.stamp, cl.by = 0, nil
 	cl.onDone = s.done
 	if err := conn.startPut(ctx, cl, conn.deadlineFor(ctx, p.opts.SendTimeout), s.msg.Topic, t.putPartition(s.idx), &s.data, !p.opts.NoChecksum); err != nil {
 		cl.err = err

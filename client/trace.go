@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,9 +91,6 @@ func traceClock() time.Duration { return time.Since(traceEpoch) }
 
 var traceEpoch = time.Now()
 
-// traceMarkProps is the properties line of a traced plain message.
-var traceMarkProps = appendTraceMark(nil)
-
 type traceItem struct {
 	addr string
 	ev   trace.Event
@@ -102,17 +101,20 @@ type traceItem struct {
 // writer swaps out whole: adding an event takes the lock and copies the
 // event, and wakes the writer only once per traceBatchEvents events (a
 // channel send per event would wake it every time, which cost more than
-// the rest of the trace path).
+// the rest of the trace path). The produce events of async sends skip the
+// queue: each connection's reader appends them to a ring of its own
+// (produceRing) that the writer drains.
 type traceWriter struct {
 	pool    *connPool
 	opts    TraceOptions
 	cfg     *Config
 	mu      sync.Mutex
-	queue   []traceItem   // guarded by mu
-	pqueue  []produceItem // guarded by mu: the producer's sends (traceSend)
-	spare   []traceItem   // the writer's (swapped with queue)
-	pspare  []produceItem // the writer's (swapped with pqueue)
-	nQueued uint64        // guarded by mu
+	queue   []traceItem    // guarded by mu
+	pqueue  []produceItem  // guarded by mu: the producer's sends (traceSend)
+	spare   []traceItem    // the writer's (swapped with queue)
+	pspare  []produceItem  // the writer's (swapped with pqueue)
+	nQueued uint64         // guarded by mu
+	rings   []*produceRing // guarded by mu: one per connection of a traced producer
 	kick    chan struct{}
 	stopped atomic.Bool
 	stop    chan struct{} // Close: flush and end
@@ -178,22 +180,154 @@ func (w *traceWriter) add(addr string, e *trace.Event) {
 	}
 }
 
-// addProduce queues a send's produce event; it never blocks.
-func (w *traceWriter) addProduce(it *produceItem) {
+// addProduces queues produce events (a connection's read batch, or one
+// send); it never blocks: what does not fit is dropped and counted.
+func (w *traceWriter) addProduces(its []produceItem) {
 	w.mu.Lock()
-	if len(w.queue)+len(w.pqueue) >= w.opts.QueueSize || w.stopped.Load() {
-		w.mu.Unlock()
-		w.dropped.Add(1)
-		return
+	before := len(w.queue) + len(w.pqueue)
+	room := w.opts.QueueSize - before
+	if w.stopped.Load() {
+		room = 0
 	}
-	w.pqueue = append(w.pqueue, *it)
-	w.nQueued++
-	n := len(w.queue) + len(w.pqueue)
+	room = max(0, min(room, len(its)))
+	w.pqueue = append(w.pqueue, its[:room]...)
+	w.nQueued += uint64(room)
 	w.mu.Unlock()
-	if n == traceBatchEvents {
+	if room < len(its) {
+		w.dropped.Add(uint64(len(its) - room))
+	}
+	if before < traceBatchEvents && before+room >= traceBatchEvents {
 		w.wake()
 	}
 }
+
+// produceRing is a traced producer connection's queue of produce events:
+// a single-producer, single-consumer ring. The connection's reader
+// completes the async sends (Producer.asyncDone runs on it) and writes
+// their events straight into a slot — a fixed-size item, no lock, no
+// clock read of its own (the reply's read stamps it), no allocation — and
+// publishes them with one atomic store per read batch (publish, when the
+// reply reader's buffer is empty) and wakes the writer once per ringKick
+// events. The writer goroutine drains the ring in place. A full ring drops
+// the event and counts it: the producer never waits for its trace. The
+// reader holds mu while it has events not yet published (from the first
+// push after a publish to the next publish), so that Close can wait for
+// them (sync).
+type produceRing struct {
+	w     *traceWriter
+	addr  string
+	mu    sync.Mutex
+	items []produceItem // ringSize slots, allocated on the first event
+	next  uint64        // the reader's: next slot to fill
+	pub   uint64        // the reader's: head as last published
+	_     [64]byte      // head and tail on cache lines of their own
+	head  atomic.Uint64 // slots [tail, head) are the writer's to drain (stored by the reader)
+	_     [56]byte
+	tail  atomic.Uint64 // next slot the writer drains (stored by the writer)
+	_     [56]byte
+	// retired: the connection closed; the writer drains the ring once
+	// more and forgets it.
+	retired atomic.Bool
+}
+
+const (
+	ringSize = 4096 // slots per connection (a power of two)
+	ringKick = 1024 // the reader wakes the writer every ringKick events
+)
+
+// newRing registers a ring for the connection to addr.
+func (w *traceWriter) newRing(addr string) *produceRing {
+	r := &produceRing{w: w, addr: addr}
+	w.mu.Lock()
+	w.rings = append(w.rings, r)
+	w.mu.Unlock()
+	return r
+}
+
+// slot is the slot for the next event (on the connection's reader
+// goroutine only), or nil when the ring is full (the event is dropped and
+// counted). The caller fills it and calls push.
+func (r *produceRing) slot() *produceItem {
+	if r.next-r.tail.Load() >= ringSize || r.w.stopped.Load() {
+		r.w.dropped.Add(1)
+		return nil
+	}
+	if r.items == nil {
+		r.items = make([]produceItem, ringSize)
+	}
+	return &r.items[r.next&(ringSize-1)]
+}
+
+// push adds the slot filled to the ring (published by publish, or now
+// every 64 events).
+func (r *produceRing) push() {
+	if r.next == r.pub {
+		r.mu.Lock()
+	}
+	r.next++
+	if r.next%64 == 0 {
+		r.publish()
+		if r.next%ringKick == 0 {
+			r.w.wake()
+		}
+	}
+}
+
+// publish makes the events pushed visible to the writer.
+func (r *produceRing) publish() {
+	if r.next != r.pub {
+		r.pub = r.next
+		r.head.Store(r.next)
+		r.mu.Unlock()
+	}
+}
+
+// sync waits (at most until deadline) for the reader to publish what it
+// pushed (Close: the async sends are done, their events about to be
+// drained one last time).
+func (r *produceRing) sync(deadline time.Time) {
+	for !r.mu.TryLock() {
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r.mu.Unlock()
+}
+
+// drain hands every published event in the ring to fn (the writer
+// goroutine).
+func (r *produceRing) drain(fn func(*produceItem)) {
+	t, h := r.tail.Load(), r.head.Load()
+	if t == h {
+		return
+	}
+	for i := t; i < h; i++ {
+		it := &r.items[i&(ringSize-1)]
+		fn(it)
+		*it = produceItem{} // drop its strings
+	}
+	r.tail.Store(h)
+}
+
+// stampReader is a traced producer connection's socket as its reply
+// reader reads it: one trace clock reading per read, which stamps every
+// reply of that read (call.stamp) instead of a clock read per reply.
+type stampReader struct {
+	r  io.Reader
+	at time.Duration
+}
+
+func (s *stampReader) Read(b []byte) (int, error) {
+	n, err := s.r.Read(b)
+	s.at = traceClock()
+	return n, err
+}
+
+// appendTraceOn is the first request of a traced producer's connection:
+// `trace on`, with opaque 0, which no call uses, so its reply is dropped
+// (an older broker's 400 too: its puts are then simply not marked).
+func appendTraceOn(dst []byte) []byte { return protocol.AppendTrace(dst, true, 0) }
 
 func (w *traceWriter) wake() {
 	select {
@@ -225,6 +359,9 @@ func (w *traceWriter) stats() TraceStats {
 	}
 	w.mu.Lock()
 	queued := w.nQueued
+	for _, r := range w.rings {
+		queued += r.head.Load()
+	}
 	w.mu.Unlock()
 	return TraceStats{Queued: queued, Written: w.written.Load(), Dropped: w.dropped.Load(),
 		Failed: w.failed.Load(), Batches: w.batches.Load()}
@@ -252,23 +389,51 @@ func (w *traceWriter) run() {
 	pending := map[string]*tracePut{} // batch being filled, per broker
 	tick := time.NewTicker(w.opts.FlushInterval)
 	defer tick.Stop()
-	add := func(it *traceItem) {
-		p := pending[it.addr]
+	// add adds e to the batch of the broker at addr; p is that batch when
+	// the caller has it (nil: look it up), and so is the result (nil once
+	// the batch was sent, or the event dropped).
+	batchOf := func(addr string, p *tracePut) *tracePut {
 		if p == nil {
-			select {
-			case p = <-w.slots:
-			case <-w.ctx.Done():
-				w.dropped.Add(1)
-				return
+			if p = pending[addr]; p == nil {
+				select {
+				case p = <-w.slots:
+				case <-w.ctx.Done():
+					w.dropped.Add(1)
+					return nil
+				}
+				p.addr = addr
+				pending[addr] = p
 			}
-			p.addr = it.addr
-			pending[it.addr] = p
 		}
-		p.batch.Add(&it.ev)
+		return p
+	}
+	sent := func(p *tracePut) *tracePut {
 		if p.batch.N >= traceBatchEvents || p.batch.Full(w.opts.BatchBytes) {
-			delete(pending, it.addr)
+			delete(pending, p.addr)
 			w.send(p)
+			return nil
 		}
+		return p
+	}
+	add := func(addr string, p *tracePut, e *trace.Event) *tracePut {
+		if p = batchOf(addr, p); p == nil {
+			return nil
+		}
+		p.batch.Add(e)
+		return sent(p)
+	}
+	var ev trace.Event
+	// addProduce is add for a produce item: most are the event before
+	// with another id, time, cost, partition and offset (AddMoved).
+	addProduce := func(addr string, p *tracePut, it *produceItem) *tracePut {
+		if p = batchOf(addr, p); p == nil {
+			return nil
+		}
+		if !it.moved(w, &p.batch) {
+			it.fill(w, &ev)
+			p.batch.Add(&ev)
+		}
+		return sent(p)
 	}
 	flush := func() {
 		for addr, p := range pending {
@@ -276,18 +441,29 @@ func (w *traceWriter) run() {
 			w.send(p)
 		}
 	}
-	var it traceItem
+	var rings []*produceRing
 	process := func() {
 		q, pq := w.take()
 		for i := range q {
-			add(&q[i])
+			add(q[i].addr, nil, &q[i].ev)
 		}
 		for i := range pq {
-			it.addr, it.ev = pq[i].addr, pq[i].event(w)
-			add(&it)
+			addProduce(pq[i].addr, nil, &pq[i])
 		}
-		it = traceItem{}
 		w.giveBack(q, pq)
+		w.mu.Lock()
+		rings = append(rings[:0], w.rings...)
+		w.mu.Unlock()
+		for _, r := range rings {
+			retired := r.retired.Load() // before the drain: then nothing follows it
+			var p *tracePut
+			r.drain(func(it *produceItem) { p = addProduce(r.addr, p, it) })
+			if retired {
+				w.forget(r)
+			}
+		}
+		clear(rings)
+		ev = trace.Event{}
 	}
 	for {
 		select {
@@ -306,6 +482,30 @@ func (w *traceWriter) run() {
 			return
 		}
 	}
+}
+
+// syncRings waits for every ring's reader to publish its events.
+func (w *traceWriter) syncRings(grace time.Duration) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	rings := slices.Clone(w.rings)
+	w.mu.Unlock()
+	deadline := time.Now().Add(grace)
+	for _, r := range rings {
+		r.sync(deadline)
+	}
+}
+
+// forget drops a drained ring whose connection closed.
+func (w *traceWriter) forget(r *produceRing) {
+	w.mu.Lock()
+	if i := slices.Index(w.rings, r); i >= 0 {
+		w.rings = slices.Delete(w.rings, i, i+1)
+		w.nQueued += r.head.Load()
+	}
+	w.mu.Unlock()
 }
 
 // send puts p's batch as one %TRACE% record; the slot comes back in finish.
@@ -351,32 +551,34 @@ func (p *tracePut) finish(cl *call) {
 	w.slots <- p
 }
 
-// appendTraceMark adds _trace=1 to a traced producer's properties line: the
-// broker writes its own events (delay, retry, dead letter, transaction end)
-// for marked messages.
-func appendTraceMark(dst []byte) []byte {
-	if len(dst) > 0 {
-		dst = append(dst, '&')
-	}
-	return append(dst, trace.PropTrace+"=1"...)
-}
-
 // --- the hooks ------------------------------------------------------------------
 
 // traceSend queues the produce event of a send that ended (sendEnded): the
-// producer's trace path, called directly rather than as a Hook so that a
-// traced send costs two clock reads and one queued event (no SendEvent, no
-// wall-clock time.Now).
+// producer's trace path, called directly rather than as a Hook. A send
+// completed by its connection's reader (every async send that got an
+// answer) costs one clock read (its start, newSend) and a fixed-size item
+// appended to the connection's buffer: its end is the read that brought
+// the reply (call.stamp), and the buffer goes to the writer once per read
+// batch (connTrace). Other sends queue the item under the writer's lock.
 func (p *Producer) traceSend(s *sendState, res SendResult, err error, addr string, attempts int) {
 	if addr == "" {
 		return // no broker was reached: nowhere to keep the event
 	}
-	m := s.msg
-	it := produceItem{addr: addr, topic: m.Topic, tag: m.Tag, msgID: res.MsgID, offset: res.Offset,
-		t0: s.t0, cost: traceClock() - s.t0, partition: int32(res.Partition.Partition), broker: int32(res.Partition.BrokerID),
-		size: int32(len(m.Body)), attempts: int32(attempts)}
+	end := s.cl.stamp
+	if end == 0 {
+		end = traceClock()
+	}
+	p.traceProduce(s.cl.by, addr, s.msg, res, err, s.t0, end, attempts)
+}
+
+// traceProduce queues the produce event of message m, sent from t0 to end
+// (traceClock readings) to the broker at addr. by is the connection whose
+// reader completed the send when this runs on that reader (its ring takes
+// the event), else nil.
+func (p *Producer) traceProduce(by *brokerConn, addr string, m *Message, res SendResult, err error, t0, end time.Duration, attempts int) {
+	var x *produceExtra
 	if len(m.Keys) > 0 || !m.DeliverAt.IsZero() || m.DelayLevel > 0 || err != nil {
-		x := &produceExtra{}
+		x = &produceExtra{}
 		if len(m.Keys) > 0 {
 			x.keys = strings.Join(m.Keys, " ")
 		}
@@ -392,9 +594,25 @@ func (p *Producer) traceSend(s *sendState, res SendResult, err error, addr strin
 			}
 			x.err, x.failed = err.Error(), true
 		}
-		it.x = x
 	}
-	p.trace.addProduce(&it)
+	var local [1]produceItem
+	it := &local[0]
+	ring := by != nil && by.tl != nil
+	if ring {
+		if it = by.tl.slot(); it == nil {
+			return // full: dropped and counted
+		}
+	}
+	// Field by field, in place (the ring's slot): no item copied.
+	it.addr, it.topic, it.tag, it.x = addr, m.Topic, m.Tag, x
+	it.msgID, it.offset, it.t0, it.cost = res.MsgID, res.Offset, t0, end-t0
+	it.partition, it.broker = int32(res.Partition.Partition), int32(res.Partition.BrokerID)
+	it.size, it.attempts = int32(len(m.Body)), int32(attempts)
+	if ring {
+		by.tl.push()
+		return
+	}
+	p.trace.addProduces(local[:])
 }
 
 // produceItem is a produce event as queued by traceSend: what a send gives,
@@ -416,9 +634,23 @@ type produceExtra struct {
 	failed            bool
 }
 
-// event is the item as a trace.Event (the writer's side).
-func (it *produceItem) event(w *traceWriter) trace.Event {
-	ev := trace.Event{Type: trace.Produce, MsgID: it.msgID, Topic: it.topic, Tag: it.tag, Time: w.wallMs(it.t0),
+// moved adds the item to b as the event before it with another id, time,
+// cost, partition and offset when that is what it is (trace.Batch.AddMoved,
+// the writer's side); false: add its event (fill).
+func (it *produceItem) moved(w *traceWriter, b *trace.Batch) bool {
+	l := b.Last()
+	if it.x != nil || l == nil || l.Type != trace.Produce || !l.OK || l.Topic != it.topic || l.Tag != it.tag ||
+		l.Keys != "" || l.Detail != "" || l.Err != "" || l.Client != "" || l.Reconsume != 0 ||
+		l.Broker != int(it.broker) || l.Attempt != int(it.attempts) || l.Size != int(it.size) ||
+		l.Host != traceHost() || l.Group != w.cfg.TraceOptions.Group {
+		return false
+	}
+	return b.AddMoved(it.msgID, w.wallMs(it.t0), int64(it.cost/time.Microsecond), int(it.partition), it.offset)
+}
+
+// fill makes ev the item's event (the writer's side).
+func (it *produceItem) fill(w *traceWriter, ev *trace.Event) {
+	*ev = trace.Event{Type: trace.Produce, MsgID: it.msgID, Topic: it.topic, Tag: it.tag, Time: w.wallMs(it.t0),
 		Cost: int64(it.cost / time.Microsecond), OK: true, Host: traceHost(), Group: w.cfg.TraceOptions.Group,
 		Broker: int(it.broker), Partition: int(it.partition), Offset: it.offset, Attempt: int(it.attempts), Size: int(it.size)}
 	if x := it.x; x != nil {
@@ -428,7 +660,6 @@ func (it *produceItem) event(w *traceWriter) trace.Event {
 			ev.Broker, ev.Partition, ev.Offset = -1, -1, -1
 		}
 	}
-	return ev
 }
 
 type consumerTrace struct {

@@ -7,16 +7,62 @@ import (
 	"github.com/metaqgo/metaq/protocol/trace"
 )
 
-// BenchmarkTraceSend is the producer trace path's cost per send on the
-// goroutine that completes it (the event queued; the writer's encoding and
-// the broker's side are not included).
+// BenchmarkTraceSend is a traced async send's whole trace cost per message
+// (docs/trace.md, "Cost"), both sides run on one goroutine: the completing
+// reader's part (the produce item written into the connection's ring) and
+// the writer's (every 256 sends: the ring drained, each item made an event
+// and encoded into a batch). The clock read of the send's start is
+// included; the reply's stamp (one clock read per socket read) is not.
 func BenchmarkTraceSend(b *testing.B) {
-	w := &traceWriter{kick: make(chan struct{}, 1), opts: TraceOptions{QueueSize: 1 << 30}}
+	w := &traceWriter{kick: make(chan struct{}, 1), opts: TraceOptions{QueueSize: 1 << 30}, cfg: &Config{}}
+	w.cfg.TraceOptions.Group = "g"
 	w.syncClock()
 	p := &Producer{trace: w}
-	p.cfg.TraceOptions.Group = "g"
+	c := &brokerConn{addr: "127.0.0.1:8123"}
+	c.tl = w.newRing(c.addr)
+	cl := newCall()
+	cl.by = c
 	m := &Message{Topic: "bench", Body: make([]byte, 100)}
-	s := &sendState{msg: m}
+	s := &sendState{msg: m, cl: cl}
+	res := SendResult{MsgID: 1 << 48, Partition: Partition{BrokerID: 1}, Offset: 42}
+	var bt trace.Batch
+	var ev trace.Event
+	encode := func(it *produceItem) {
+		if !it.moved(w, &bt) {
+			it.fill(w, &ev)
+			bt.Add(&ev)
+		}
+		if bt.N >= traceBatchEvents {
+			bt.Reset()
+		}
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		s.t0 = traceClock()
+		cl.stamp = s.t0 + time.Duration(700+i%200)*time.Microsecond
+		res.MsgID += 140
+		res.Offset++
+		res.Partition.Partition = i & 3
+		p.traceSend(s, res, nil, c.addr, 1)
+		if i%256 == 255 {
+			c.tl.publish()
+			c.tl.drain(encode)
+		}
+	}
+	if st := w.stats(); st.Dropped != 0 {
+		b.Fatalf("dropped %d", st.Dropped)
+	}
+}
+
+// BenchmarkTraceSendQueue is the cost on the sending goroutine of a send
+// not completed by a connection's reader (Send, SendToPartition): its
+// event goes into the writer's queue under its lock.
+func BenchmarkTraceSendQueue(b *testing.B) {
+	w := &traceWriter{kick: make(chan struct{}, 1), opts: TraceOptions{QueueSize: 1 << 30}, cfg: &Config{}}
+	w.syncClock()
+	p := &Producer{trace: w}
+	m := &Message{Topic: "bench", Body: make([]byte, 100)}
+	s := &sendState{msg: m, cl: newCall()}
 	res := SendResult{MsgID: 1 << 48, Partition: Partition{BrokerID: 1}, Offset: 42}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -35,11 +81,13 @@ func BenchmarkTraceBatchAdd(b *testing.B) {
 	e := trace.Event{Type: trace.Produce, MsgID: 1 << 48, Topic: "bench", Time: time.Now().UnixMilli(), Cost: 812, OK: true,
 		Host: "app-host-1", Broker: 1, Partition: 3, Offset: 123456, Attempt: 1, Size: 100}
 	b.ReportAllocs()
-	for b.Loop() {
-		e.MsgID++
+	for i := 0; b.Loop(); i++ {
+		e.MsgID += 140
 		e.Offset++
+		e.Partition = i & 3
+		e.Cost = int64(700 + i%200)
 		bt.Add(&e)
-		if bt.N == 256 {
+		if bt.N == 1024 {
 			bt.Reset()
 		}
 	}

@@ -85,10 +85,24 @@ func TestTraceProducerWritesRecords(t *testing.T) {
 			t.Fatalf("TraceKey: %v %+v", err, mts)
 		}
 	}
-	// The marked message carries _trace=1.
+	// The message is marked by its sysFlag (the connection sent `trace on`), not by a
+	// property: it stays a plain message.
 	m, err := a.QueryID(ctx, b.Addr, ids[0])
-	if err != nil || m.Properties[trace.PropTrace] != "1" {
+	if err != nil || m.SysFlag&protocol.SysFlagTraced == 0 || len(m.Properties) != 0 || m.Tag != "" {
 		t.Fatalf("record of a traced send: %v %+v", err, m)
+	}
+	// An untraced producer's messages are not marked.
+	up, err := NewProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	res, err := up.Send(ctx, &Message{Topic: "q", Body: []byte("plain")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := a.QueryID(ctx, b.Addr, res.MsgID); err != nil || m.SysFlag&protocol.SysFlagTraced != 0 {
+		t.Fatalf("record of an untraced send: %v %+v", err, m)
 	}
 }
 
@@ -234,5 +248,55 @@ func TestUserHooks(t *testing.T) {
 	}
 	if !failed || !retried {
 		t.Fatalf("consume events: failed %v, retried in place %v: %+v", failed, retried, h.calls)
+	}
+}
+
+// TestTraceAsyncSends: the produce events of async sends (queued by the connection's reader in
+// its ring, published per read batch) are all written by Close, each with its own id and offset,
+// and the traced messages stay plain (no properties line).
+func TestTraceAsyncSends(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"q": 4}, Logger: testLogger()})
+	ctx := ctxT(t, 60*time.Second)
+	p, err := NewProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger(), Trace: true,
+		TraceOptions: TraceOptions{Group: "shop", QueueSize: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5000
+	res := make([]SendResult, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		p.SendAsync(ctx, &Message{Topic: "q", Body: []byte("m" + strconv.Itoa(i))}, func(r SendResult, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			res[i] = r
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	p.Close()
+	if st := p.TraceStats(); st.Queued != n || st.Written != n || st.Dropped != 0 || st.Failed != 0 {
+		t.Fatalf("trace stats %+v: want %d queued and written", st, n)
+	}
+	a, err := NewAdmin(Config{Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for _, i := range []int{0, 1, 2, 1717, n - 1} {
+		mt, err := a.Trace(ctx, b.Addr, res[i].MsgID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := false
+		for _, e := range mt.Events {
+			ok = ok || e.Type == trace.Produce && e.OK && e.Offset == res[i].Offset && e.Partition == res[i].Partition.Partition &&
+				e.Group == "shop" && e.Size == len("m"+strconv.Itoa(i)) && e.Cost > 0
+		}
+		if !ok || !mt.Found {
+			t.Fatalf("trace of message %d (%+v): %+v", i, res[i], mt)
+		}
 	}
 }

@@ -49,6 +49,7 @@ const (
 	OpReject    // metaq: reject <group> <handle>|<len> <opaque>
 	OpExtend    // metaq: extend <group> <invisibleMs> <handle>|<len> <opaque>
 	OpAuth      // metaq: auth <user> <secret> <opaque>: auth <user> <secret> <opaque> (auth.go)
+	OpTrace     // metaq: trace on|off <opaque>: mark the connection's puts as traced (traceparse.go)
 )
 
 var opNames = [...]string{
@@ -75,6 +76,7 @@ var opNames = [...]string{
 	OpReject:      "reject",
 	OpExtend:      "extend",
 	OpAuth:        "auth",
+	OpTrace:       "trace",
 }
 
 // String returns the command name as typed on the wire.
@@ -132,7 +134,8 @@ type Command struct {
 	// pop: Count = max messages, Millis = invisibility, MaxWaitMs; release:
 	// Millis = delay; extend: Millis = invisibility. ack/release/reject/
 	// extend carry one handle in Key or a whitespace-separated list in Data.
-	// mput: Count = messages in the block (1 … MaxBatchCount).
+	// mput: Count = messages in the block (1 … MaxBatchCount). trace:
+	// 1 = on, 0 = off.
 	Count  int32
 	Millis int64
 	MaxNum int32 // query key

@@ -495,6 +495,8 @@ func (p *Parser) processLine(line []byte) (lineAction, error) {
 		p.parseReplicate(line, nf)
 	case eqFold(name, "auth"):
 		p.parseAuth(line, nf)
+	case eqFold(name, "trace"):
+		p.parseTrace(line, nf) // traceparse.go
 	default:
 		p.cmd.Op = OpUnknown
 		p.lastOpaque(line, nf)

@@ -71,6 +71,10 @@ const (
 	SysFlagDelayed    uint16 = 1 << 3
 	SysFlagRetry      uint16 = 1 << 4
 	SysFlagDeadLetter uint16 = 1 << 5
+	// SysFlagTraced: the producer traces the message (its connection sent
+	// `trace on`, docs/trace.md); the broker writes its own trace events for
+	// it, and the copies it makes (retry, delay, commit) keep the bit.
+	SysFlagTraced uint16 = 1 << 6
 )
 
 // Flag bits of the MetaQ put flag.
@@ -193,33 +197,58 @@ func PeekRecord(b []byte) (size int, magic uint32, ok bool) {
 func DecodeRecord(b []byte, maxSize int) (Record, int, error) {
 	var r Record
 	size, magic, ok := PeekRecord(b)
+	if ok && magic == RecordMagic && maxSize > 0 && size > maxSize {
+		return r, 0, ErrBadSize
+	}
+	rec, _, _, err := SplitRecord(b, true)
+	if err != nil {
+		if err == ErrBlank {
+			return r, size, err
+		}
+		return r, 0, err
+	}
+	if err := decodeFieldsInto(&r, rec); err != nil {
+		return r, 0, err // not reached: SplitRecord checked the layout
+	}
+	return r, size, nil
+}
+
+// SplitRecord checks the record at the start of b as DecodeRecord does —
+// magic, size, layout and, when crc is set, the CRC-32C — without decoding
+// its fixed fields (read them at their Off… offsets): it returns the whole
+// record (len(rec) is its size), its properties and where its data starts.
+// A BLANK filler returns ErrBlank with rec covering the filler (skip
+// len(rec) bytes), clipped to b.
+func SplitRecord(b []byte, crc bool) (rec, props []byte, data int, err error) {
+	size, magic, ok := PeekRecord(b)
 	if !ok {
-		return r, 0, ErrShortRecord
+		return nil, nil, 0, ErrShortRecord
 	}
 	switch magic {
 	case RecordMagic:
 	case BlankMagic:
 		if size < BlankMinSize {
-			return r, 0, ErrBadSize
+			return nil, nil, 0, ErrBadSize
 		}
-		return r, size, ErrBlank
+		return b[:min(size, len(b))], nil, 0, ErrBlank
 	default:
-		return r, 0, ErrBadMagic
+		return nil, nil, 0, ErrBadMagic
 	}
-	if size < RecordOverhead+1 || (maxSize > 0 && size > maxSize) || size > 1<<31-1 {
-		return r, 0, ErrBadSize
+	if size < RecordOverhead+1 || size > 1<<31-1 {
+		return nil, nil, 0, ErrBadSize
 	}
 	if len(b) < size {
-		return r, 0, ErrShortRecord
+		return nil, nil, 0, ErrShortRecord
 	}
-	rec := b[:size]
-	if err := decodeFieldsInto(&r, rec); err != nil {
-		return r, 0, err
+	rec = b[:size:size]
+	_, props, data, err = RecordLayout(rec)
+	if err != nil {
+		return nil, nil, 0, err
 	}
-	if binary.BigEndian.Uint32(rec[OffCRC:]) != CRC32C(rec[OffMsgID:]) {
-		return Record{}, 0, ErrBadCRC
+	if crc && binary.BigEndian.Uint32(rec[OffCRC:]) != CRC32C(rec[OffMsgID:]) {
+		return nil, nil, 0, ErrBadCRC
 	}
-	return r, size, nil
+	return rec, props, data, nil
 }
 
 // DecodeRecordNoCRC decodes like DecodeRecord but skips the checksum; for

@@ -89,9 +89,22 @@ func NewReplyReader(r io.Reader, maxBody int) *ReplyReader {
 	return &ReplyReader{r: br, maxBody: maxBody}
 }
 
+// Buffered is the number of bytes read from the stream and not yet
+// returned: 0 means the next Next reads from the stream.
+func (rr *ReplyReader) Buffered() int { return rr.r.Buffered() }
+
 // Next reads one reply. It returns io.EOF when the stream ends cleanly
 // between replies and io.ErrUnexpectedEOF when it ends inside one.
-func (rr *ReplyReader) Next() (Reply, error) {
+func (rr *ReplyReader) Next() (Reply, error) { return rr.NextInto(nil) }
+
+// NextInto is Next with the caller choosing where a body goes: once the
+// header is parsed, dst (when not nil) is called with the reply and its
+// body length, and a non-nil slice it returns receives the body (appended
+// from its length 0, grown as bytes arrive beyond its capacity, so a body
+// goes from the socket to the caller's buffer with no copy in between);
+// a nil slice means the reader's own buffer (or a fresh one, KeepBodies).
+// dst is not called for replies without a body.
+func (rr *ReplyReader) NextInto(dst func(rep Reply, n int) []byte) (Reply, error) {
 	line, err := rr.r.ReadSlice('\n')
 	switch {
 	case err == bufio.ErrBufferFull || len(line) > MaxLineLen:
@@ -109,11 +122,17 @@ func (rr *ReplyReader) Next() (Reply, error) {
 		return rep, nil
 	}
 	var body []byte
-	if !rr.KeepBodies {
+	own := true
+	if dst != nil {
+		if b := dst(rep, n); b != nil {
+			body, own = b[:0], false
+		}
+	}
+	if own && !rr.KeepBodies {
 		body = rr.buf[:0]
 	}
 	body, err = readBody(rr.r, body, n)
-	if !rr.KeepBodies {
+	if own && !rr.KeepBodies {
 		rr.buf = body // the largest body received so far, at most maxBody
 	}
 	if err != nil {

@@ -23,7 +23,7 @@ type RetryResult struct {
 	ReconsumeTimes int
 	Level          int
 	OrigMsgID      int64 // the id its producer was given
-	Traced         bool  // its producer traces it (the _trace property: docs/trace.md)
+	Traced         bool  // its producer traces it (SysFlagTraced, or the _trace property: docs/trace.md)
 }
 
 // Retry is the broker side of `retry <group> <msgId> <delayLevel>`: the
@@ -63,7 +63,10 @@ func (s *Service) Retry(group string, msgID int64, delayLevel int, reason []byte
 	if id, ok := propInt(r.Properties, PropOrigMsgID); ok {
 		out.OrigMsgID = id
 	}
-	_, out.Traced = protocol.PropertyRaw(r.Properties, "_trace")
+	out.Traced = r.SysFlag&protocol.SysFlagTraced != 0
+	if !out.Traced && len(r.Properties) > 0 {
+		_, out.Traced = protocol.PropertyRaw(r.Properties, "_trace") // the mark of earlier clients
+	}
 	m := store.Message{
 		Flag: r.Flag, BornTime: r.BornTime, ReconsumeTimes: uint16(min(times+1, 65535)), Data: r.Data,
 		SysFlag: (r.SysFlag &^ protocol.SysFlagDelayed) | protocol.SysFlagRetry,

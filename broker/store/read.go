@@ -52,6 +52,8 @@ type ReadResult struct {
 	lastSeg *segment   // segment of the last record appended (coalescing)
 	lastBeg int64      // physical start of the last buffer
 	lastEnd int64      // physical end of the last buffer
+	lastBuf *coldBuf   // the direct read the last buffer is in (nil: the mapping)
+	cold    []*coldBuf // direct reads served from (coldread.go), held until Release
 	live    bool
 }
 
@@ -97,6 +99,11 @@ func (r *ReadResult) Release() {
 		r.segs[i] = nil
 	}
 	r.segs = r.segs[:0]
+	for i, b := range r.cold {
+		putColdBuf(b)
+		r.cold[i] = nil
+	}
+	r.cold, r.lastBuf = r.cold[:0], nil
 	clear(r.Bufs)
 	r.Bufs = r.Bufs[:0]
 	r.Status, r.Bytes, r.Count = 0, 0, 0
@@ -157,6 +164,11 @@ func (s *Store) read(topic string, partition int32, offset int64, maxBytes int, 
 	if err := s.readInto(r, p, offset, readable, maxBytes, f, catchUp); err != nil {
 		r.Release()
 		return nil, err
+	}
+	if r.lastBuf != nil && r.Bytes >= maxBytes/2 && r.NextOffset < readable {
+		// A cold stream with more to read: its next window, while this
+		// reply is written (coldread.go).
+		s.readAheadDirect(r.lastSeg, r.lastEnd-r.lastSeg.base, s.clog.writePos())
 	}
 	return r, nil
 }
@@ -369,22 +381,42 @@ func (s *Store) appendRecord(r *ReadResult, p *partition, q, phys int64, size, m
 	if off+int64(size) > g.size {
 		return errUnitPastSegment
 	}
-	if r.Count == 0 || r.lastSeg != g {
+	var cb *coldBuf // the direct read that holds the record (coldread.go)
+	if n := len(r.cold); n > 0 && r.cold[n-1].covers(g, phys, size) {
+		cb = r.cold[n-1]
+	} else if r.Count == 0 || r.lastSeg != g || r.lastBuf != nil {
+		// (A record larger than a direct read's window is read through the mapping.)
+		// A run starts (or leaves its direct read): cold bytes are read
+		// directly, others through the mapping with read-ahead.
 		limit := s.clog.writePos()
-		s.readAhead(g, off, limit) // cold backlogs: readahead.go
-		s.populate(g, off, max(maxBytes-r.Bytes, size), limit)
+		budget := max(maxBytes-r.Bytes, size)
+		if size <= coldWindow && s.coldRead(r, g, off, budget, limit) && r.cold[len(r.cold)-1].covers(g, phys, size) {
+			cb = r.cold[len(r.cold)-1]
+		} else {
+			s.readAhead(g, off, limit) // readahead.go
+			s.populate(g, off, budget, limit)
+		}
 	}
-	rec := g.data[off : off+int64(size)]
+	var rec []byte
+	if cb != nil {
+		rec = cb.bytes(phys, size)
+	} else {
+		rec = g.data[off : off+int64(size)]
+	}
 	if !verifyRecord(rec, p, q) {
 		return errRecordMismatch
 	}
-	if r.lastSeg == g && r.lastEnd == phys {
-		r.Bufs[len(r.Bufs)-1] = g.data[r.lastBeg-g.base : off+int64(size)]
+	if r.Count > 0 && r.lastSeg == g && r.lastEnd == phys && r.lastBuf == cb {
+		if cb != nil {
+			r.Bufs[len(r.Bufs)-1] = cb.bytes(r.lastBeg, int(phys+int64(size)-r.lastBeg))
+		} else {
+			r.Bufs[len(r.Bufs)-1] = g.data[r.lastBeg-g.base : off+int64(size)]
+		}
 	} else {
 		r.Bufs = append(r.Bufs, rec)
 		r.lastBeg = phys
 	}
-	r.lastSeg, r.lastEnd = g, phys+int64(size)
+	r.lastSeg, r.lastEnd, r.lastBuf = g, phys+int64(size), cb
 	r.Bytes += size
 	r.Count++
 	return nil

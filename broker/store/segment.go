@@ -38,6 +38,9 @@ type segment struct {
 	// reader (ReadResult, flusher, dispatcher). The mapping and file are
 	// closed when it drops to zero; retention unlinks the file first.
 	refs atomic.Int64
+
+	dio     atomic.Int64 // O_DIRECT descriptor + 1 for cold reads (coldread.go); 0 none yet, -1 none
+	raFront atomic.Int64 // end of the furthest direct read (or read-ahead) in it (coldread.go)
 }
 
 func segmentName(base int64) string { return fmt.Sprintf("%020d", base) }
@@ -134,6 +137,7 @@ func (g *segment) release() {
 }
 
 func (g *segment) unmap() {
+	g.closeDirect()
 	if g.data != nil {
 		_ = g.data.Unmap()
 	}

@@ -21,6 +21,8 @@ type counters struct {
 	fillWaits         atomic.Int64 // appends that waited for a zero-fill chunk (tests)
 	stageWaits        atomic.Int64 // appends that waited for the staging buffer to drain (stage.go; tests)
 	inlineDispatches  atomic.Int64 // dispatch batches run by the goroutine that made them visible (dispatch.go; tests)
+	coldReads         atomic.Int64 // direct reads of cold commit-log bytes (coldread.go)
+	coldReadBytes     atomic.Int64
 }
 
 // Stats are counters for MetaQ's `stats` command and for metrics. Counters
@@ -51,6 +53,8 @@ type Stats struct {
 	Checkpoints       int64
 	CorruptReads      int64 // records refused by read verification, since open
 	IndexRepairs      int64 // index units that failed verification on a read, rebuilt from the commit log (repair.go), since open
+	ColdReads         int64 // direct reads of commit-log bytes not in the page cache (coldread.go), since open
+	ColdReadBytes     int64 // bytes they read
 
 	SyncFlush  bool   // group-commit mode
 	WriteError string // sticky error refusing appends ("" = none)
@@ -104,6 +108,7 @@ func (s *Store) Stats() Stats {
 	st.Checkpoints = s.counters.checkpoints.Load()
 	st.CorruptReads = s.counters.corruptReads.Load()
 	st.IndexRepairs = s.counters.indexRepairs.Load()
+	st.ColdReads, st.ColdReadBytes = s.counters.coldReads.Load(), s.counters.coldReadBytes.Load()
 	st.SyncFlush = s.sync
 
 	for _, ti := range s.Topics() {

@@ -177,6 +177,7 @@ type Store struct {
 
 	ra  readAheads // chunks of the commit log advised for reading (readahead.go)
 	pop readAheads // chunks of the commit log populated for reading (readahead.go)
+	pf  prefetches // direct reads started ahead of cold readers (coldread.go)
 
 	// The commit log: the append lock and everything it guards, the flush
 	// positions, the segment list, the flusher and preallocator (commitlog.go).
@@ -384,6 +385,7 @@ func (s *Store) Close() error {
 	s.isClosed.Store(true)
 
 	close(s.stop)
+	s.pf.dropAll() // cold reads' read-ahead (coldread.go): none starts after this
 	s.wg.Wait()
 
 	// Everything below runs with the background goroutines stopped.

@@ -15,9 +15,16 @@ import (
 	"github.com/metaqgo/metaq/protocol/trace"
 )
 
-// Traced reports whether a record's properties carry the producer's trace
-// mark (_trace=1).
-func Traced(props []byte) bool {
+// Traced reports whether a record is of a traced producer: its sysFlag has
+// protocol.SysFlagTraced (the producer's connection sent `trace on`), or
+// its properties carry the mark of earlier clients (_trace=1).
+func Traced(sysFlag uint16, props []byte) bool {
+	if sysFlag&protocol.SysFlagTraced != 0 {
+		return true
+	}
+	if len(props) == 0 {
+		return false
+	}
 	v, ok := protocol.PropertyRaw(props, trace.PropTrace)
 	return ok && string(v) == "1"
 }

@@ -57,7 +57,11 @@ func TestWriterStoresEvents(t *testing.T) {
 	var nilW *Writer
 	nilW.Emit(&trace.Event{})
 	nilW.Close()
-	if !Traced([]byte("tag=a&_trace=1")) || Traced([]byte("tag=a")) || Traced([]byte("_trace=0")) {
-		t.Fatal("Traced")
+	if !Traced(0, []byte("tag=a&_trace=1")) || Traced(0, []byte("tag=a")) || Traced(0, []byte("_trace=0")) || Traced(0, nil) {
+		t.Fatal("Traced: the _trace property")
+	}
+	if !Traced(protocol.SysFlagTraced, nil) || !Traced(protocol.SysFlagTraced|protocol.SysFlagRetry, []byte("tag=a")) ||
+		Traced(protocol.SysFlagRetry|protocol.SysFlagDelayed, nil) {
+		t.Fatal("Traced: the sysFlag bit")
 	}
 }

@@ -238,7 +238,7 @@ func realMessage(r *protocol.Record, h *halfMeta) store.Message {
 	copy(buf[len(own):], r.Data)
 	return store.Message{
 		Topic: h.topic, Partition: h.partition, Flag: r.Flag, BornTime: r.BornTime,
-		SysFlag:    protocol.SysFlagTxCommit,
+		SysFlag:    protocol.SysFlagTxCommit | r.SysFlag&protocol.SysFlagTraced,
 		Properties: buf[:len(own):len(own)],
 		Data:       buf[len(own):],
 	}

@@ -171,7 +171,7 @@ func (m *Manager) finish(sc *endScratch, names *nameCache, items []endItem) {
 func (m *Manager) loadReal(names *nameCache, it *endItem) error {
 	if h := it.h; h.body != nil { // kept since the put: no read
 		it.msg = store.Message{Topic: h.topic, Partition: h.partition, Flag: h.flag, BornTime: h.born,
-			SysFlag: protocol.SysFlagTxCommit, Properties: h.body[:h.nprops:h.nprops], Data: h.body[h.nprops:]}
+			SysFlag: protocol.SysFlagTxCommit | h.traced, Properties: h.body[:h.nprops:h.nprops], Data: h.body[h.nprops:]}
 		return m.planReal(it)
 	}
 	rd, err := m.st.ReadByID(it.h.id)
@@ -197,7 +197,7 @@ func (m *Manager) loadReal(names *nameCache, it *endItem) error {
 	}
 	it.msg = store.Message{
 		Topic: names.topicName(meta.topic), Partition: meta.partition, Flag: r.Flag, BornTime: r.BornTime,
-		SysFlag: protocol.SysFlagTxCommit, Properties: own, Data: r.Data,
+		SysFlag: protocol.SysFlagTxCommit | r.SysFlag&protocol.SysFlagTraced, Properties: own, Data: r.Data,
 	}
 	it.rd = rd
 	if err := m.planReal(it); err != nil {

@@ -30,6 +30,7 @@ type Event struct {
 	Topic     string
 	Partition int32
 	Props     []byte
+	SysFlag   uint16 // the message's (protocol.SysFlagTraced: its producer traces it)
 	Result    store.AppendResult
 }
 
@@ -58,7 +59,7 @@ func (m *Manager) emitEnds(sc *endScratch, items []endItem, res []store.AppendRe
 		if it.a == Commit {
 			if k < len(res) {
 				m.emit(Event{Kind: EvCommit, ID: it.h.id, Group: it.h.group, Topic: it.msg.Topic, Partition: it.msg.Partition,
-					Props: it.msg.Properties, Result: res[k]})
+					Props: it.msg.Properties, SysFlag: it.msg.SysFlag, Result: res[k]})
 			}
 			k++
 		}

@@ -94,7 +94,7 @@ func (m *Manager) PutHalf(s *Session, grp string, msg *store.Message) (store.App
 		s.props = buf
 	}
 	rec := store.Message{
-		Topic: HalfTopic, Flag: msg.Flag, BornTime: msg.BornTime, SysFlag: protocol.SysFlagTxPrepared,
+		Topic: HalfTopic, Flag: msg.Flag, BornTime: msg.BornTime, SysFlag: protocol.SysFlagTxPrepared | msg.SysFlag&protocol.SysFlagTraced,
 		Properties: buf, Data: msg.Data,
 	}
 	res, f, err := m.st.AppendAsync(&rec)
@@ -112,6 +112,7 @@ func (m *Manager) PutHalf(s *Session, grp string, msg *store.Message) (store.App
 	if own := ownProps(buf, pre); len(own)+len(msg.Data) <= maxKeptBody && m.kept < maxKeptBytes {
 		// Kept for the commit: it then needs no read of the log.
 		h.topic, h.partition, h.flag, h.born = msg.Topic, msg.Partition, msg.Flag, msg.BornTime
+		h.traced = msg.SysFlag & protocol.SysFlagTraced
 		if h.born == 0 {
 			h.born = res.StoreTime // what the half record holds
 		}
@@ -122,7 +123,8 @@ func (m *Manager) PutHalf(s *Session, grp string, msg *store.Message) (store.App
 	m.addHalfLocked(h)
 	m.registerLocked(s, grp)
 	m.mu.Unlock()
-	m.emit(Event{Kind: EvHalf, ID: res.MsgID, Group: grp, Topic: msg.Topic, Partition: msg.Partition, Props: msg.Properties, Result: res})
+	m.emit(Event{Kind: EvHalf, ID: res.MsgID, Group: grp, Topic: msg.Topic, Partition: msg.Partition, Props: msg.Properties,
+		SysFlag: msg.SysFlag, Result: res})
 	return res, f, nil
 }
 

@@ -115,6 +115,7 @@ type half struct {
 	partition int32
 	flag      int32
 	born      int64
+	traced    uint16 // protocol.SysFlagTraced of the put (kept for the commit)
 	nprops    int
 	body      []byte
 }
@@ -626,7 +627,7 @@ func (m *Manager) prepare(s *Session, key string, kind Kind) (Result, error) {
 		msg := &t.msgs[i]
 		run = append(run, store.Message{
 			Topic: HalfTopic, Flag: msg.Flag, BornTime: msg.BornTime,
-			SysFlag:    protocol.SysFlagTxPrepared,
+			SysFlag:    protocol.SysFlagTxPrepared | msg.SysFlag&protocol.SysFlagTraced,
 			Properties: halfProps(nil, msg.Topic, msg.Partition, "xid", key, msg.Properties),
 			Data:       msg.Data,
 		})

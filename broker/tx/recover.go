@@ -83,7 +83,7 @@ func (m *Manager) recover() error {
 		}
 		due := time.UnixMilli(r.StoreTime).Add(m.cfg.CheckInterval)
 		pending = append(pending, &half{id: r.MsgID, group: h.group, due: due, checks: checks[r.MsgID]})
-		m.emit(Event{Kind: EvPending, ID: r.MsgID, Group: h.group, Checks: checks[r.MsgID], Props: r.Properties})
+		m.emit(Event{Kind: EvPending, ID: r.MsgID, Group: h.group, Checks: checks[r.MsgID], Props: r.Properties, SysFlag: r.SysFlag})
 		return nil
 	})
 	if err != nil {

@@ -212,3 +212,52 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestAddMoved: AddMoved writes exactly what Add writes for the same event, and declines what
+// it cannot write (an empty batch, a copy's event, a negative id, an overflowing difference).
+func TestAddMoved(t *testing.T) {
+	base := Event{Type: Produce, MsgID: 1 << 48, Topic: "orders", Tag: "t", Time: 1767225600000, Cost: 812, OK: true,
+		Host: "app1", Group: "shop", Broker: 1, Partition: 3, Offset: 41, Attempt: 1, Size: 100}
+	var a, b Batch
+	if b.AddMoved(1, 2, 3, 0, 4) {
+		t.Fatal("AddMoved into an empty batch")
+	}
+	a.Add(&base)
+	b.Add(&base)
+	e := base
+	steps := []struct {
+		did, dat, cost int64
+		part           int
+		doff           int64
+	}{{140, 0, 790, 0, -40}, {140, 1, 790, 1, 7}, {0, 0, 790, 1, 0}, {65536 * 3, 12, 1_234_567, -1, 1 << 40},
+		{-5, -3, 0, 2, -1}, {9, 999999, 1000000, 3, 999999}}
+	for i, s := range steps {
+		e.MsgID += s.did
+		e.Time += s.dat
+		e.Cost = s.cost
+		e.Partition = s.part
+		e.Offset += s.doff
+		a.Add(&e)
+		if !b.AddMoved(e.MsgID, e.Time, e.Cost, e.Partition, e.Offset) {
+			t.Fatalf("step %d declined", i)
+		}
+		if string(a.Data) != string(b.Data) || string(a.Props) != string(b.Props) || a.N != b.N {
+			t.Fatalf("step %d:\nAdd      %q %q\nAddMoved %q %q", i, a.Data, a.Props, b.Data, b.Props)
+		}
+	}
+	evs, err := Decode(b.Data)
+	if err != nil || len(evs) != len(steps)+1 || evs[len(evs)-1].MsgID != e.MsgID || evs[len(evs)-1].Offset != e.Offset {
+		t.Fatalf("decoded %v %+v", err, evs)
+	}
+	if b.AddMoved(-1, e.Time, 0, 0, 0) || b.AddMoved(e.MsgID, e.Time, 0, -2, 0) ||
+		b.AddMoved(e.MsgID, -1<<63, 0, 0, e.Offset) {
+		t.Fatal("AddMoved took what a continuation line cannot hold")
+	}
+	c := base
+	c.RecordID = c.MsgID + 80
+	var r Batch
+	r.Add(&c)
+	if r.AddMoved(c.MsgID+1, c.Time, 0, 0, 0) {
+		t.Fatal("AddMoved after a copy's event")
+	}
+}

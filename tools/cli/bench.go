@@ -35,6 +35,7 @@ type benchOpts struct {
 	sync       bool
 	fetchSize  int
 	fetchDepth int
+	fetchInto  bool // consume: Admin.FetchInto instead of FetchWith
 	cpuProfile string
 	batch      int             // publish-batch: messages per mput frame (bench_batch.go)
 	accum      accumOpts       // accumulation (bench_accum.go)
@@ -217,6 +218,7 @@ workload succeeded.`,
 	pf.BoolVar(&o.sync, "sync", false, "expect sync flush (durable at ack): fail unless every broker reports flush_mode sync")
 	pf.IntVar(&o.fetchSize, "fetch-size", 1<<20, "consume/e2e: bytes per get (the broker caps it at maxTransferSize)")
 	pf.IntVar(&o.fetchDepth, "fetch-depth", 4, "consume: gets in flight per partition")
+	pf.BoolVar(&o.fetchInto, "fetch-into", false, "consume: read with Admin.FetchInto (a reused buffer, records iterated in place) instead of FetchWith (accumulation always does)")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark client's CPU profile to this file")
 	pf.IntVar(&o.batch, "batch", 100, "publish-batch: messages per mput frame (1 … 10000)")
 	pf.IntVar(&o.zk.inflight, "zk-inflight", 64, "zk-offsets: requests in flight on the ZooKeeper session")

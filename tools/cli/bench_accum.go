@@ -27,7 +27,7 @@ import (
 //   - the reader's bytes/s against the disk's sequential read bandwidth, measured in the same
 //     run by reading the broker's commit-log segments with O_DIRECT (--data-dir).
 // The reader is what a consumer group's fetchers do: pipelined gets per partition from offset 0
-// (Admin.FetchWith, CRC-checked and decoded), without ZooKeeper.
+// (Admin.FetchInto: a reused buffer per fetcher, every record's CRC checked), without ZooKeeper.
 
 // accumOpts are the accumulation flags.
 type accumOpts struct {
@@ -113,13 +113,16 @@ func (b *bencher) accumulation(ctx context.Context) []benchkit.Result {
 	// 4. The cold reader alone, from the backlog's start: what it moves with the machine to itself.
 	alone := b.result(benchkit.WorkloadAccumulation + "-reader-alone")
 	busy = startMachineCPU()
+	aloneCPU := b.startCPU() // broker and reader CPU per record read (nothing else runs)
 	dr := b.startDrain(ctx, parts, starts, ends, recSize)
 	select {
 	case <-time.After(d):
 	case <-ctx.Done():
+	case <-dr.done:
 	}
 	aloneN, aloneEl, err := dr.stop()
 	aloneBusy := busy.note()
+	aloneCPU.set(&alone, aloneN)
 	if err != nil {
 		return fail(fmt.Errorf("cold reader alone: %w", err))
 	}
@@ -162,8 +165,8 @@ func (b *bencher) accumulation(ctx context.Context) []benchkit.Result {
 	if diskBps > 0 {
 		ratio = fmt.Sprintf("reader / disk = %.2f", readBps/diskBps)
 	}
-	reader := fmt.Sprintf("%d partition(s), %d pipelined gets of %d bytes each from the first message (Admin.FetchWith, CRC-checked, decoded)",
-		len(parts), b.o.fetchDepth, b.o.fetchSize)
+	reader := fmt.Sprintf("%d partition(s), %d pipelined gets of %d bytes each from the first message (%s)",
+		len(parts), b.o.fetchDepth, b.o.fetchSize, fetchAPI(true))
 	b.notes(&rd, common, caches, reader+fmt.Sprintf(" while publishing; record bytes read %.0f MB/s", readBps/1e6), diskNote, ratio, withBusy)
 	alone.SetThroughput(aloneN, aloneEl)
 	aloneBps := float64(aloneN) * float64(recSize) / aloneEl.Seconds()
@@ -199,7 +202,7 @@ func (b *bencher) startDrain(ctx context.Context, parts []benchPart, starts, end
 			dr.wg.Add(1)
 			go func() {
 				defer dr.wg.Done()
-				if err := b.drainPart(dctx, p, s, recSize, &dr.got); err != nil && dctx.Err() == nil {
+				if err := b.drainPart(dctx, p, s, recSize, &dr.got, true); err != nil && dctx.Err() == nil {
 					dr.once.Do(func() { dr.err = err })
 				}
 			}()

@@ -701,7 +701,7 @@ func (b *bencher) consume(ctx context.Context) benchkit.Result {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := b.drainPart(dctx, p, s, recSize, &got); err != nil {
+				if err := b.drainPart(dctx, p, s, recSize, &got, b.o.fetchInto); err != nil {
 					fail(err)
 					cancel()
 				}
@@ -721,9 +721,17 @@ func (b *bencher) consume(ctx context.Context) benchkit.Result {
 		return r
 	}
 	r.SetThroughput(got.Load(), el)
-	b.notes(&r, fmt.Sprintf("drained a backlog of %s messages from %d partition(s): %d pipelined gets of %d bytes per partition (Admin.FetchWith, CRC-checked, decoded)",
-		benchkit.FormatCount(total), len(parts), b.o.fetchDepth, b.o.fetchSize))
+	b.notes(&r, fmt.Sprintf("drained a backlog of %s messages from %d partition(s): %d pipelined gets of %d bytes per partition (%s)",
+		benchkit.FormatCount(total), len(parts), b.o.fetchDepth, b.o.fetchSize, fetchAPI(b.o.fetchInto)))
 	return r
+}
+
+// fetchAPI names the reader's client API in the notes.
+func fetchAPI(into bool) string {
+	if into {
+		return "Admin.FetchInto into a reused buffer, CRC-checked records iterated in place"
+	}
+	return "Admin.FetchWith, CRC-checked, decoded"
 }
 
 // propsLine is the properties line the messages carry (for the record size).
@@ -763,9 +771,16 @@ func (s *drainSched) shrink(n int64) {
 	s.mu.Unlock()
 }
 
-func (b *bencher) drainPart(ctx context.Context, p benchPart, s *drainSched, recSize int, got *atomic.Int64) error {
+// drainPart reads ranges of s until none is left: with Admin.FetchWith
+// (decoded into Messages), or with into Admin.FetchInto (one reused
+// buffer per reader, records iterated with their checksums checked, the
+// body touched).
+func (b *bencher) drainPart(ctx context.Context, p benchPart, s *drainSched, recSize int, got *atomic.Int64, into bool) error {
 	tags := b.o.tag
 	misses := 0
+	var fb client.FetchBuffer
+	var sink byte
+	defer func() { _ = sink }()
 	for {
 		from, to, ok := s.take()
 		if !ok {
@@ -773,18 +788,41 @@ func (b *bencher) drainPart(ctx context.Context, p benchPart, s *drainSched, rec
 		}
 		for off := from; off < to; {
 			maxBytes := min(b.o.fetchSize, int(to-off)*recSize)
-			res, err := b.admin.FetchWith(ctx, p.addr, client.FetchRequest{Topic: b.o.topic, Partition: p.partition,
-				Offset: off, MaxBytes: maxBytes, Tags: tags})
-			if err != nil {
-				return err
-			}
+			req := client.FetchRequest{Topic: b.o.topic, Partition: p.partition, Offset: off, MaxBytes: maxBytes, Tags: tags}
 			var n int64
 			next := off
-			for i := range res.Messages {
-				if o := res.Messages[i].Offset; o < to {
-					n++
-					next = o + 1
+			var moved bool
+			var movedTo int64
+			if into {
+				if err := b.admin.FetchInto(ctx, p.addr, req, &fb); err != nil {
+					return err
 				}
+				for fb.Next() {
+					r := fb.Record()
+					if o := r.Offset(); o < to {
+						n++
+						next = o + 1
+						if body := r.Body(); len(body) > 0 {
+							sink ^= body[0]
+						}
+					}
+				}
+				if err := fb.Err(); err != nil {
+					return err
+				}
+				moved, movedTo = fb.Moved(), fb.NextOffset()
+			} else {
+				res, err := b.admin.FetchWith(ctx, p.addr, req)
+				if err != nil {
+					return err
+				}
+				for i := range res.Messages {
+					if o := res.Messages[i].Offset; o < to {
+						n++
+						next = o + 1
+					}
+				}
+				moved, movedTo = res.Moved, res.NextOffset
 			}
 			switch {
 			case n > 0:
@@ -794,8 +832,8 @@ func (b *bencher) drainPart(ctx context.Context, p benchPart, s *drainSched, rec
 				}
 				got.Add(n)
 				off = next
-			case res.Moved && res.NextOffset > off:
-				off = min(res.NextOffset, to) // filtered stretch (tags)
+			case moved && movedTo > off:
+				off = min(movedTo, to) // filtered stretch (tags)
 			default:
 				if misses++; misses > 1000 {
 					return fmt.Errorf("partition %d-%d: no message at offset %d", p.brokerID, p.partition, off)
