@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
-# bench/ha.sh — what replication costs (docs/replication.md): `metaq bench produce` (100-byte
-# messages, 1 connection, window 1000) against a master alone and against a master with one slave,
-# interleaved, in both modes:
+# bench/ha.sh — what replication costs (docs/replication.md, "Benchmarks" and "Cost"):
+# `metaq bench produce` (100-byte messages, 1 connection, window 1000) against a master alone (A)
+# and against a master with one slave (B), interleaved A B A B … in each mode:
 #
-#   async replication (syncReplicas=0, async flush)  vs  unreplicated async publish   goal >= 90%
-#   syncReplicas=1 (sync flush, durable on the slave) vs  unreplicated sync flush      goal >= 60%
+#   async:  syncReplicas=0, async flush on both  vs  the master alone, async flush   goal >= 90%
+#   sync:   syncReplicas=1, sync flush on both   vs  the master alone, sync flush    goal >= 60%
 #
-# and the slave's lag p99 during the syncReplicas=1 runs (the master's
-# replication_slave0_lag_ms, sampled every 100 ms; goal <= 50 ms). Each run also reports the CPU
-# time per message of the master and of the slave (/proc/<pid>/stat utime+stime over the run): it
-# barely moves with the machine's load, unlike the rates.
+# Every run starts its brokers afresh (empty data directories) and reports its rate and the CPU
+# time per acknowledged message of each process: the client (what `metaq bench` reports of
+# itself), the master and the slave (/proc/<pid>/stat utime+stime over the run). The result is
+# the median of the per-pair ratios (each B against the A run just before it, so that a swing of
+# the machine's load hits both), and the CPU ratio: client + master [+ slave] µs per message alone
+# divided by the same sum replicated. On 2 shared cores the CPU ratio is what the rate ratio tends
+# to when the machine is quiet (the slave's and the master's stream CPU are taken from the
+# producer's); it barely moves with the load, unlike the rates. The slave's lag p99 is sampled in
+# the replicated runs of both modes (the master's replication_slave0_lag_ms every 100 ms on one
+# open connection; goal <= 50 ms under the sync load).
 #
-# Usage: bench/ha.sh            (ROUNDS=2 DUR=10s MSG=100 WINDOW=1000 by default; ~2 minutes)
+# Usage: bench/ha.sh            (PAIRS=3 DUR=5s MSG=100 WINDOW=1000 MODES="async sync"; ~110 s)
+#        MODES=async PAIRS=5 bench/ha.sh
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ROUNDS="${ROUNDS:-2}"
-DUR="${DUR:-10s}"
+PAIRS="${PAIRS:-${ROUNDS:-3}}"
+DUR="${DUR:-5s}"
 MSG="${MSG:-100}"
 WINDOW="${WINDOW:-1000}"
+MODES="${MODES:-async sync}"
 BIN="${METAQ_BIN:-$(mktemp -d)/metaq}"
 T="$(mktemp -d /tmp/metaq-ha-bench.XXXXXX)"
 PIDS=()
@@ -36,7 +44,7 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
-# start_broker <name> <port> <sync 0|1> <extra ini>: starts, waits for `version`.
+# start_broker <name> <port> <sync 0|1> <extra ini>: starts, waits for `stats`.
 start_broker() {
 	local name=$1 port=$2 sync=$3 extra=$4 flush
 	if [[ $sync == 1 ]]; then flush="unflushThreshold=0"; else flush="unflushThreshold=1000
@@ -57,7 +65,9 @@ zk.zkEnable=false
 [topic=bench]
 numPartitions=4
 EOF
-	"$BIN" broker -c "$T/$name/server.ini" --log-level warn >"$T/$name/log" 2>&1 &
+	local prof=()
+	[[ -n ${PROFILE:-} ]] && prof=(--cpuprofile "$PROFILE/$name-$RUNLABEL.prof")
+	"$BIN" broker -c "$T/$name/server.ini" --log-level warn "${prof[@]}" >"$T/$name/log" 2>&1 &
 	PIDS+=($!)
 	for _ in $(seq 1 300); do
 		if "$BIN" stats "127.0.0.1:$port" >/dev/null 2>&1; then return 0; fi
@@ -79,9 +89,11 @@ stop_all() {
 
 cputicks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
-# run <label> <sync 0|1> <replicated 0|1> → prints "msgs/s master_us/msg slave_us/msg"
+# run <mode async|sync> <replicated 0|1> → one line "rate client_us master_us slave_us"
 run() {
-	local label=$1 sync=$2 repl=$3 mp sp extra="" mpid spid=""
+	local mode=$1 repl=$2 sync=0 mp sp extra="" mpid spid=""
+	[[ $mode == sync ]] && sync=1
+	RUNLABEL="$mode-$repl"
 	mp=$(free_port)
 	if [[ $repl == 1 && $sync == 1 ]]; then extra="[replication]
 syncReplicas=1
@@ -96,10 +108,9 @@ slaveId=0
 masterAddr=127.0.0.1:$mp"
 		spid=${PIDS[-1]}
 	fi
-	local lagf="$T/lag-$label"
-	: >"$lagf"
+	local lagf="$T/lag-$mode"
 	local sampler=""
-	if [[ $repl == 1 && $sync == 1 ]]; then
+	if [[ $repl == 1 ]]; then
 		# A light sampler: one `stats` every 100 ms on one connection kept open (bash's /dev/tcp,
 		# no process started per sample: a Go binary's start costs tens of ms of CPU).
 		(exec 3<>"/dev/tcp/127.0.0.1/$mp" || exit 0
@@ -114,42 +125,66 @@ masterAddr=127.0.0.1:$mp"
 		done) &
 		sampler=$!
 	fi
-	local out rate msgs m0 m1 s0=0 s1=0
+	local out m0 m1 s0=0 s1=0
 	m0=$(cputicks "$mpid")
 	[[ -n $spid ]] && s0=$(cputicks "$spid")
-	out=$("$BIN" bench produce --server "127.0.0.1:$mp" --topic bench --msg-size "$MSG" --conns 1 \
-		--window "$WINDOW" --duration "$DUR" --json 2>/dev/null)
+	out=$("$BIN" bench produce --server "127.0.0.1:$mp" --server-pid "$mpid" --topic bench --msg-size "$MSG" \
+		--conns 1 --window "$WINDOW" --duration "$DUR" --json 2>/dev/null)
 	m1=$(cputicks "$mpid")
 	[[ -n $spid ]] && s1=$(cputicks "$spid")
-	rate=$(jq -r '.. | .msgs_per_sec? // empty' <<<"$out" | head -1)
-	msgs=$(jq -r '.. | .msgs? // empty' <<<"$out" | head -1)
 	if [[ -n $sampler ]]; then kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true; fi
 	stop_all
-	python3 -c "
-hz=$(getconf CLK_TCK); n=${msgs:-0} or 1
-print('${rate:-0}', round(($m1-$m0)/hz*1e6/n, 3), round(($s1-$s0)/hz*1e6/n, 3) if '$spid' else '-')"
+	OUT="$out" python3 -c "
+import json, os, re
+o = json.loads(os.environ['OUT'])
+n = o.get('msgs') or 1
+hz = $(getconf CLK_TCK)
+m = re.search(r'client CPU ([0-9.]+) µs/msg', o.get('notes', ''))
+print(o.get('msgs_per_sec', 0), m.group(1) if m else 'nan', round(($m1-$m0)/hz*1e6/n, 3),
+      round(($s1-$s0)/hz*1e6/n, 3) if '$spid' else 0)"
 }
 
-p99() { sort -n "$1" | awk '{a[NR]=$1} END {if (NR==0) {print "n/a"; exit} i=int(NR*0.99); if (i<1) i=1; print a[i]}'; }
+p99() { sort -n "$1" 2>/dev/null | awk '{a[NR]=$1} END {if (NR==0) {print "n/a"; exit} i=int(NR*0.99); if (i<1) i=1; print a[i]}'; }
 
-declare -A sum mc sc
-for r in $(seq 1 "$ROUNDS"); do
-	for cfg in "async-unrep 0 0" "async-repl 0 1" "sync-unrep 1 0" "sync-repl 1 1"; do
-		set -- $cfg
-		read -r v mcpu scpu < <(run "$1" "$2" "$3")
-		printf 'round %d  %-12s %12s msg/s   CPU per message: master %s µs, slave %s µs\n' "$r" "$1" "$v" "$mcpu" "$scpu"
-		sum[$1]=$(python3 -c "print(${sum[$1]:-0} + ${v:-0})")
-		mc[$1]+="$mcpu "
-		sc[$1]+="$scpu "
-		[[ $1 == sync-repl ]] && cat "$T/lag-sync-repl" >>"$T/lag-all" 2>/dev/null || true
+RES="$T/results"
+: >"$RES"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+for mode in $MODES; do
+	for r in $(seq 1 "$PAIRS"); do
+		for repl in 0 1; do
+			read -r rate cl ms sl < <(run "$mode" "$repl")
+			label=alone
+			[[ $repl == 1 ]] && label=replicated
+			printf '%-5s pair %d  %-10s %9s msg/s   CPU µs/msg: client %s  master %s  slave %s\n' \
+				"$mode" "$r" "$label" "$rate" "$cl" "$ms" "$([[ $repl == 1 ]] && echo "$sl" || echo -)"
+			echo "$mode $r $repl $rate $cl $ms $sl" >>"$RES"
+		done
 	done
 done
-ratio() { python3 -c "a=${sum[$1]:-0}; b=${sum[$2]:-0}; print('%.0f%%' % (100*a/b) if b else 'n/a')"; }
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "async replication / unreplicated async publish: $(ratio async-repl async-unrep)   (goal >= 90%)"
-echo "syncReplicas=1 durable / unreplicated sync flush: $(ratio sync-repl sync-unrep)   (goal >= 60%)"
-med() { python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:] if x!='-']; print(round(statistics.median(v),3) if v else '-')" $1; }
-for k in async-unrep async-repl sync-unrep sync-repl; do
-	echo "CPU per message, median ($k): master $(med "${mc[$k]}") µs, slave $(med "${sc[$k]}") µs"
+python3 - "$RES" <<'EOF'
+import statistics as st, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+goal = {'async': 90, 'sync': 60}
+for mode in ('async', 'sync'):
+    rs = [r for r in rows if r[0] == mode]
+    if not rs:
+        continue
+    a = {int(r[1]): r for r in rs if r[2] == '0'}
+    b = {int(r[1]): r for r in rs if r[2] == '1'}
+    pairs = sorted(set(a) & set(b))
+    ratios = [float(b[p][3]) / float(a[p][3]) for p in pairs if float(a[p][3]) > 0]
+    med = lambda xs: st.median(xs) if xs else float('nan')
+    ca = [med([float(r[i]) for r in a.values()]) for i in (4, 5)]
+    cb = [med([float(r[i]) for r in b.values()]) for i in (4, 5, 6)]
+    print(f"{mode}: replicated / alone, median of {len(ratios)} pairs: {100*med(ratios):.0f}%"
+          f"  (pairs: {' '.join(f'{100*x:.0f}%' for x in ratios)}; goal >= {goal[mode]}%)")
+    print(f"{mode}: rate medians: alone {med([float(r[3]) for r in a.values()]):.0f}, replicated {med([float(r[3]) for r in b.values()]):.0f} msg/s")
+    print(f"{mode}: CPU µs/msg medians: alone client {ca[0]:.3f} + master {ca[1]:.3f} = {sum(ca):.3f};"
+          f" replicated client {cb[0]:.3f} + master {cb[1]:.3f} + slave {cb[2]:.3f} = {sum(cb):.3f};"
+          f" CPU ratio {100*sum(ca)/sum(cb):.0f}%")
+EOF
+for mode in $MODES; do
+	echo "$mode: slave lag p99 in the replicated runs: $(p99 "$T/lag-$mode") ms$([[ $mode == sync ]] && echo '   (goal <= 50 ms)')"
 done
-echo "slave lag p99 under syncReplicas=1 load: $(p99 "$T/lag-all" 2>/dev/null || echo n/a) ms   (goal <= 50 ms)"

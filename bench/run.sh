@@ -26,7 +26,8 @@ options:
   --systems LIST      comma-separated: metaq,jetstream,jetstream-sync,nsq,nsq-disk,redis,redis-aof (default all)
   --workloads LIST    comma-separated: publish-async,publish-durable,latency,consume-backlog,e2e,
                       topics-1000,partitions-10000,publish-batch,publish-batch-durable (default all)
-  --batch N           publish-batch: messages per batch (default 100)
+  --batch N           publish-batch: messages per batch (default 1000: 100 KB of payload)
+  --batch-inflight N  publish-batch: batches in flight on the one connection (default 5)
   --repeat N          run each system×workload N times; the table takes the median (default 1)
   --no-build          use the binaries already in bench/bin
   --no-metaq          skip metaq even if its binary exists
@@ -45,7 +46,7 @@ export PATH="$PATH:/usr/local/go/bin"
 
 orig_args=("$@")
 quick=0 build=1 metaq=1 build_metaq=0 repeat=1
-duration="" count="" batch="" systems="all" workloads="all"
+duration="" count="" batch="" inflight="" systems="all" workloads="all"
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--quick) quick=1 ;;
@@ -55,6 +56,7 @@ while [[ $# -gt 0 ]]; do
 	--workloads) workloads="${2:?--workloads needs a value}"; shift ;;
 	--repeat) repeat="${2:?--repeat needs a value}"; shift ;;
 	--batch) batch="${2:?--batch needs a value}"; shift ;;
+	--batch-inflight) inflight="${2:?--batch-inflight needs a value}"; shift ;;
 	--no-build) build=0 ;;
 	--no-metaq) metaq=0 ;;
 	--build-metaq) build_metaq=1 ;;
@@ -126,6 +128,7 @@ args=(-bin bin -metaq "$metaq_bin" -systems "$systems" -workloads "$workloads" -
 [[ -n $duration ]] && args+=(-duration "$duration")
 [[ -n $count ]] && args+=(-count "$count")
 [[ -n $batch ]] && args+=(-batch "$batch")
+[[ -n $inflight ]] && args+=(-batch-inflight "$inflight")
 
 stamp="$(date +%Y-%m-%d-%H%M%S)"
 [[ $quick == 1 ]] && stamp="quick-$stamp"

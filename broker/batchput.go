@@ -64,7 +64,7 @@ func (c *conn) handleBatchPut(cmd *protocol.Command) {
 		return
 	}
 	ts.putBytes.Add(int64(bytes))
-	c.rq.addBatchPut(flush, partition, res, cmd.Opaque)
+	c.rq.addBatchPut(flush, partition, res, cmd.BatchRuns, cmd.Opaque)
 	c.rq.replies[len(c.rq.replies)-1].t0 = sampled
 	c.own.note(ts, partition, res[n-1].QueueOffset, flush)
 	if !ts.notified.Load() && ts.notified.CompareAndSwap(false, true) && s.opts.OnTopic != nil {
@@ -96,7 +96,7 @@ func (c *conn) splitBatch(ts *topicState, partition int32, block []byte, n int) 
 			return nil, 0, "entry " + strconv.Itoa(i+1) + ": " + err.Error()
 		}
 		if len(props) > 0 {
-			if _, half := tx.HalfGroup(props); half {
+			if _, half := tx.HalfGroupRaw(props); half {
 				clear(msgs[:i])
 				return nil, 0, "entry " + strconv.Itoa(i+1) + ": transactional messages cannot be batched (use put)"
 			}
@@ -131,13 +131,30 @@ func (s *Server) appendBatch(msgs []store.Message, res []store.AppendResult) (*s
 }
 
 // addBatchPut queues an mput's success reply, rendered now into the arena:
-// `<partition> <firstOffset> <msgId>…` (the writer sends it once f, if any,
-// succeeded; in async mode failUnflushedPuts may still turn it into a 500).
-func (q *outQueue) addBatchPut(f *store.Flush, partition int32, res []store.AppendResult, opaque int32) {
+// `<partition> <firstOffset> <msgId>…`, or with runs (the compact form)
+// `<partition> <firstOffset> <firstMsgId> <size>[x<n>]…` — a frame is one
+// run of consecutive records, so each id is the previous one plus its
+// record's size (protocol/batch.go). The writer sends it once f, if any,
+// succeeded; in async mode failUnflushedPuts may still turn it into a 500.
+func (q *outQueue) addBatchPut(f *store.Flush, partition int32, res []store.AppendResult, runs bool, opaque int32) {
 	start := len(q.arena)
-	q.arena = protocol.AppendBatchResultStart(q.arena, partition, res[0].QueueOffset)
-	for i := range res {
-		q.arena = protocol.AppendBatchResultID(q.arena, res[i].MsgID)
+	if runs {
+		q.arena = protocol.AppendBatchRunsStart(q.arena, partition, res[0].QueueOffset, res[0].MsgID)
+		size, n := res[0].Size, 1
+		for i := 1; i < len(res); i++ {
+			if res[i].Size == size {
+				n++
+				continue
+			}
+			q.arena = protocol.AppendBatchRun(q.arena, size, n)
+			size, n = res[i].Size, 1
+		}
+		q.arena = protocol.AppendBatchRun(q.arena, size, n)
+	} else {
+		q.arena = protocol.AppendBatchResultStart(q.arena, partition, res[0].QueueOffset)
+		for i := range res {
+			q.arena = protocol.AppendBatchResultID(q.arena, res[i].MsgID)
+		}
 	}
 	q.bytes += replyHeaderEstimate + len(q.arena) - start
 	q.replies = append(q.replies, reply{kind: replyBatch, code: protocol.StatusSuccess, opaque: opaque,

@@ -12,18 +12,31 @@ import (
 
 // mputFrame renders an mput of bodies (flag 0) with a block checksum.
 func mputFrame(topic string, partition int, bodies []string, opaque int32) []byte {
+	return mputFrameForm(topic, partition, bodies, false, opaque)
+}
+
+// mputFrameForm is mputFrame asking for the compact reply when runs.
+func mputFrameForm(topic string, partition int, bodies []string, runs bool, opaque int32) []byte {
 	var block []byte
 	for _, b := range bodies {
 		d := protocol.MessageData{Payload: []byte(b)}
 		block = protocol.AppendBatchEntry(block, &d)
 	}
-	f := protocol.AppendBatchPutHeader(nil, topic, int32(partition), len(bodies), len(block), protocol.MessageChecksum(block), opaque)
+	hdr := protocol.AppendBatchPutHeader
+	if runs {
+		hdr = protocol.AppendBatchPutRunsHeader
+	}
+	f := hdr(nil, topic, int32(partition), len(bodies), len(block), protocol.MessageChecksum(block), opaque)
 	return append(f, block...)
 }
 
+// Both reply forms give every message its offset and the id of its record:
+// the list of ids, and the compact runs of record sizes (the bodies have
+// two lengths, so the frame's records two sizes).
 func TestBatchPutStoresOneRunWithOffsetsAndIDs(t *testing.T) {
-	for _, sync := range []bool{false, true} {
-		t.Run(fmt.Sprintf("sync=%v", sync), func(t *testing.T) {
+	for _, tc := range []struct{ sync, runs bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		sync := tc.sync
+		t.Run(fmt.Sprintf("sync=%v,runs=%v", sync, tc.runs), func(t *testing.T) {
 			b := brokertest.RunBroker(t, brokertest.Options{Sync: sync})
 			c := b.Dial()
 			c.Put("test", 1, "single before", 1) // offset 0
@@ -31,12 +44,18 @@ func TestBatchPutStoresOneRunWithOffsetsAndIDs(t *testing.T) {
 			for i := 0; i < 50; i++ {
 				bodies = append(bodies, fmt.Sprintf("batch message %d", i))
 			}
-			c.SendBytes(mputFrame("test", 1, bodies, 42))
+			c.SendBytes(mputFrameForm("test", 1, bodies, tc.runs, 42))
 			r := c.Reply()
 			if r.Code != 200 || r.Opaque != 42 {
 				t.Fatalf("mput reply %d %d %q", r.Code, r.Opaque, r.Body)
 			}
 			part, first, ids, err := protocol.ParseBatchPutResult(r.Body, nil)
+			if tc.runs {
+				if want := " 90x10 91x40"; !strings.HasSuffix(string(r.Body), want) {
+					t.Fatalf("runs reply %q, want it to end in %q", r.Body, want)
+				}
+				part, first, ids, err = protocol.ParseBatchPutRuns(r.Body, len(bodies), nil)
+			}
 			if err != nil || part != 1 || first != 1 || len(ids) != len(bodies) {
 				t.Fatalf("result %d %d %d ids, %v", part, first, len(ids), err)
 			}

@@ -9,3 +9,15 @@ func SetAppendFault(s *Server, f func(topic string) error) {
 	}
 	s.appendFault.Store(&f)
 }
+
+// SetWritersFault makes the promotion's startWriters fail at step ("tx":
+// rebuilding the transaction table, "pop": starting the delivery service)
+// with f's error (nil f: none). Set it before the promotion.
+func SetWritersFault(b *Broker, f func(step string) error) { b.writersFault = f }
+
+// Writers reports which services that write are running: the delay timer,
+// the transaction table out of standby, the delivery service.
+func Writers(b *Broker) (delay, tx, pop bool) {
+	srv := b.Server
+	return srv.delayService() != nil, !srv.tx.Standby(), srv.pop.Load() != nil
+}

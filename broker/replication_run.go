@@ -201,12 +201,18 @@ func (b *Broker) startWriters() (err error) {
 		})
 	}
 	if srv.tx.Standby() {
+		if err := b.injectWritersFault("tx"); err != nil {
+			return fmt.Errorf("rebuilding the transaction table: %w", err)
+		}
 		if err := srv.tx.Recover(); err != nil {
 			return fmt.Errorf("rebuilding the transaction table: %w", err)
 		}
 		opened = append(opened, func() { srv.tx.SetStandby(true) })
 	}
 	if srv.pop.Load() == nil {
+		if err := b.injectWritersFault("pop"); err != nil {
+			return fmt.Errorf("starting the delivery service: %w", err)
+		}
 		p, err := startPop(b.Config, b.Store, srv.delayService(), srv, b.popAdjust)
 		if err != nil {
 			return fmt.Errorf("starting the delivery service: %w", err)
@@ -214,6 +220,14 @@ func (b *Broker) startWriters() (err error) {
 		b.latePop = p
 	}
 	return nil
+}
+
+// injectWritersFault is the test hook of startWriters (nil in production).
+func (b *Broker) injectWritersFault(step string) error {
+	if b.writersFault == nil {
+		return nil
+	}
+	return b.writersFault(step)
 }
 
 // openDelayService opens the delay service the way both a broker starting

@@ -37,7 +37,9 @@ type Broker struct {
 	lateDelay   *delay.Service // opened on promotion (replication_run.go)
 	latePop     *pop.Pop       // opened on promotion (replication_run.go)
 	popAdjust   func(*pop.Config)
-	security    *securityState // [security] (security.go)
+	// writersFault (tests, export_test.go) fails startWriters at a step.
+	writersFault func(step string) error
+	security     *securityState // [security] (security.go)
 
 	logLimiter *logx.Limiter
 }

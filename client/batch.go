@@ -73,17 +73,27 @@ func (f *batchFrame) release() {
 
 func (f *batchFrame) callDone(*call) { f.p.frameDone(f) }
 
-// checkBatch validates msgs for a batch.
+// checkBatch validates msgs for a batch (the topic's name once: the
+// others must carry the same).
 func (p *Producer) checkBatch(msgs []*Message) error {
 	if len(msgs) == 0 {
 		return errors.New("metaq client: empty batch")
 	}
+	if err := msgs[0].validate(p.opts.MaxMessageSize); err != nil {
+		return err
+	}
+	topic := msgs[0].Topic
 	for i, m := range msgs {
-		if err := m.validate(p.opts.MaxMessageSize); err != nil {
-			return err
+		if m == nil {
+			return errors.New("metaq client: nil message")
 		}
-		if m.Topic != msgs[0].Topic {
-			return fmt.Errorf("%w: message %d is for topic %s, the batch for %s", ErrNotBatchable, i, m.Topic, msgs[0].Topic)
+		if m.Topic != topic {
+			return fmt.Errorf("%w: message %d is for topic %s, the batch for %s", ErrNotBatchable, i, m.Topic, topic)
+		}
+		if i > 0 {
+			if err := m.validateBody(p.opts.MaxMessageSize); err != nil {
+				return err
+			}
 		}
 		if m.DelayLevel > 0 || !m.DeliverAt.IsZero() {
 			return fmt.Errorf("%w: message %d is delayed (send it with Send or SendAsync)", ErrNotBatchable, i)
@@ -93,41 +103,60 @@ func (p *Producer) checkBatch(msgs []*Message) error {
 }
 
 // encodeFrames cuts msgs into frames within the protocol's and the
-// broker's limits and encodes their blocks; nothing is sent.
+// broker's limits and encodes their blocks, in one pass into each frame's
+// reused buffer; nothing is sent. A message without properties (no tag,
+// keys or properties) costs no properties line. dst's frames are appended.
 func (p *Producer) encodeFrames(route *topicRoute, msgs []*Message, dst []*batchFrame) ([]*batchFrame, error) {
 	limit := p.opts.MaxMessageSize
+	first := len(dst)
 	f := p.newFrame()
 	fail := func(err error) ([]*batchFrame, error) {
 		f.release()
-		for _, g := range dst {
+		for _, g := range dst[first:] {
 			g.release()
 		}
-		return dst[:0], err
+		return dst[:first], err
 	}
+	// The entry header of the previous message, reused while size and flag
+	// repeat (a batch's messages are often alike).
+	var hdr [32]byte
+	hdrLen, hdrSize, hdrFlag := 0, -1, int32(0)
 	for i, m := range msgs {
-		f.props = appendProps(f.props[:0], m)
-		if len(f.props) > protocol.MaxPropertiesLen {
-			return fail(fmt.Errorf("metaq client: properties line of %d bytes exceeds %d", len(f.props), protocol.MaxPropertiesLen))
+		var props []byte
+		if hasProps(m) {
+			f.props = appendProps(f.props[:0], m)
+			if len(f.props) > protocol.MaxPropertiesLen {
+				return fail(fmt.Errorf("metaq client: properties line of %d bytes exceeds %d", len(f.props), protocol.MaxPropertiesLen))
+			}
+			props = f.props
 		}
-		d := messageData(m, f.props)
-		n := protocol.BatchEntryLen(&d)
+		d := messageData(m, props)
+		if size, flag := d.Len(), d.SendFlag(); size != hdrSize || flag != hdrFlag {
+			hdrLen = len(protocol.AppendBatchEntryHeader(hdr[:0], size, flag))
+			hdrSize, hdrFlag = size, flag
+		}
+		start := len(f.block)
+		f.block = append(f.block, hdr[:hdrLen]...)
+		f.block = d.AppendTo(f.block)
+		n := len(f.block) - start
 		if n > limit {
 			return fail(fmt.Errorf("metaq client: message %d of %d bytes exceeds MaxMessageSize %d in a batch", i, n, limit))
 		}
-		if f.count == protocol.MaxBatchCount || len(f.block)+n > limit {
+		if f.count == protocol.MaxBatchCount || len(f.block) > limit {
+			// The entry starts the next frame (moved; rare).
+			g := p.newFrame()
+			g.block = append(g.block[:0], f.block[start:]...)
+			f.block = f.block[:start]
 			dst = append(dst, f)
-			f = p.newFrame()
-			f.props = appendProps(f.props[:0], m)
-			d = messageData(m, f.props)
+			f = g
 		}
 		if f.count == 0 {
 			f.first, f.base = m, i
 		}
-		f.block = protocol.AppendBatchEntry(f.block, &d)
 		f.count++
 	}
 	dst = append(dst, f)
-	for _, g := range dst {
+	for _, g := range dst[first:] {
 		g.route, g.topic = route, msgs[0].Topic
 		g.ordered = p.opts.Selector.Ordered(g.first)
 		g.sum = protocol.ChecksumNone
@@ -179,33 +208,46 @@ func (p *Producer) SendBatchAsync(ctx context.Context, msgs []*Message, cb func(
 		fail(err)
 		return
 	}
-	frames, err := p.encodeFrames(route, msgs, nil)
+	bs := &batchSend{p: p, cb: cb}
+	frames, err := p.encodeFrames(route, msgs, bs.one[:0])
 	if err != nil {
 		fail(err)
 		return
 	}
-	results := make([]SendResult, len(msgs))
-	var mu sync.Mutex
-	left, firstErr := len(frames), error(nil)
-	finish := func(f *batchFrame, res []SendResult, err error) {
-		mu.Lock()
-		copy(results[f.base:], res)
-		if err != nil && firstErr == nil {
-			firstErr = err
-		}
-		left--
-		last := left == 0
-		mu.Unlock()
-		if last {
-			if cb != nil {
-				cb(results, firstErr)
-			}
-			p.sendDone()
-		}
-	}
+	bs.results = make([]SendResult, len(msgs))
+	bs.left = len(frames)
 	for _, f := range frames {
-		f.finish = finish
+		f.finish = bs.finish
 		p.attemptFrame(ctx, f)
+	}
+}
+
+// batchSend is one SendBatchAsync call: its results, filled in frame by
+// frame, and the frames still to answer (one allocation per call).
+type batchSend struct {
+	p        *Producer
+	cb       func([]SendResult, error)
+	one      [1]*batchFrame // encodeFrames' room for the usual single frame
+	mu       sync.Mutex
+	results  []SendResult
+	left     int
+	firstErr error
+}
+
+func (bs *batchSend) finish(f *batchFrame, res []SendResult, err error) {
+	bs.mu.Lock()
+	copy(bs.results[f.base:], res)
+	if err != nil && bs.firstErr == nil {
+		bs.firstErr = err
+	}
+	bs.left--
+	last := bs.left == 0
+	bs.mu.Unlock()
+	if last {
+		if bs.cb != nil {
+			bs.cb(bs.results, bs.firstErr)
+		}
+		bs.p.sendDone()
 	}
 }
 
@@ -285,9 +327,12 @@ func (c *brokerConn) startBatch(ctx context.Context, cl *call, deadline int64, t
 	if err := c.begin(ctx, cl, deadline); err != nil {
 		return err
 	}
-	c.wbuf = protocol.AppendBatchPutHeader(c.wbuf, topic, partition, count, len(block), sum, cl.opaque)
+	cl.batchN = count
+	c.wbuf = protocol.AppendBatchPutRunsHeader(c.wbuf, topic, partition, count, len(block), sum, cl.opaque)
 	c.wbuf = append(c.wbuf, block...)
-	c.end()
+	// A frame is a batch already: write it now when nobody is writing
+	// rather than waking the writer goroutine for it.
+	c.endSync()
 	return nil
 }
 

@@ -178,3 +178,28 @@ func TestLinger(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkEncodeFrames: the client's encoding of a batch of 1,000 100-byte
+// messages into one mput frame (no broker); b.N counts messages.
+//
+//	go test -run '^$' -bench EncodeFrames -benchtime 20000000x ./client
+func BenchmarkEncodeFrames(b *testing.B) {
+	p := &Producer{opts: &ProducerOptions{MaxMessageSize: 1 << 20, Selector: RoundRobin()}}
+	msgs := make([]*Message, 1000)
+	for i := range msgs {
+		msgs[i] = &Message{Topic: "bench", Body: make([]byte, 100)}
+	}
+	frames := make([]*batchFrame, 0, 4)
+	b.SetBytes(100)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i += len(msgs) {
+		if err := p.checkBatch(msgs); err != nil {
+			b.Fatal(err)
+		}
+		fs, err := p.encodeFrames(nil, msgs, frames[:0])
+		if err != nil || len(fs) != 1 {
+			b.Fatal(len(fs), err)
+		}
+		fs[0].release()
+	}
+}

@@ -98,6 +98,7 @@ type call struct {
 	partition int32
 	offset    int64
 	ids       []int64 // kindBatch: the message ids, in order
+	batchN    int     // kindBatch: messages in the frame (its reply lists their ids as runs)
 	err       error
 
 	done   chan struct{} // cap 1: signalled by finish when onDone is nil
@@ -165,7 +166,7 @@ func (cl *call) setReply(addr string, rep *protocol.Reply) {
 		}
 	case cl.kind == kindBatch && rep.Code == protocol.StatusSuccess:
 		var err error
-		cl.partition, cl.offset, cl.ids, err = protocol.ParseBatchPutResult(rep.Body, cl.ids)
+		cl.partition, cl.offset, cl.ids, err = protocol.ParseBatchPutRuns(rep.Body, cl.batchN, cl.ids)
 		if err != nil {
 			cl.err = &ConnError{Addr: addr, Err: err}
 		}

@@ -92,6 +92,12 @@ func (m *Message) validate(maxSize int) error {
 	if !protocol.ValidName(m.Topic) {
 		return fmt.Errorf("%w: topic %q", zkmeta.ErrBadName, m.Topic)
 	}
+	return m.validateBody(maxSize)
+}
+
+// validateBody is validate without the topic's name (a batch checks it
+// once).
+func (m *Message) validateBody(maxSize int) error {
 	for _, k := range m.Keys {
 		if k == "" || strings.ContainsAny(k, " \t\r\n") {
 			return fmt.Errorf("metaq client: message key %q is empty or contains white space", k)

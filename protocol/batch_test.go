@@ -83,6 +83,8 @@ func TestBatchAllocations(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		body = AppendBatchResultID(body, int64(i)<<20)
 	}
+	runs := AppendBatchRun(AppendBatchRun(AppendBatchRunsStart(nil, 0, 5, 7), 176, 99), 180, 1)
+	hdr := make([]byte, 0, 32)
 	n := testing.AllocsPerRun(100, func() {
 		rest := block
 		for len(rest) > 0 {
@@ -95,6 +97,10 @@ func TestBatchAllocations(t *testing.T) {
 		if _, _, _, err := ParseBatchPutResult(body, ids); err != nil {
 			t.Fatal(err)
 		}
+		if _, _, _, err := ParseBatchPutRuns(runs, 100, ids); err != nil {
+			t.Fatal(err)
+		}
+		hdr = AppendBatchEntryHeader(hdr[:0], 100, -7)
 	})
 	if n != 0 {
 		t.Fatalf("%v allocations per block", n)
@@ -111,6 +117,9 @@ func FuzzBatchBlock(f *testing.F) {
 	f.Add([]byte("1 -2147483649\r\nx"))
 	f.Add([]byte("12345678901234567890123456789012345 0\n"))
 	f.Add([]byte("3 2\r\nabc"))
+	f.Add([]byte("0 1 5 176x6 4"))
+	f.Add([]byte("00000000005 0\nabcde"))
+	f.Add([]byte("5 -0\r\nabcde"))
 	f.Fuzz(func(t *testing.T, block []byte) {
 		rest := block
 		total := 0
@@ -129,5 +138,134 @@ func FuzzBatchBlock(f *testing.F) {
 			t.Fatalf("parts %d + %d != %d", total, len(rest), len(block))
 		}
 		_, _, _, _ = ParseBatchPutResult(block, nil)
+		if _, _, ids, err := ParseBatchPutRuns(block, 7, nil); err == nil && len(ids) != 7 {
+			t.Fatalf("runs parsed into %d ids for 7 messages", len(ids))
+		}
+		// The one-pass header parser agrees with the straightforward one
+		// (refNextBatchEntry) except on numbers zero-padded past 10 digits.
+		f1, d1, r1, err1 := NextBatchEntry(block)
+		f2, d2, r2, err2 := refNextBatchEntry(block)
+		switch {
+		case err1 == nil && (err2 != nil || f1 != f2 || !bytes.Equal(d1, d2) || len(r1) != len(r2)):
+			t.Fatalf("NextBatchEntry %d %q %d, reference %d %q %d %v", f1, d1, len(r1), f2, d2, len(r2), err2)
+		case err1 != nil && err2 == nil && !longNumber(block):
+			t.Fatalf("NextBatchEntry refused (%v) what the reference accepts", err1)
+		case err1 != nil && err2 != nil && err1 != err2 && !longNumber(block):
+			t.Fatalf("NextBatchEntry says %v, the reference %v", err1, err2)
+		}
 	})
+}
+
+// refNextBatchEntry is NextBatchEntry written plainly: a bounded header
+// line split at its space.
+func refNextBatchEntry(b []byte) (flag int32, data, rest []byte, err error) {
+	w := b
+	if len(w) > 32 {
+		w = w[:32]
+	}
+	nl := bytes.IndexByte(w, '\n')
+	if nl < 0 {
+		return 0, nil, nil, errEntryHeader
+	}
+	line := trimCR(w[:nl])
+	sp := bytes.IndexByte(line, ' ')
+	if sp <= 0 {
+		return 0, nil, nil, errEntryHeader
+	}
+	size, ok1 := parseInt64(line[:sp])
+	f, ok2 := parseInt32(line[sp+1:])
+	if !ok1 || !ok2 || size < 0 || line[0] == '-' {
+		return 0, nil, nil, errEntryHeader
+	}
+	b = b[nl+1:]
+	if size > int64(len(b)) {
+		return 0, nil, nil, errEntrySize
+	}
+	return f, b[:size:size], b[size:], nil
+}
+
+// longNumber reports whether b's header has a number of more than 10
+// digits (which NextBatchEntry refuses even when zero-padded).
+func longNumber(b []byte) bool {
+	run := 0
+	for _, c := range b {
+		if c == '\n' {
+			return false
+		}
+		if c >= '0' && c <= '9' {
+			if run++; run > 10 {
+				return true
+			}
+		} else {
+			run = 0
+		}
+	}
+	return false
+}
+
+func TestBatchRuns(t *testing.T) {
+	body := AppendBatchRunsStart(nil, 3, 100, 1<<48|500)
+	body = AppendBatchRun(body, 176, 3)
+	body = AppendBatchRun(body, 200, 1)
+	body = AppendBatchRun(body, 90, 2)
+	if string(body) != "3 100 281474976711156 176x3 200 90x2" {
+		t.Fatalf("body %q", body)
+	}
+	part, first, ids, err := ParseBatchPutRuns(body, 6, nil)
+	want := []int64{1<<48 | 500, 1<<48 | 676, 1<<48 | 852, 1<<48 | 1028, 1<<48 | 1228, 1<<48 | 1318}
+	if err != nil || part != 3 || first != 100 || fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Fatalf("runs %d %d %v %v, want ids %v", part, first, ids, err, want)
+	}
+	for _, bad := range []string{"", "3", "3 1", "3 1 5", "3 1 5 176x5", "3 1 5 176x7", "3 1 5 176x0 176x6",
+		"3 1 5 176x6 ", "3 1 5 176 x5", "3 1 5 10x6", "3 1 -5 176x6", "3 -1 5 176x6", "3 1 5 176y6", "3 1 5 176x6 1"} {
+		if _, _, _, err := ParseBatchPutRuns([]byte(bad), 6, nil); err == nil {
+			t.Errorf("ParseBatchPutRuns(%q, 6) accepted", bad)
+		}
+	}
+	for _, c := range []struct {
+		size int
+		flag int32
+	}{{0, 0}, {100, -7}, {1 << 30, 1<<31 - 1}, {5, -1 << 31}} {
+		h := AppendBatchEntryHeader(nil, c.size, c.flag)
+		if want := fmt.Sprintf("%d %d\r\n", c.size, c.flag); string(h) != want {
+			t.Errorf("AppendBatchEntryHeader(%d, %d) = %q, want %q", c.size, c.flag, h, want)
+		}
+	}
+}
+
+// The header's optional fields: a checksum, `runs`, both, or neither.
+func TestBatchPutHeaderForms(t *testing.T) {
+	block := AppendBatchEntry(nil, &MessageData{Payload: []byte("abc")})
+	sum := MessageChecksum(block)
+	cases := []struct {
+		line    string
+		runs    bool
+		hasSum  bool
+		wantErr string
+	}{
+		{string(AppendBatchPutHeader(nil, "t", 1, 1, len(block), ChecksumNone, 9)), false, false, ""},
+		{string(AppendBatchPutHeader(nil, "t", 1, 1, len(block), sum, 9)), false, true, ""},
+		{string(AppendBatchPutRunsHeader(nil, "t", 1, 1, len(block), ChecksumNone, 9)), true, false, ""},
+		{string(AppendBatchPutRunsHeader(nil, "t", 1, 1, len(block), sum, 9)), true, true, ""},
+		{fmt.Sprintf("mput t 1 1 %d runz 9\r\n", len(block)), false, false, "invalid checksum"},
+		{fmt.Sprintf("mput t 1 1 %d %d rnus 9\r\n", len(block), sum), false, false, "usage"},
+		{fmt.Sprintf("mput t 1 1 %d runs %d 9\r\n", len(block), sum), false, false, "usage"},
+	}
+	for _, tc := range cases {
+		var p Parser
+		var got Command
+		err := p.Parse(append([]byte(tc.line), block...), func(c *Command) error { got = *c; return nil })
+		if err != nil {
+			t.Fatalf("%q: %v", tc.line, err)
+		}
+		if tc.wantErr != "" {
+			if got.Err == nil || !bytes.Contains([]byte(got.Err.Msg), []byte(tc.wantErr)) {
+				t.Errorf("%q: error %v, want %q", tc.line, got.Err, tc.wantErr)
+			}
+			continue
+		}
+		if got.Err != nil || got.BatchRuns != tc.runs || got.HasChecksum != tc.hasSum || got.Opaque != 9 || got.Count != 1 {
+			t.Errorf("%q: %+v", tc.line, got)
+		}
+	}
 }

@@ -42,7 +42,7 @@ const (
 	OpProducer  // producer <group> <opaque> (txparse.go)
 	OpRetry     // metaq: retry <group> <msgId> <delayLevel> <opaque> [<reason>]
 	OpReplicate // metaq: replicate <brokerId> <slaveId> <position> <epoch> <opaque> (haparse.go)
-	OpBatchPut  // metaq: mput <topic> <partition> <count> <len> [<checksum>] <opaque> (batch.go)
+	OpBatchPut  // metaq: mput <topic> <partition> <count> <len> [<checksum>] [runs] <opaque> (batch.go)
 	OpPop       // metaq: pop <topic> <group> <max> <invisibleMs> <maxWaitMs> <opaque> [<tags> [<where>]] (pop.go)
 	OpAck       // metaq: ack <group> <handle>|<len> <opaque> (pop.go)
 	OpRelease   // metaq: release <group> <delayMs> <handle>|<len> <opaque>
@@ -136,9 +136,12 @@ type Command struct {
 	// extend carry one handle in Key or a whitespace-separated list in Data.
 	// mput: Count = messages in the block (1 … MaxBatchCount). trace:
 	// 1 = on, 0 = off.
-	Count  int32
-	Millis int64
-	MaxNum int32 // query key
+	Count int32
+	// BatchRuns: mput asked for the compact reply (the `runs` field,
+	// batch.go): message ids as runs of record sizes instead of a list.
+	BatchRuns bool
+	Millis    int64
+	MaxNum    int32 // query key
 
 	// Args are the raw fields after the command name (the opaque included).
 	// Set only for transaction, sync and commands with an Err (for logging);

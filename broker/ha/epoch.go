@@ -3,6 +3,7 @@ package ha
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/protocol"
@@ -11,11 +12,20 @@ import (
 // Epoch history: a node that becomes master writes one record into its own
 // log before it accepts a put,
 //
-//	topic %HA%, partition 0, data "epoch=<n>"
+//	topic %HA%, partition 0, data "epoch=<n>" or "epoch=<n> start=<pos>"
 //
-// so the history (which epoch began at which physical offset: the record's
-// own position) replicates like every other record and survives in every
-// copy of the log. A node rejoining as a slave sends the last epoch in its
+// so the history (which epoch began at which physical offset: start when
+// given, else the record's own position) replicates like every other record
+// and survives in every copy of the log. A promoted node writes the first
+// form. A node configured as master (no election) starts a new epoch each
+// time it starts, at the position its log recovered to (the second form,
+// written once the broker runs, so start may lie before the record): what a
+// slave holds past that point came from before a crash of the master's
+// machine and may differ from what the master writes there now
+// (docs/replication.md, "A slave ahead of its master"). It does so only
+// once its log holds an epoch record, i.e. once a slave has linked to it:
+// until then no slave holds its bytes, and the first link writes the first
+// record (Node.ensureEpoch). A node rejoining as a slave sends the last epoch in its
 // own log; the master answers where that epoch ends in its history (the
 // start of the next epoch it knows, else its end) — Kafka's leader-epoch
 // rule — and a slave whose log goes past that point truncates there.
@@ -47,9 +57,12 @@ func readEpochs(st *store.Store) ([]epochRec, error) {
 			it := protocol.NewRecordIterator(b)
 			for it.Next() {
 				r := it.Record()
-				e, ok := parseEpochData(r.Data)
+				e, start, ok := parseEpochData(r.Data)
 				if ok {
-					out = append(out, epochRec{epoch: e, start: r.PhysicalOffset})
+					if start < 0 || start > r.PhysicalOffset {
+						start = r.PhysicalOffset
+					}
+					out = append(out, epochRec{epoch: e, start: start})
 				}
 			}
 		}
@@ -58,13 +71,27 @@ func readEpochs(st *store.Store) ([]epochRec, error) {
 	}
 }
 
-func parseEpochData(b []byte) (int64, bool) {
+// parseEpochData parses "epoch=<n>" (start -1: the record's position) or
+// "epoch=<n> start=<pos>".
+func parseEpochData(b []byte) (e, start int64, ok bool) {
 	s, ok := cutPrefix(string(b), "epoch=")
 	if !ok {
-		return 0, false
+		return 0, 0, false
+	}
+	start = -1
+	if i := strings.IndexByte(s, ' '); i >= 0 {
+		v, ok := cutPrefix(s[i+1:], "start=")
+		if !ok {
+			return 0, 0, false
+		}
+		p, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || p < 0 {
+			return 0, 0, false
+		}
+		s, start = s[:i], p
 	}
 	e, err := strconv.ParseInt(s, 10, 64)
-	return e, err == nil && e > 0
+	return e, start, err == nil && e > 0
 }
 
 func cutPrefix(s, p string) (string, bool) {
@@ -92,6 +119,21 @@ func epochEnd(es []epochRec, e, end int64) int64 {
 		}
 	}
 	return end
+}
+
+// writeStartEpoch appends the record of epoch e beginning at start (this
+// run's first byte, store.OpenPos) on a node that is master already: it is
+// durable locally when this returns; it does not wait for the sync gate (the
+// slaves receive it as any record).
+func writeStartEpoch(st *store.Store, e, start int64) error {
+	data := "epoch=" + strconv.FormatInt(e, 10) + " start=" + strconv.FormatInt(start, 10)
+	if _, _, err := st.AppendAsync(&store.Message{Topic: EpochTopic, Data: []byte(data)}); err != nil {
+		return fmt.Errorf("ha: writing the epoch record: %w", err)
+	}
+	if err := st.Flush(); err != nil {
+		return fmt.Errorf("ha: writing the epoch record: %w", err)
+	}
+	return nil
 }
 
 // writeEpoch appends the record of epoch e (durable when it returns, in

@@ -33,7 +33,8 @@ import (
 //	rsv   3 bytes (zero)
 //	len   u32  payload length (<= maxFramePayload)
 //	pos   i64  physical offset of the payload (heartbeat: the master's end)
-//	end   i64  the master's visible end when the frame was sent
+//	end   i64  the master's written end when the frame was sent (what it
+//	           may ship: in sync-flush mode ahead of its durable end)
 //	time  i64  the master's clock (unix ms) when the frame was sent
 //
 // Slave → master, 16 bytes each, one per batch made durable:
@@ -63,7 +64,7 @@ type frameHeader struct {
 	kind byte
 	n    int   // payload length
 	pos  int64 // data: offset of the payload; heartbeat: the master's end
-	end  int64 // the master's visible end
+	end  int64 // the master's written end
 	time int64 // the master's clock, unix ms
 }
 

@@ -78,6 +78,10 @@ type Node struct {
 	follower *follower
 	links    map[*link]struct{}
 	replicas map[int]*replica
+	// epochMu guards startEpoch: a node started as master has written the
+	// epoch record of this run (ensureEpoch), or needs none (promoted).
+	epochMu    sync.Mutex
+	startEpoch bool
 
 	gate *gate
 	wg   sync.WaitGroup
@@ -114,6 +118,11 @@ func New(cfg Config) (*Node, error) {
 		n.role.Store(int32(RoleSlave))
 	} else {
 		n.role.Store(int32(RoleMaster))
+		if cfg.SyncReplicas > 0 {
+			// Before the broker takes a put: a round held before Start is
+			// checked once the gate runs.
+			n.st.SetReplicationGate(n.gate)
+		}
 	}
 	e, err := lastEpoch(n.st)
 	if err != nil {
@@ -133,6 +142,11 @@ func (n *Node) Start() {
 	}()
 	if n.Role() == RoleMaster {
 		n.becomeMasterLocked()
+		if n.epoch.Load() > 0 {
+			if err := n.ensureEpoch(); err != nil {
+				n.log.Error("the epoch record of this run could not be written; the first slave link tries again", "err", err)
+			}
+		}
 		return
 	}
 	n.st.SetReplica(true)
@@ -148,6 +162,27 @@ func (n *Node) becomeMasterLocked() {
 	if n.cfg.SyncReplicas > 0 {
 		n.st.SetReplicationGate(n.gate)
 	}
+}
+
+// ensureEpoch writes the epoch record of this run on a node started as
+// master (epoch.go): at Start when its log holds epoch records already (a
+// slave has linked to it before), else at the first link. The epoch begins
+// where the log recovered to at open (store.OpenPos), whatever was appended
+// since. Nothing to do on a promoted node (Promote wrote its epoch).
+func (n *Node) ensureEpoch() error {
+	n.epochMu.Lock()
+	defer n.epochMu.Unlock()
+	if n.startEpoch || n.cfg.AutoFailover || n.cfg.SlaveID >= 0 {
+		return nil
+	}
+	e := n.epoch.Load() + 1
+	if err := writeStartEpoch(n.st, e, n.st.OpenPos()); err != nil {
+		return err
+	}
+	n.epoch.Store(e)
+	n.startEpoch = true
+	n.log.Info("a new epoch begins where the log recovered to", "epoch", e, "epochStart", n.st.OpenPos())
+	return nil
 }
 
 // Close stops following and streaming; rounds still held fail (503).
@@ -265,6 +300,9 @@ func (n *Node) Promote(ctx context.Context, epoch int64) error {
 			return fmt.Errorf("ha: promote: starting the services that write: %w", err)
 		}
 	}
+	n.epochMu.Lock()
+	n.startEpoch = true // this run's epoch is the one just written
+	n.epochMu.Unlock()
 	n.master.Store(nil)
 	n.role.Store(int32(RoleMaster))
 	n.fenced.Store(nil)

@@ -44,8 +44,9 @@ type Controller interface {
 	// Role is the node's current role.
 	Role() Role
 	// Epoch is the epoch this node serves under: the epoch of the master it
-	// follows (slave) or the epoch it was promoted with (master); 0 when it
-	// was never elected (static configuration, autoFailover=false).
+	// follows (slave) or the epoch it was promoted with (master). A node
+	// configured as master (autoFailover=false) opens a new one at each
+	// start once a slave has linked to its log (epoch.go); 0 before that.
 	Epoch() int64
 	// DurablePos is the end of this node's durable commit log (a physical
 	// offset): what an election compares to pick the most complete slave.

@@ -83,15 +83,33 @@ func (n *Node) ServeLink(nc net.Conn, req LinkRequest) {
 		fail(503, why)
 		return
 	}
+	if err := n.ensureEpoch(); err != nil {
+		fail(503, err.Error())
+		return
+	}
 	es, err := readEpochs(st)
 	if err != nil {
 		fail(503, "reading the epoch history: "+err.Error())
 		return
 	}
-	vis := st.VisiblePos()
-	if end := epochEnd(es, req.Epoch, vis); req.Position > end {
+	end := epochEnd(es, req.Epoch, st.WrittenPos())
+	if req.Position > end && end < st.MinPos() {
+		// Where the slave's epoch ends here is below this log's oldest
+		// segment: nothing retained can be compared with the slave's
+		// bytes, and a slave cut there would be reset to the oldest
+		// segment with no epoch of its own, and cut again. A slave reset
+		// to this master's oldest segment (behind retention) is in this
+		// case every time it links until it has received an epoch record.
+		n.log.Warn("a slave's epoch ends below this master's oldest segment: its log cannot be checked against this one; it continues",
+			"slave", req.SlaveID, "position", req.Position, "epoch", req.Epoch, "epochEnd", end, "oldestSegment", st.MinPos())
+		end = req.Position
+	}
+	if req.Position > end {
 		// The slave holds bytes this master never had in that epoch (or
-		// more than it has at all): it must cut them first.
+		// more than it has at all): it must cut them first. This includes
+		// a slave of a master whose machine crashed: a master ships what
+		// it wrote before it is durable, and each start of a master opens
+		// a new epoch where its recovered log ends (epoch.go).
 		n.log.Warn("a slave's log goes past its epoch in this master's history; it must truncate",
 			"slave", req.SlaveID, "position", req.Position, "epoch", req.Epoch, "epochEnd", end)
 		fail(409, strconv.FormatInt(end, 10))
@@ -224,7 +242,7 @@ func (l *link) stream(pos int64) error {
 		hdrs = hdrs[:0]
 		size := 0
 		for size < writeBatch {
-			c, ok, err := st.ReadRaw(pos, readChunk)
+			c, ok, err := st.ReadRawWritten(pos, readChunk)
 			if err != nil {
 				return err
 			}
@@ -237,7 +255,7 @@ func (l *link) stream(pos int64) error {
 		}
 		now := time.Now()
 		if len(chunks) > 0 {
-			end := st.VisiblePos()
+			end := st.WrittenPos()
 			iov = iov[:0]
 			hdrs = make([]byte, 0, frameHeaderSize*len(chunks))
 			for i := range chunks {
@@ -273,10 +291,10 @@ func (l *link) stream(pos int64) error {
 		select {
 		case <-l.stop:
 			return nil
-		case <-st.WaitVisible(pos):
+		case <-st.WaitWritten(pos):
 		case <-hb.C:
 			var h [frameHeaderSize]byte
-			end := st.VisiblePos()
+			end := st.WrittenPos()
 			putFrameHeader(h[:], frameHeader{kind: frameHeartbeat, pos: end, end: end, time: time.Now().UnixMilli()})
 			_ = l.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
 			if _, err := l.nc.Write(h[:]); err != nil {

@@ -1,9 +1,11 @@
 package ha_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/metaqgo/metaq/broker/brokertest"
 )
@@ -55,4 +57,57 @@ func TestSyncReplication(t *testing.T) {
 		c.Send("put test 0 1 0 6\r\ny")
 		return c.Reply().Code == 200
 	})
+}
+
+// A put held at the sync gate (no slave confirms it; replicaTimeoutMs is far
+// away) is answered 503 as soon as the master is fenced, with the fence's
+// reason (ErrFenced), and the next put is refused before it is stored.
+func TestSyncGateFencedAnswersHeldPuts(t *testing.T) {
+	master := brokertest.RunBroker(t, brokertest.Options{Sync: true, ExtraINI: "\n[replication]\nsyncReplicas=1\nreplicaTimeoutMs=600000\n"})
+	c := master.Dial()
+	defer c.Close()
+	c.Send("put test 0 4 0 1\r\nheld")
+	// The put is durable locally, so its round is at the gate (or about to
+	// be: a fence before Hold fails it in Hold).
+	waitFor(t, "the held put durable on the master", func() bool { return master.Store.FlushedPos() > 0 })
+	master.HA.Fence("test: session lost")
+	r, err := c.TryReply(60 * time.Second)
+	if err != nil {
+		t.Fatalf("the held put was not answered after the fence: %v", err)
+	}
+	if r.Code != 503 || !strings.Contains(string(r.Body), "test: session lost") {
+		t.Fatalf("held put after a fence: %d %s, want 503 naming the fence", r.Code, r.Body)
+	}
+	c.Send("put test 0 4 0 2\r\nnext")
+	if r := c.Reply(); r.Code != 503 || !strings.Contains(string(r.Body), "fenced") {
+		t.Fatalf("put on a fenced master: %d %s, want 503 fenced", r.Code, r.Body)
+	}
+}
+
+// A put held at the sync gate is answered 503 when the master is demoted
+// (ErrNotMaster), and puts after it are refused with 403 naming the new
+// master.
+func TestSyncGateDemotedAnswersHeldPuts(t *testing.T) {
+	master := brokertest.RunBroker(t, brokertest.Options{Sync: true, ExtraINI: "\n[replication]\nsyncReplicas=1\nreplicaTimeoutMs=600000\n"})
+	c := master.Dial()
+	defer c.Close()
+	c.Send("put test 0 4 0 1\r\nheld")
+	waitFor(t, "the held put durable on the master", func() bool { return master.Store.FlushedPos() > 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	// Nobody listens there: the follower keeps retrying in the background.
+	if err := master.HA.Demote(ctx, "127.0.0.1:1", 7); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.TryReply(60 * time.Second)
+	if err != nil {
+		t.Fatalf("the held put was not answered after the demotion: %v", err)
+	}
+	if r.Code != 503 || !strings.Contains(string(r.Body), "no longer the master") {
+		t.Fatalf("held put after a demotion: %d %s, want 503 no longer the master", r.Code, r.Body)
+	}
+	c.Send("put test 0 4 0 2\r\nnext")
+	if r := c.Reply(); r.Code != 403 || !strings.Contains(string(r.Body), "127.0.0.1:1") {
+		t.Fatalf("put on a demoted master: %d %s, want 403 naming the master", r.Code, r.Body)
+	}
 }

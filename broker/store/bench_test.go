@@ -72,6 +72,13 @@ func benchAppendAsync(b *testing.B, partitions int) {
 			}
 		}
 	}
+	reportAppends(b, s, t0)
+}
+
+// reportAppends ends an append benchmark that started at t0: the append
+// rate once everything is written out, and the rate including the
+// dispatcher's indexing.
+func reportAppends(b *testing.B, s *Store, t0 time.Time) {
 	if err := s.WriteOut(); err != nil {
 		b.Fatal(err)
 	}
@@ -89,6 +96,45 @@ func benchAppendAsync(b *testing.B, partitions int) {
 func BenchmarkAppendAsync(b *testing.B) { benchAppendAsync(b, 1) }
 
 func BenchmarkAppendAsyncRoundRobin10k(b *testing.B) { benchAppendAsync(b, 10000) }
+
+// BenchmarkAppendBatch is AppendAsync's benchmark for AppendBatch: runs of
+// 100 messages to one partition (an mput frame), written out after each
+// run as the broker does; b.N counts messages.
+func BenchmarkAppendBatch(b *testing.B) {
+	cfg := benchConfig(b)
+	cfg.UnflushThreshold = benchThreshold()
+	cfg.UnflushInterval = time.Second
+	s := mustOpen(b, cfg)
+	defer mustClose(b, s)
+	const run = 100
+	data := make([]byte, 100)
+	msgs := make([]Message, run)
+	for i := range msgs {
+		msgs[i] = Message{Topic: "bench", Data: data}
+	}
+	res := make([]AppendResult, run)
+	if _, err := s.AppendBatch(msgs[:1], res); err != nil {
+		b.Fatal(err)
+	}
+	waitDispatched(s)
+	if err := s.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(100)
+	b.ReportAllocs()
+	b.ResetTimer()
+	t0 := time.Now()
+	for i := 0; i < b.N; i += run {
+		k := min(run, b.N-i)
+		if _, err := s.AppendBatch(msgs[:k], res); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.WriteOut(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportAppends(b, s, t0)
+}
 
 func benchAppendSync(b *testing.B, writers int) {
 	cfg := benchConfig(b)

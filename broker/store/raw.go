@@ -63,8 +63,23 @@ func (c *RawChunk) Release() {
 // base). ok is false when nothing is visible at pos yet. pos below the
 // oldest segment: ErrRawTooOld; past the visible limit: ErrRawPosition.
 func (s *Store) ReadRaw(pos int64, max int) (c RawChunk, ok bool, err error) {
+	return s.readRaw(pos, max, s.clog.visibleLimit())
+}
+
+// ReadRawWritten is ReadRaw up to WrittenPos instead of the visible limit:
+// in sync-flush mode it also returns the records of the group-commit round
+// being fsynced (written to the segment files, not yet durable), so that a
+// master's slaves receive a round while the master syncs it
+// (docs/replication.md, "Cost"). The bytes are the ones a crash of the
+// process keeps (they are in the page cache); a crash of the machine may
+// lose them, which is why a master's slave that holds more than the master
+// recovered truncates (broker/ha).
+func (s *Store) ReadRawWritten(pos int64, max int) (c RawChunk, ok bool, err error) {
+	return s.readRaw(pos, max, s.clog.stage.written.Load())
+}
+
+func (s *Store) readRaw(pos int64, max int, lim int64) (c RawChunk, ok bool, err error) {
 	l := s.clog
-	lim := l.visibleLimit()
 	switch {
 	case pos > lim:
 		return c, false, fmt.Errorf("%w: read at %d past the visible limit %d", ErrRawPosition, pos, lim)
@@ -116,8 +131,18 @@ func (s *Store) WritePos() int64 { return s.clog.writePos() }
 // FlushedPos is the durable end of the commit log.
 func (s *Store) FlushedPos() int64 { return s.clog.flushedPos() }
 
-// VisiblePos is the end of what may be read (and replicated).
+// VisiblePos is the end of what may be read.
 func (s *Store) VisiblePos() int64 { return s.clog.visibleLimit() }
+
+// WrittenPos is the end of what is written to the segment files (the page
+// cache): what ReadRawWritten may return. It is VisiblePos in async-flush
+// mode; in sync-flush mode it runs ahead of the durable (and visible)
+// position by the round being fsynced.
+func (s *Store) WrittenPos() int64 { return s.clog.stage.written.Load() }
+
+// OpenPos is where the commit log ended when Open had recovered it: every
+// byte from it on was appended by this run of the store.
+func (s *Store) OpenPos() int64 { return s.openEnd }
 
 // MinPos is the base of the oldest segment.
 func (s *Store) MinPos() int64 { return s.clog.minPos() }
@@ -447,7 +472,31 @@ func (s *Store) WaitVisible(pos int64) <-chan struct{} {
 	return ch
 }
 
-// visibleWaiters wakes WaitVisible callers (a leaf lock).
+// WaitWritten returns a channel closed once WrittenPos passes pos (already
+// closed if it has): WaitVisible for ReadRawWritten. In async-flush mode the
+// two are the same.
+func (s *Store) WaitWritten(pos int64) <-chan struct{} {
+	if !s.clog.sync {
+		return s.WaitVisible(pos)
+	}
+	w := &s.wrWait
+	if s.WrittenPos() > pos {
+		return closedChan
+	}
+	w.mu.Lock()
+	if w.ch == nil {
+		w.ch = make(chan struct{})
+		w.armed.Store(true)
+	}
+	ch := w.ch
+	w.mu.Unlock()
+	if s.WrittenPos() > pos {
+		return closedChan
+	}
+	return ch
+}
+
+// visibleWaiters wakes WaitVisible (and WaitWritten) callers (a leaf lock).
 type visibleWaiters struct {
 	mu    sync.Mutex
 	ch    chan struct{}

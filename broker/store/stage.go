@@ -197,6 +197,9 @@ func (l *commitLog) writeStaged(end int64) error {
 		l.stageFailedLocked(err)
 	}
 	l.mu.Unlock()
+	if err == nil && l.sync && l.onWritten != nil {
+		l.onWritten() // sync: a master's stream ships them while they are fsynced
+	}
 	st.wmu.Unlock()
 	if err == nil && !l.sync {
 		// async: written records are visible (sync: once flushed). After

@@ -224,6 +224,8 @@ type Store struct {
 	counters counters
 
 	visWait visibleWaiters // WaitVisible (raw.go)
+	wrWait  visibleWaiters // WaitWritten (raw.go)
+	openEnd int64          // the commit log's end once Open recovered it (OpenPos)
 }
 
 // topicState is one topic's partitions.
@@ -266,6 +268,7 @@ func Open(cfg Config) (*Store, error) {
 		}
 		s.visWait.wake()
 	}
+	s.clog.onWritten = s.wrWait.wake
 	s.disp = newDispatcher(s)
 	for _, d := range []string{cfg.Dir, s.logDir, s.indexDir, s.keyDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -280,6 +283,7 @@ func Open(cfg Config) (*Store, error) {
 		s.unlockDir()
 		return nil, err
 	}
+	s.openEnd = s.clog.writePos()
 	s.clog.start() // the flusher and the preallocator
 	s.wg.Add(2)
 	go s.dispatchLoop()

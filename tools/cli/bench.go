@@ -46,6 +46,8 @@ type benchOpts struct {
 	traceRuns  int             // trace workload: on/off pairs
 	tx         txBenchOpts     // bench_tx.go
 
+	batchInflight int // publish-batch: frames in flight per producer (bench_batch.go)
+
 	durationSet bool // --duration given
 	countSet    bool // --count given
 }
@@ -103,7 +105,7 @@ measured.`},
 		short: "Batched publish: Producer.SendBatchAsync, --batch messages per mput frame",
 		long: `Publish --msg-size messages to --topic for --duration (or --count messages) in batch puts
 (mput: one frame, one append and one reply for --batch messages) with Producer.SendBatchAsync:
---conns producers, each with --window messages (--window/--batch frames, at least 2) in flight.
+--conns producers, each with --batch-inflight frames in flight (--window does not apply).
 Labelled publish-batch-durable when every broker flushes synchronously (unflushThreshold=0);
 the name publish-batch-durable fails on brokers that do not.`},
 	{use: benchkit.WorkloadAccumulation,
@@ -220,7 +222,8 @@ workload succeeded.`,
 	pf.IntVar(&o.fetchDepth, "fetch-depth", 4, "consume: gets in flight per partition")
 	pf.BoolVar(&o.fetchInto, "fetch-into", false, "consume: read with Admin.FetchInto (a reused buffer, records iterated in place) instead of FetchWith (accumulation always does)")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark client's CPU profile to this file")
-	pf.IntVar(&o.batch, "batch", 100, "publish-batch: messages per mput frame (1 … 10000)")
+	pf.IntVar(&o.batch, "batch", 1000, "publish-batch: messages per mput frame (1 … 10000)")
+	pf.IntVar(&o.batchInflight, "batch-inflight", 5, "publish-batch: mput frames in flight per producer connection (Kafka's max.in.flight.requests.per.connection is 5)")
 	pf.IntVar(&o.zk.inflight, "zk-inflight", 64, "zk-offsets: requests in flight on the ZooKeeper session")
 	pf.IntVar(&o.zk.multi, "zk-multi", 100, "zk-offsets: set-datas per multi-op")
 	pf.Int64Var(&o.accum.backlog, "backlog", 50_000_000, "accumulation: messages piled up before the measured phases")
@@ -275,6 +278,8 @@ func (o *benchOpts) validate(name string) error {
 		return usageErr("--fetch-size must be >= 1")
 	case o.fetchDepth < 1:
 		return usageErr("--fetch-depth must be >= 1")
+	case o.batchInflight < 1:
+		return usageErr("--batch-inflight must be >= 1")
 	case o.batch < 1 || o.batch > 10000:
 		return usageErr("--batch must be 1 … 10000")
 	case o.accum.backlog < 1 || o.accum.fillBatch < 1 || o.accum.fillBatch > 10000:

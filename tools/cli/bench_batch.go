@@ -12,8 +12,8 @@ import (
 )
 
 // publish-batch: Producer.SendBatchAsync with --batch messages per frame (one mput, one append
-// on the broker) and --window messages in flight per producer (--window/--batch frames, at
-// least 2). Labelled publish-batch-durable on brokers that flush synchronously.
+// on the broker) and --batch-inflight frames in flight per producer (Kafka counts its in-flight
+// limit in requests too). Labelled publish-batch-durable on brokers that flush synchronously.
 func (b *bencher) publishBatch(ctx context.Context, name string) benchkit.Result {
 	mode := b.flushMode(ctx)
 	wl := name
@@ -36,7 +36,7 @@ func (b *bencher) publishBatch(ctx context.Context, name string) benchkit.Result
 		r.Error = "first put: " + err.Error()
 		return r
 	}
-	frames := max(2, b.o.window/b.o.batch)
+	frames := b.o.batchInflight
 	d, limit := b.limits()
 	n0, us0, ok0 := b.fsyncStats(ctx)
 	ph := b.batchPhase(ctx, wl, batch, frames, d, limit, &r)
@@ -73,27 +73,38 @@ func (b *bencher) batchPhase(ctx context.Context, label string, batch []*client.
 			slots := make(chan struct{}, frames)
 			var inflight sync.WaitGroup
 			defer inflight.Wait()
-			n := int64(len(batch))
-			cb := func(_ []client.SendResult, err error) {
-				if err != nil {
-					errOnce.Do(func() { firstErr = err })
-					failed.Add(1)
-				} else {
-					acked.Add(n)
+			// One callback per size: the last batch of a --count run may be
+			// shorter (exactly --count messages are sent).
+			cbFor := func(n int64) func([]client.SendResult, error) {
+				return func(_ []client.SendResult, err error) {
+					if err != nil {
+						errOnce.Do(func() { firstErr = err })
+						failed.Add(1)
+					} else {
+						acked.Add(n)
+					}
+					<-slots
+					inflight.Done()
 				}
-				<-slots
-				inflight.Done()
 			}
+			full := cbFor(int64(len(batch)))
 			for {
-				if limit > 0 && issued.Add(n) > limit+n-1 {
-					return
+				msgs, cb := batch, full
+				if limit > 0 {
+					k := takeBatch(&issued, limit, len(batch))
+					if k == 0 {
+						return
+					}
+					if k < len(batch) {
+						msgs, cb = batch[:k], cbFor(int64(k))
+					}
 				}
 				if ctx.Err() != nil || (limit == 0 && !time.Now().Before(deadline)) || failed.Load() > 0 {
 					return
 				}
 				slots <- struct{}{}
 				inflight.Add(1)
-				p.SendBatchAsync(bg, batch, cb)
+				p.SendBatchAsync(bg, msgs, cb)
 			}
 		}()
 	}
@@ -109,4 +120,20 @@ func (b *bencher) batchPhase(ctx context.Context, label string, batch []*client.
 		ph.err = ctx.Err()
 	}
 	return ph
+}
+
+// takeBatch claims up to n of the limit messages a --count run sends, for
+// every producer together (issued counts the claimed ones); 0 when all are
+// claimed.
+func takeBatch(issued *atomic.Int64, limit int64, n int) int {
+	for {
+		had := issued.Load()
+		k := min(int64(n), limit-had)
+		if k <= 0 {
+			return 0
+		}
+		if issued.CompareAndSwap(had, had+k) {
+			return int(k)
+		}
+	}
 }

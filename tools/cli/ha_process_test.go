@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metaqgo/metaq/client"
 	"github.com/metaqgo/metaq/protocol"
 )
 
@@ -122,4 +124,159 @@ func TestSyncReplicationSurvivesMasterKill(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(sdir, "data", "commitlog")); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// statInt reads one integer line of `stats` from the broker at addr (-1 when it cannot).
+func statInt(addr, key string) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	adm, err := client.NewAdmin(client.Config{DialTimeout: time.Second, RequestTimeout: 3 * time.Second, Logger: quietLog})
+	if err != nil {
+		return -1
+	}
+	defer adm.Close()
+	st, err := adm.Stats(ctx, addr, "")
+	if err != nil {
+		return -1
+	}
+	for _, s := range st {
+		if s.Key == key {
+			v, err := strconv.ParseInt(s.Value, 10, 64)
+			if err != nil {
+				return -1
+			}
+			return v
+		}
+	}
+	return -1
+}
+
+// tearTail simulates a machine crash that lost the end of a commit log (what was written but not
+// yet on the disk, which a master's slaves may already hold): the bytes from cut on are zeroed in
+// the segment holding cut, later segments are removed, and the checkpoint goes too (its flushed
+// position may be past cut), so the next start scans the log and ends it at cut.
+func tearTail(t *testing.T, dataPath string, cut int64) {
+	t.Helper()
+	dir := filepath.Join(dataPath, "commitlog")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		base, err := strconv.ParseInt(e.Name(), 10, 64)
+		if err != nil || len(e.Name()) != 20 {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case base > cut:
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+		case base+fi.Size() > cut:
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt(make([]byte, base+fi.Size()-cut), cut-base); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.Remove(filepath.Join(dataPath, "checkpoint")); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+}
+
+// A master ships what it has written before it is durable (syncReplicas=1: the master and its
+// slave fsync a round in parallel; docs/replication.md, "Cost"), so after a crash of the
+// master's machine its slave may hold more than the master recovered. Real processes: a master
+// with syncReplicas=1 and a slave; both are killed with SIGKILL, the master's log loses its tail
+// (tearTail), the master restarts alone and appends new records over the lost range (its puts
+// time out: no slave) and is killed and restarted once more, then the slave restarts. Its link
+// to the restarted master must cut what the master no longer has (each start of a master opens
+// a new epoch where its log recovered to, so the slave's epoch ends where the first restart's
+// log did: 409 → truncation marker → restart in place) and copy the new records: afterwards both logs are byte-identical, and an acknowledged put made after the
+// rejoin is on the slave.
+func TestSlaveAheadOfRestartedMasterTruncates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process test")
+	}
+	mdir, sdir := t.TempDir(), t.TempDir()
+	mini, maddr := writeINI(t, mdir, true, "", 0, "\n[replication]\nsyncReplicas=1\nreplicaTimeoutMs=2000\n")
+	sini, saddr := writeINI(t, sdir, true, "", 0, "\n[slave]\nslaveId=0\n[replication]\nmasterAddr="+maddr+"\n")
+	m := startBrokerProc(t, maddr, "-c", mini)
+	s := startBrokerProc(t, saddr, "-c", sini)
+
+	put := func(n int) (acked int) {
+		t.Helper()
+		ch := make(chan int64, n)
+		if err := pipelinedPuts(maddr, n, 100, ch); err != nil {
+			t.Fatal(err)
+		}
+		for range ch {
+			acked++
+		}
+		return acked
+	}
+	if got := put(3000); got != 3000 {
+		t.Fatalf("%d of 3000 puts acknowledged with the slave in sync", got)
+	}
+	end := statInt(maddr, "replication_durable_position")
+	waitFor(t, 60*time.Second, func() bool { return statInt(saddr, "replication_durable_position") == end },
+		"the slave holds the master's log")
+	s.signal(syscall.SIGKILL)
+	s.wait(30 * time.Second)
+	m.signal(syscall.SIGKILL)
+	m.wait(30 * time.Second)
+
+	// Lose up to 4 KiB of the master's tail (cut mid-record, at a random point of the last
+	// segment).
+	segBase := end / (1 << 20) * (1 << 20)
+	cut := max(end-1-rand.Int64N(4096), segBase+1)
+	tearTail(t, filepath.Join(mdir, "data"), cut)
+	m = startBrokerProc(t, maddr, "-c", mini)
+	e0 := statInt(maddr, "replication_durable_position")
+	if e0 < 0 || e0 >= end {
+		t.Fatalf("the restarted master's log ends at %d; the torn log was %d bytes and cut at %d", e0, end, cut)
+	}
+	// New records over the lost range, and past where the slave's log ends. Without a slave
+	// they are not acknowledged (503 after replicaTimeoutMs) but they are in the log.
+	ch := make(chan int64, 200)
+	go func() { _ = pipelinedPuts(maddr, 200, 200, ch) }()
+	waitFor(t, 60*time.Second, func() bool { return statInt(maddr, "replication_durable_position") > end+4096 },
+		"the restarted master appended past the slave's end")
+	for range ch {
+	}
+	// And the master is restarted once more before the slave comes back: its log now
+	// reaches past the slave's end with bytes the slave does not have.
+	m.signal(syscall.SIGKILL)
+	m.wait(30 * time.Second)
+	m = startBrokerProc(t, maddr, "-c", mini)
+
+	s = startBrokerProc(t, saddr, "-c", sini)
+	waitFor(t, 60*time.Second, func() bool { return strings.Contains(s.stderr.String(), "restarting the broker in place") },
+		"the slave truncates and restarts")
+	s.waitReady(30 * time.Second)
+	// The master refused puts while it had no slave in sync (replicaTimeoutMs): it accepts
+	// them again once the slave has caught up.
+	waitFor(t, 60*time.Second, func() bool { return put(1) == 1 }, "a put acknowledged after the slave rejoined")
+	if got := put(500); got != 500 {
+		t.Fatalf("%d of 500 puts acknowledged after the slave rejoined", got)
+	}
+	end2 := statInt(maddr, "replication_durable_position")
+	waitFor(t, 60*time.Second, func() bool { return statInt(saddr, "replication_durable_position") == end2 },
+		"the slave caught up with the restarted master")
+	if a, b := logDigest(t, filepath.Join(mdir, "data"), end2), logDigest(t, filepath.Join(sdir, "data"), end2); a != b {
+		t.Fatalf("the logs differ over [0, %d) after the rejoin", end2)
+	}
+	t.Logf("master's log %d → cut at %d, durable to %d after the restart; the slave truncated from %d and holds the master's %d bytes",
+		end, cut, e0, end, end2)
 }

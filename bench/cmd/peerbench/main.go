@@ -47,6 +47,7 @@ func run() int {
 	flag.IntVar(&cfg.Topics, "topics", cfg.Topics, "topics-1000: number of topics in the spread phase")
 	flag.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "partitions-10000 (metaq): number of partitions")
 	flag.IntVar(&cfg.Batch, "batch", cfg.Batch, "publish-batch: messages per batch (metaq mput frame, NSQ MPUB, Redis pipeline)")
+	flag.IntVar(&cfg.BatchInflight, "batch-inflight", cfg.BatchInflight, "publish-batch: batches in flight on the one connection (Kafka's max.in.flight.requests.per.connection is 5)")
 	quick := flag.Bool("quick", false, "smoke run: -duration 2s -count 100000 unless given")
 	repeat := flag.Int("repeat", 1, "run each system×workload this many times (the table takes the median)")
 	flag.StringVar(&cfg.BinDir, "bin", "bin", "directory holding nats-server and nsqd")
@@ -76,7 +77,7 @@ func run() int {
 			cfg.Count = 100_000
 		}
 	}
-	if cfg.MsgSize < benchkit.StampSize || cfg.Window < 1 || cfg.Duration <= 0 || cfg.Count < 1 || cfg.Rate <= 0 || cfg.Topics < 1 || cfg.Partitions < 1 || cfg.Batch < 1 || cfg.Batch > 10000 {
+	if cfg.MsgSize < benchkit.StampSize || cfg.Window < 1 || cfg.Duration <= 0 || cfg.Count < 1 || cfg.Rate <= 0 || cfg.Topics < 1 || cfg.Partitions < 1 || cfg.Batch < 1 || cfg.Batch > 10000 || cfg.BatchInflight < 1 {
 		fmt.Fprintln(os.Stderr, "peerbench: invalid parameters (msg-size >= 8, window/count/topics/partitions >= 1, duration/rate > 0)")
 		return 2
 	}

@@ -40,9 +40,10 @@ type Driver interface {
 // (publish-batch): NSQ's MPUB, Redis XADD pipelines.
 type BatchPublisher interface {
 	// PublishBatch publishes msg to topic in batches of batch messages with
-	// at most window messages unacknowledged, until ctx is done. It returns
-	// once every sent batch is acknowledged; acked counts messages.
-	PublishBatch(ctx context.Context, topic string, msg []byte, batch, window int, acked *atomic.Int64) error
+	// at most inflight batches unacknowledged on the one connection, until
+	// ctx is done. It returns once every sent batch is acknowledged; acked
+	// counts messages.
+	PublishBatch(ctx context.Context, topic string, msg []byte, batch, inflight int, acked *atomic.Int64) error
 	// BatchForm describes the batched publish for the notes.
 	BatchForm() string
 }

@@ -64,6 +64,7 @@ func MetaqBenchArgs(cfg Config, workload, server string, serverPID int) []string
 		"--topics", strconv.Itoa(cfg.Topics),
 		"--partitions", strconv.Itoa(cfg.Partitions),
 		"--batch", strconv.Itoa(cfg.Batch),
+		"--batch-inflight", strconv.Itoa(cfg.BatchInflight),
 	}
 }
 

@@ -142,10 +142,10 @@ func (d *nsqDriver) Publish(ctx context.Context, topics []string, msg []byte, wi
 	return firstErr
 }
 
-// PublishBatch sends MPUB frames of batch messages, window/batch (at least
-// 2) in flight.
-func (d *nsqDriver) PublishBatch(ctx context.Context, topic string, msg []byte, batch, window int, acked *atomic.Int64) error {
-	frames := max(2, window/batch)
+// PublishBatch sends MPUB frames of batch messages, frames of them in
+// flight.
+func (d *nsqDriver) PublishBatch(ctx context.Context, topic string, msg []byte, batch, frames int, acked *atomic.Int64) error {
+	frames = max(1, frames)
 	bodies := make([][]byte, batch)
 	for i := range bodies {
 		bodies[i] = msg

@@ -73,10 +73,10 @@ func (d *redisDriver) Publish(ctx context.Context, topics []string, msg []byte, 
 	return d.publishLanes(ctx, topics, msg, 2, max(window/2, 1), limit, acked)
 }
 
-// PublishBatch pipelines batch XADDs per round trip, window/batch (at least
-// 2) pipelines in flight on the one connection.
-func (d *redisDriver) PublishBatch(ctx context.Context, topic string, msg []byte, batch, window int, acked *atomic.Int64) error {
-	return d.publishLanes(ctx, []string{topic}, msg, max(2, window/batch), batch, 0, acked)
+// PublishBatch pipelines batch XADDs per round trip, inflight pipelines in
+// flight on the one connection.
+func (d *redisDriver) PublishBatch(ctx context.Context, topic string, msg []byte, batch, inflight int, acked *atomic.Int64) error {
+	return d.publishLanes(ctx, []string{topic}, msg, max(1, inflight), batch, 0, acked)
 }
 
 func (d *redisDriver) BatchForm() string { return "rueidis DoMulti: pipelines of XADD" }
