@@ -204,7 +204,9 @@ func TestCallDeadlinesAndWindow(t *testing.T) {
 	// Opaques wrap around int32 and skip one still pending.
 	c.mu.Lock()
 	c.nextOp = math.MaxInt32 - 3
-	c.window <- struct{}{}
+	if !c.window.tryAcquire() {
+		t.Fatal("window full")
+	}
 	stuck := &call{opaque: 1, done: make(chan struct{}, 1)}
 	c.pending.put(stuck)
 	c.mu.Unlock()
@@ -217,7 +219,7 @@ func TestCallDeadlinesAndWindow(t *testing.T) {
 	next := c.nextOp
 	c.pending.take(1)
 	c.mu.Unlock()
-	<-c.window
+	c.window.release(1)
 	if next != 5 { // MaxInt32-2, MaxInt32-1, (MaxInt32 and pending 1 skipped) 2, 3, 4, 5
 		t.Fatalf("next opaque %d after wrapping", next)
 	}

@@ -308,7 +308,7 @@ type brokerConn struct {
 	cfg  *connConfig
 	log  *slog.Logger
 
-	window  chan struct{} // a slot per call in flight
+	window  *window // the calls in flight (window.go)
 	closing chan struct{}
 	dialCtx context.Context
 	cancel  context.CancelFunc
@@ -347,7 +347,7 @@ func newBrokerConn(addr string, cfg *connConfig) *brokerConn {
 		addr:    addr,
 		cfg:     cfg,
 		log:     cfg.log.With("broker", addr),
-		window:  make(chan struct{}, min(cfg.window, maxWindow)),
+		window:  newWindow(min(cfg.window, maxWindow)),
 		closing: make(chan struct{}),
 		runDone: make(chan struct{}),
 		ready:   make(chan struct{}),
@@ -384,15 +384,12 @@ func (c *brokerConn) deadlineFor(ctx context.Context, timeout time.Duration) int
 // opaque. On success it returns with c.mu held: the caller appends the
 // request (with cl.opaque) to c.wbuf and calls end.
 func (c *brokerConn) begin(ctx context.Context, cl *call, deadline int64) error {
-	select {
-	case c.window <- struct{}{}:
-	default:
-		select {
-		case c.window <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c.closing:
-			return c.closedErr()
+	if !c.window.tryAcquire() {
+		if err := c.window.acquire(ctx, c.closing); err != nil {
+			if err == errWindowClosing {
+				return c.closedErr()
+			}
+			return err
 		}
 	}
 	return c.register(ctx, cl, deadline)
@@ -408,7 +405,7 @@ func (c *brokerConn) register(ctx context.Context, cl *call, deadline int64) err
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			<-c.window
+			c.window.release(1)
 			return ctx.Err()
 		case <-c.closing:
 		}
@@ -420,7 +417,7 @@ func (c *brokerConn) register(ctx context.Context, cl *call, deadline int64) err
 			err = c.closeErr
 		}
 		c.mu.Unlock()
-		<-c.window
+		c.window.release(1)
 		return err
 	}
 	for {
@@ -517,7 +514,7 @@ func (c *brokerConn) abandon(cl *call) bool {
 	}
 	c.pending.take(cl.opaque)
 	c.mu.Unlock()
-	<-c.window
+	c.window.release(1)
 	return true
 }
 
@@ -771,7 +768,7 @@ func (c *brokerConn) fail(g *generation, err error) bool {
 	c.mu.Unlock()
 	g.nc.Close()
 	for _, cl := range calls {
-		<-c.window
+		c.window.release(1)
 		cl.err = err
 		cl.finish()
 	}
@@ -785,7 +782,7 @@ func (c *brokerConn) sweep(now int64) {
 	expired = c.pending.takeExpired(expired, now)
 	c.mu.Unlock()
 	for _, cl := range expired {
-		<-c.window
+		c.window.release(1)
 		cl.err = ErrTimeout
 		cl.finish()
 	}
@@ -794,9 +791,7 @@ func (c *brokerConn) sweep(now int64) {
 func (c *brokerConn) heartbeat() {
 	cl := getCall(kindHeartbeat)
 	cl.onDone = c.hbDone
-	select {
-	case c.window <- struct{}{}:
-	default:
+	if !c.window.tryAcquire() {
 		putCall(cl) // the window is full: the connection is anything but idle
 		return
 	}
@@ -856,7 +851,7 @@ func (c *brokerConn) reader(g *generation, fail func(error)) {
 		rep, err := rr.NextInto(into)
 		if err != nil {
 			if cl != nil { // taken from pending: fail it here
-				<-c.window
+				c.window.release(1)
 				cl.err = &ConnError{Addr: c.addr, Err: err}
 				cl.finish()
 			}
@@ -876,7 +871,7 @@ func (c *brokerConn) reader(g *generation, fail func(error)) {
 		if cl == nil {
 			continue // timed out or abandoned: a late reply
 		}
-		<-c.window
+		c.window.release(1)
 		cl.setReply(c.addr, &rep)
 		if st != nil {
 			cl.stamp = st.at

@@ -58,6 +58,8 @@ type Parser struct {
 	failed error // sticky fatal error or ErrQuit
 
 	hdr []byte // MaxLineLen bytes, allocated the first time a line is split
+
+	slowOnly bool // tests: never take the put fast path (fastput.go)
 }
 
 // Handler receives each parsed command. The Command (and every slice in it)
@@ -141,8 +143,8 @@ func (p *Parser) GrowData() {
 
 // Reset forgets any partial command and a sticky error.
 func (p *Parser) Reset() {
-	maxMsg, data, hdr := p.MaxMessageSize, p.data, p.hdr
-	*p = Parser{MaxMessageSize: maxMsg, hdr: hdr}
+	maxMsg, data, hdr, slow := p.MaxMessageSize, p.data, p.hdr, p.slowOnly
+	*p = Parser{MaxMessageSize: maxMsg, hdr: hdr, slowOnly: slow}
 	if cap(data) <= maxRetainedData {
 		p.data = data[:0]
 	}
@@ -174,6 +176,16 @@ func (p *Parser) Parse(buf []byte, h Handler) error {
 	for i < len(buf) {
 		switch p.state {
 		case stLine:
+			if p.hdrN == 0 && p.opPhase == opStart && !p.slowOnly {
+				n, ok, err := p.fastPut(buf[i:], h) // fastput.go
+				if ok {
+					i += n
+					if err != nil {
+						return err
+					}
+					continue
+				}
+			}
 			allowed := MaxLineLen - p.hdrN // >= 1
 			w := buf[i:]
 			if len(w) > allowed {

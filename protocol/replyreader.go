@@ -105,6 +105,19 @@ func (rr *ReplyReader) Next() (Reply, error) { return rr.NextInto(nil) }
 // a nil slice means the reader's own buffer (or a fresh one, KeepBodies).
 // dst is not called for replies without a body.
 func (rr *ReplyReader) NextInto(dst func(rep Reply, n int) []byte) (Reply, error) {
+	if !rr.KeepBodies {
+		if rr.r.Buffered() == 0 {
+			// The read ReadSlice would do, done first so that the fast
+			// path sees the replies it brings. An error here is what
+			// ReadSlice would return for an empty line.
+			if _, err := rr.r.Peek(1); err != nil {
+				return Reply{}, err
+			}
+		}
+		if rep, ok := rr.fastResult(dst); ok {
+			return rep, nil
+		}
+	}
 	line, err := rr.r.ReadSlice('\n')
 	switch {
 	case err == bufio.ErrBufferFull || len(line) > MaxLineLen:
@@ -140,6 +153,63 @@ func (rr *ReplyReader) NextInto(dst func(rep Reply, n int) []byte) (Reply, error
 	}
 	rep.Body = body
 	return rep, nil
+}
+
+// fastResult reads a `result <code> <len> <opaque>\r\n<body>` that is whole
+// in the read buffer in one pass, with Body aliasing the buffer (valid until
+// the next Next, as documented): a pipelined producer's put replies, which
+// otherwise cost a line search, a field split and a copy of each body
+// through io.ReadFull. Anything else (a value reply, a check, a reply not
+// yet whole, extra spaces, long or out-of-range numbers, a body over the
+// maximum) is left to the general path, untouched. dst is NextInto's: a
+// buffer it returns gets a copy of the body, as on the general path.
+func (rr *ReplyReader) fastResult(dst func(rep Reply, n int) []byte) (Reply, bool) {
+	n := rr.r.Buffered()
+	if n < len("result 0 0 0\n") {
+		return Reply{}, false
+	}
+	b, _ := rr.r.Peek(n) // no read: n bytes are buffered
+	if string(b[:7]) != "result " {
+		return Reply{}, false
+	}
+	code, j, ok := fastInt(b, 7, ' ')
+	if !ok || j >= len(b) || code < 0 || code > maxI32 {
+		return Reply{}, false
+	}
+	blen, j, ok := fastInt(b, j, ' ')
+	if !ok || j >= len(b) || blen < 0 || blen > int64(rr.maxBody) {
+		return Reply{}, false
+	}
+	op, j, ok := fastInt(b, j, 0)
+	if !ok || op < minI32 || op > maxI32 {
+		return Reply{}, false
+	}
+	switch {
+	case b[j] == '\n':
+	case b[j] == '\r' && j+1 < len(b) && b[j+1] == '\n':
+		j++
+	default:
+		return Reply{}, false
+	}
+	ds := j + 1
+	if int64(len(b)-ds) < blen {
+		return Reply{}, false
+	}
+	de := ds + int(blen)
+	rep := Reply{Kind: ReplyResult, Code: int(code), Opaque: int32(op)}
+	if blen > 0 {
+		var own []byte
+		if dst != nil {
+			own = dst(rep, int(blen))
+		}
+		if own != nil {
+			rep.Body = append(own[:0], b[ds:de]...)
+		} else {
+			rep.Body = b[ds:de:de]
+		}
+	}
+	_, _ = rr.r.Discard(de) // buffered: cannot fail
+	return rep, true
 }
 
 // readBody reads exactly n bytes into buf, growing it as bytes arrive.
