@@ -18,8 +18,8 @@ import (
 
 // A conn is one client connection, served by exactly two goroutines: the
 // reader (readLoop: read → parse → handle → queue replies) and the writer
-// (writer.loop: take the queue → render → writev). Parked long-poll gets run
-// in their own short-lived goroutines and queue their reply like the reader.
+// (writer.loop: take the queue → render → writev). Parked long-poll gets are
+// answered by the goroutine that makes their record readable (longpoll.go).
 //
 // Lock rules (conn.mu):
 //   - mu guards out, outBytes, readerDone and closeErr. Functions ending in
@@ -66,7 +66,6 @@ type conn struct {
 	writing   bool     // the write side is taken (guarded by mu; inline.go)
 	w         *writer  // the render/write state, owned by whoever set writing
 	rq        outQueue // reader-local replies, published after each parsed buffer
-	iq        outQueue // a parked get's reply written inline (owned with writing; inline.go)
 	readMs    int64    // unix ms of the last read: the store time of its puts (reader only)
 	parked    atomic.Int32
 	quit      bool
@@ -82,12 +81,13 @@ type conn struct {
 	authBuf   []byte                         // scratch for the unescaped secret (reader only)
 	traceMark uint16                         // protocol.SysFlagTraced after `trace on` (traceput.go; reader only)
 
+	pk  parkState  // parked gets (longpoll.go)
 	own ownPuts    // this connection's puts, for the gets after them (reader only; ordering.go)
 	put partialPut // a put whose data spans reads (reader only; putbudget.go)
 	rd  readTimes  // what the read deadline was set for (reader only; readbuf.go)
 
 	closeOnce sync.Once
-	wg        sync.WaitGroup // writer + parked gets
+	wg        sync.WaitGroup // writer + parked gets and pops
 
 	handoff   *ha.LinkRequest // `replicate`: the socket goes to broker/ha after serve (replication.go; reader only)
 	handedOff atomic.Bool     // set with handoff: closing the conn leaves the socket open
@@ -337,6 +337,7 @@ func (c *conn) finishReading() {
 	c.readerDone = true
 	c.mu.Unlock()
 	close(c.stop)
+	c.stopParked() // longpoll.go
 	c.signalWriter()
 	// Bound the time the writer may spend on a client that no longer reads.
 	t := time.AfterFunc(c.srv.closeGrace(), func() { c.closeWithError(errConnClosed) })

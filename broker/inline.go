@@ -26,10 +26,9 @@ package broker
 //     it signals the writer when replies were queued meanwhile, so nothing
 //     queued is left behind and replies stay in request order.
 //
-// A parked get that wakes (longpoll.go) writes its reply the same way when
-// the write side is free and nothing is queued: the long poll's answer then
-// leaves with one goroutine wake-up (the parked one) instead of two, which is
-// the end-to-end workload's path (put → dispatcher → parked get → client).
+// A parked get is answered by the goroutine that made its record readable,
+// with one non-blocking write when the write side is free and nothing is
+// queued (longpoll.go).
 //
 // A reader blocked in an inline write stops reading that connection: the
 // same backpressure as the reply queue's high-water mark, reached sooner,
@@ -37,28 +36,6 @@ package broker
 
 // inlineMaxBytes bounds the replies the reader writes itself.
 const inlineMaxBytes = 64 << 10
-
-// enqueueParked is enqueue for a parked get's goroutine: it writes the reply
-// itself when the write side is free, nothing is queued and the reply is
-// small. (Not for SendCheck and the like, which must never block.)
-func (c *conn) enqueueParked(add func(q *outQueue)) {
-	c.mu.Lock()
-	if c.closeErr != nil || c.writing || len(c.out.replies) != 0 || c.readerDone {
-		c.mu.Unlock()
-		c.enqueue(add)
-		return
-	}
-	add(&c.iq)
-	if c.iq.bytes > inlineMaxBytes || !flushesDone(&c.iq) {
-		c.out, c.iq = c.iq, c.out // the writer's, as if added there
-		c.outBytes += c.out.bytes
-		c.mu.Unlock()
-		c.signalWriter()
-		return
-	}
-	c.writing = true
-	c.writeInline(&c.iq)
-}
 
 // flushesDone reports whether no reply of q waits for a group commit.
 func flushesDone(q *outQueue) bool {
@@ -85,7 +62,7 @@ func (c *conn) inlineLocked() bool {
 	return true
 }
 
-// writeInline writes q (c.rq from the reader, c.iq from a parked get); it
+// writeInline writes q (c.rq from the reader); it
 // is called with c.mu held and c.writing set, and returns with c.mu
 // released.
 func (c *conn) writeInline(q *outQueue) {

@@ -123,6 +123,7 @@ type partition struct {
 	waiting atomic.Bool
 	waitMu  sync.Mutex
 	waitCh  chan struct{}
+	waiters *Waiter // WaitFunc's list; guarded by waitMu
 }
 
 func newPartition(t *topicState, id int32) *partition {

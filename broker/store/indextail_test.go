@@ -291,3 +291,24 @@ func TestIndexTailSmallFiles(t *testing.T) {
 		t.Fatalf("max %d", m)
 	}
 }
+
+// A partition's index file is created with its first unit, not when its
+// first tail block fills: creating the directory and file costs ~1 ms of
+// kernel CPU, which a broker given many new topics otherwise paid for all of
+// them at once, ~256 messages into their traffic.
+func TestIndexFileCreatedWithFirstUnit(t *testing.T) {
+	s := mustOpen(t, testConfig(t, ""))
+	defer mustClose(t, s)
+	mustAppend(t, s, &Message{Topic: "eager", Data: []byte("first")})
+	waitDispatched(s)
+	p := s.partition("eager", 0, false)
+	if p == nil || p.indexed.Load() != 1 {
+		t.Fatal("the first message is not indexed")
+	}
+	if _, err := os.Stat(filepath.Join(p.dir, segmentName(0))); err != nil {
+		t.Fatalf("index file after the first unit: %v", err)
+	}
+	if p.filed.Load() != 0 {
+		t.Fatalf("filed = %d: the unit should still be in the tail", p.filed.Load())
+	}
+}

@@ -120,6 +120,17 @@ func (r *ReadResult) Release() {
 // never served: the read stops before it, or fails with ErrCorrupt when it is
 // the first.
 func (s *Store) Read(topic string, partition int32, offset int64, maxBytes int, f *protocol.TagFilter) (*ReadResult, error) {
+	return s.read(topic, partition, offset, maxBytes, f, true)
+}
+
+// ReadIndexed is Read without the catch-up: it serves what is indexed and
+// never waits for the dispatcher (a WaitFunc callback, which may run on the
+// dispatcher, reads with it; wait.go).
+func (s *Store) ReadIndexed(topic string, partition int32, offset int64, maxBytes int, f *protocol.TagFilter) (*ReadResult, error) {
+	return s.read(topic, partition, offset, maxBytes, f, false)
+}
+
+func (s *Store) read(topic string, partition int32, offset int64, maxBytes int, f *protocol.TagFilter, catchUp bool) (*ReadResult, error) {
 	if s.isClosed.Load() {
 		return nil, ErrClosed
 	}
@@ -139,7 +150,7 @@ func (s *Store) Read(topic string, partition int32, offset int64, maxBytes int, 
 	case offset > hi:
 		r.Status, r.NextOffset = ReadOffsetTooLarge, hi
 		return r, nil
-	case offset >= readable && offset < hi:
+	case offset >= readable && offset < hi && catchUp:
 		// Assigned but not indexed yet: it may already be visible (see catchUp).
 		s.catchUp(s.clog.appendedLimit())
 		if readable = p.indexed.Load(); offset >= readable {
@@ -150,7 +161,7 @@ func (s *Store) Read(topic string, partition int32, offset int64, maxBytes int, 
 		r.Status, r.NextOffset = ReadNoMessage, offset
 		return r, nil
 	}
-	if err := s.readInto(r, p, offset, readable, maxBytes, f); err != nil {
+	if err := s.readInto(r, p, offset, readable, maxBytes, f, catchUp); err != nil {
 		r.Release()
 		return nil, err
 	}
@@ -162,7 +173,7 @@ func (s *Store) Read(topic string, partition int32, offset int64, maxBytes int, 
 	return r, nil
 }
 
-func (s *Store) readInto(r *ReadResult, p *partition, offset, readable int64, maxBytes int, f *protocol.TagFilter) error {
+func (s *Store) readInto(r *ReadResult, p *partition, offset, readable int64, maxBytes int, f *protocol.TagFilter, catchUp bool) error {
 	q := offset
 	skipped, indexSkips := 0, 0 // units rejected by reading the record, from the unit alone
 	all := f.All()
@@ -177,7 +188,7 @@ func (s *Store) readInto(r *ReadResult, p *partition, offset, readable int64, ma
 			r.units = make([]byte, filteredUnitBatch*unitSize) // once per pooled result
 		}
 	}
-	caughtUp := false
+	caughtUp := !catchUp
 	repairs := 0 // index repairs by this read (repair.go)
 	limit := s.clog.writePos()
 again:

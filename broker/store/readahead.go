@@ -17,7 +17,9 @@ import (
 //
 //   - readAhead: as a read moves through the commit log it asks the kernel
 //     (madvise MADV_WILLNEED) to start reading the next raWindow bytes
-//     asynchronously, one syscall per raStep of stream read;
+//     asynchronously, one syscall per raStep of stream read; less than
+//     populateMin before the write position it advises nothing (a tail
+//     reader's data was just written);
 //   - populate: before a read touches its records (the CRC check, then the
 //     writer's writev), madvise(MADV_POPULATE_READ) maps the pages the read
 //     will serve, up to its byte budget, in one syscall. Waiting for the
@@ -68,7 +70,11 @@ func (s *Store) readAhead(g *segment, off, limit int64) {
 	}
 	start := off &^ 4095
 	end := min(off+raWindow, g.size, limit-g.base)
-	if end <= start {
+	if end-start < populateMin {
+		// Near the write position (a consumer at the tail, reading what was
+		// just written and is in the page cache): nothing worth advising,
+		// and since such a range never reaches the probe chunk, advising it
+		// cost a madvise on every get of a tail reader.
 		return
 	}
 	_ = syscall.Madvise(g.data[start:end], syscall.MADV_WILLNEED) // advice only: a failure changes nothing

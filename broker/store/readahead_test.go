@@ -54,3 +54,39 @@ func TestReadPopulatesChunks(t *testing.T) {
 		}
 	}
 }
+
+// A read near the write position (a consumer at the tail) advises nothing:
+// such a range never reaches the probe chunk, so advising it used to cost a
+// madvise on every get of a tail reader. A backlog read still advises.
+func TestTailReadNoReadAhead(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.SegmentSize = 8 << 20
+	cfg.IndexFileSize = DefaultIndexFileSize
+	s := mustOpen(t, cfg)
+	defer mustClose(t, s)
+	for range 10 {
+		mustAppend(t, s, &Message{Topic: "tail", Data: []byte("a small record")})
+	}
+	for q := int64(0); q < 10; q++ {
+		r, err := s.Read("tail", 0, q, 1<<10, nil)
+		if err != nil || r.Status != ReadFound {
+			t.Fatalf("read at %d: %v %v", q, r, err)
+		}
+		r.Release()
+	}
+	if s.ra.seen(0) {
+		t.Fatal("a read at the tail advised read-ahead")
+	}
+	body := bytes.Repeat([]byte("b"), 1000)
+	for range 200 { // ~200 KB behind the reader
+		mustAppend(t, s, &Message{Topic: "tail", Data: body})
+	}
+	r, err := s.Read("tail", 0, 10, 1<<10, nil)
+	if err != nil || r.Status != ReadFound {
+		t.Fatalf("backlog read: %v %v", r, err)
+	}
+	r.Release()
+	if !s.ra.seen(0) {
+		t.Fatal("a backlog read did not advise read-ahead")
+	}
+}

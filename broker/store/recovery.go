@@ -131,7 +131,11 @@ func (s *Store) recover() error {
 		return err
 	}
 	s.dispatched.Store(cut)
-	if err := s.disp.run(end); err != nil {
+	s.dispMu.Lock() // uncontended: nothing else runs yet; disp's rule
+	err = s.disp.run(end)
+	s.disp.takeFired() // nobody waits before Open returns
+	s.dispMu.Unlock()
+	if err != nil {
 		return fmt.Errorf("store: recovery re-dispatch: %w", err)
 	}
 	for _, p := range s.allPartitions() {

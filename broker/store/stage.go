@@ -150,16 +150,17 @@ func (l *commitLog) writeOut() error {
 func (l *commitLog) writeStaged(end int64) error {
 	st := &l.stage
 	st.wmu.Lock()
-	defer st.wmu.Unlock()
 	l.mu.Lock()
 	if st.failed.Load() {
 		err := l.writeErr
 		l.mu.Unlock()
+		st.wmu.Unlock()
 		return err
 	}
 	from := st.written.Load()
 	if from >= end {
 		l.mu.Unlock()
+		st.wmu.Unlock()
 		return nil
 	}
 	// The buffer cannot restart under us: that needs written >= wpos.
@@ -199,8 +200,11 @@ func (l *commitLog) writeStaged(end int64) error {
 	if err == nil && l.sync && l.onWritten != nil {
 		l.onWritten() // sync: a master's stream ships them while they are fsynced
 	}
+	st.wmu.Unlock()
 	if err == nil && !l.sync {
-		l.onVisible() // async: written records are visible (sync: once flushed)
+		// async: written records are visible (sync: once flushed). After
+		// wmu: it may dispatch them and answer parked gets (dispatch.go).
+		l.onVisible()
 	}
 	return err
 }

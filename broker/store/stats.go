@@ -20,6 +20,7 @@ type counters struct {
 	zeroFilled        atomic.Int64
 	fillWaits         atomic.Int64 // appends that waited for a zero-fill chunk (tests)
 	stageWaits        atomic.Int64 // appends that waited for the staging buffer to drain (stage.go; tests)
+	inlineDispatches  atomic.Int64 // dispatch batches run by the goroutine that made them visible (dispatch.go; tests)
 	coldReads         atomic.Int64 // direct reads of cold commit-log bytes (coldread.go)
 	coldReadBytes     atomic.Int64
 }

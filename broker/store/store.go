@@ -44,6 +44,10 @@
 //  4. l.stage.wmu — serialises writing staged records out (stage.go; the
 //     flusher, writeOut callers, readers catching up, an appender whose
 //     buffer is full). Held across the pwrite, never with l.mu held.
+//     4a. s.dispMu — held by whoever runs a dispatch batch (dispatch.go):
+//     the dispatcher goroutine, or an inline dispatch (TryLock only, with
+//     l.flushMu held in the flusher). WaitFunc callbacks run after it is
+//     released.
 //  5. l.mu — THE APPEND LOCK (commitLog). Guards the write position and
 //     active segment, assigning queue offsets (partition.next is only
 //     stored under it), the last store time, the pending group-commit round,
@@ -200,6 +204,12 @@ type Store struct {
 
 	dispKick  chan struct{}
 	dispSleep atomic.Bool
+	// dispMu is held by whoever runs a dispatch batch: the dispatcher
+	// goroutine, or a goroutine that just made records visible and
+	// dispatches them itself (dispatchInline, dispatch.go). It guards disp.
+	dispMu sync.Mutex
+	// waitParts counts partitions with an armed long-poll channel (wait.go).
+	waitParts atomic.Int32
 
 	// Dispatch progress notification for catchUp (wait.go).
 	progMu      sync.Mutex
@@ -253,7 +263,9 @@ func Open(cfg Config) (*Store, error) {
 	s.clog = newCommitLog(&s.cfg, s.log, s.logDir, &s.counters, s.stop, &s.wg)
 	s.clog.partitionFor = func(topic string, part int32) *partition { return s.partition(topic, part, true) }
 	s.clog.onVisible = func() {
-		s.wakeDispatcher()
+		if !s.dispatchInline() {
+			s.wakeDispatcher()
+		}
 		s.visWait.wake()
 	}
 	s.clog.onWritten = s.wrWait.wake
@@ -382,7 +394,11 @@ func (s *Store) Close() error {
 
 	// Everything below runs with the background goroutines stopped.
 	errFlush := s.clog.flushOnce()
+	s.dispMu.Lock()
 	errDisp := s.disp.run(s.clog.visibleLimit())
+	fired := s.disp.takeFired()
+	s.dispMu.Unlock()
+	runFired(fired)
 	errCkpt := s.checkpoint()
 	s.closeAllWaiters()
 

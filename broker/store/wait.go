@@ -1,6 +1,9 @@
 package store
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Long-poll notification. Each partition has at most one notify channel,
 // created only when someone waits and closed (then forgotten) by the
@@ -11,7 +14,9 @@ import "time"
 // Ordering (no lost wake-up): Wait publishes p.waiting and then re-reads
 // p.indexed; the dispatcher stores p.indexed and then reads p.waiting. Go's
 // atomics are sequentially consistent, so at least one of them sees the
-// other's store.
+// other's store. WaitFunc is the same with a list of callbacks instead of
+// the channel; when both sides see each other, the one that unlinks the
+// waiter under p.waitMu owns the wake-up.
 
 // closedChan is returned when the wait is already over.
 var closedChan = func() chan struct{} {
@@ -40,7 +45,10 @@ func (s *Store) Wait(topic string, partition int32, offset int64) <-chan struct{
 		ch = make(chan struct{})
 		p.waitCh = ch
 	}
-	p.waiting.Store(true)
+	if !p.waiting.Load() {
+		p.waiting.Store(true)
+		s.waitParts.Add(1) // inline dispatch while someone waits (dispatch.go)
+	}
 	p.waitMu.Unlock()
 	if p.indexed.Load() > offset || s.isClosed.Load() {
 		return closedChan
@@ -48,30 +56,146 @@ func (s *Store) Wait(topic string, partition int32, offset int64) <-chan struct{
 	return ch
 }
 
-// notify wakes p's waiters (dispatcher, after publishing p.indexed).
-func (s *Store) notify(p *partition) {
-	if p.waiting.Load() {
-		p.wakeWaiters()
+// A Waiter is a long poll woken by a call instead of a channel (WaitFunc):
+// a parked get answered by the goroutine that made its record readable, with
+// no goroutine of its own and no hand-off (broker/longpoll.go).
+type Waiter struct {
+	// Fn is called once per arming, with no store lock held, by the
+	// goroutine that made a record at or past the armed offset readable
+	// (the dispatcher goroutine, or an inline dispatch: the broker's reader
+	// in WriteOut, the flusher in sync mode), or by Close. It must not
+	// block, and must read with ReadIndexed: Read may wait for the
+	// dispatcher, which may be the caller.
+	Fn func()
+
+	p      atomic.Pointer[partition] // where it was last armed
+	offset int64                     // guarded by p.waitMu
+	prev   *Waiter                   // p.waiters list; guarded by p.waitMu
+	next   *Waiter
+	armed  bool    // in p.waiters; guarded by p.waitMu
+	fire   *Waiter // the notifier's list of waiters to call (notifier only)
+}
+
+// WaitFunc arms w to have w.Fn called as soon as a record at queue offset >=
+// offset is readable on topic/partition. It returns false, without arming,
+// when one is readable already or the store is closed: the caller reads
+// itself. An armed w must not be armed again before Fn was called or
+// CancelWait disarmed it.
+func (s *Store) WaitFunc(topic string, partition int32, offset int64, w *Waiter) bool {
+	if s.isClosed.Load() || !validTopic(topic) || partition < 0 {
+		return false
+	}
+	p := s.partition(topic, partition, true)
+	if p.indexed.Load() > offset {
+		return false
+	}
+	w.p.Store(p)
+	p.waitMu.Lock()
+	w.offset = offset
+	w.prev, w.next = nil, p.waiters
+	if p.waiters != nil {
+		p.waiters.prev = w
+	}
+	p.waiters = w
+	w.armed = true
+	if !p.waiting.Load() {
+		p.waiting.Store(true)
+		s.waitParts.Add(1)
+	}
+	p.waitMu.Unlock()
+	if p.indexed.Load() > offset || s.isClosed.Load() {
+		// Raced with the notifier: whoever unlinks w owns the wake-up.
+		return !s.CancelWait(w)
+	}
+	return true
+}
+
+// CancelWait disarms w; false when it was not armed (Fn was or is being
+// called).
+func (s *Store) CancelWait(w *Waiter) bool {
+	p := w.p.Load()
+	if p == nil {
+		return false
+	}
+	p.waitMu.Lock()
+	ok := w.armed
+	if ok {
+		unlinkWaiterLocked(p, w)
+		s.idleCheckLocked(p)
+	}
+	p.waitMu.Unlock()
+	return ok
+}
+
+func unlinkWaiterLocked(p *partition, w *Waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		p.waiters = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next, w.armed = nil, nil, false
+}
+
+// idleCheckLocked clears p.waiting once nothing waits on p (p.waitMu held).
+func (s *Store) idleCheckLocked(p *partition) {
+	if p.waitCh == nil && p.waiters == nil && p.waiting.Load() {
+		p.waiting.Store(false)
+		s.waitParts.Add(-1)
 	}
 }
 
-// wakeWaiters closes p's wait channel, if any.
-func (p *partition) wakeWaiters() {
+// notify wakes p's waiters (dispatcher, after publishing p.indexed): the
+// channel is closed at once; WaitFunc waiters whose offset is now readable
+// are added to *fire, for the notifier to call once it holds no lock
+// (runFired).
+func (s *Store) notify(p *partition, fire **Waiter) {
+	if p.waiting.Load() {
+		s.wakeWaiters(p, p.indexed.Load(), fire)
+	}
+}
+
+// wakeWaiters closes p's wait channel, if any, and moves the WaitFunc
+// waiters below readable (all: readable < 0) to *fire.
+func (s *Store) wakeWaiters(p *partition, readable int64, fire **Waiter) {
 	p.waitMu.Lock()
 	if p.waitCh != nil {
 		close(p.waitCh)
 		p.waitCh = nil
 	}
-	p.waiting.Store(false)
+	for w := p.waiters; w != nil; {
+		next := w.next
+		if readable < 0 || w.offset < readable {
+			unlinkWaiterLocked(p, w)
+			w.fire = *fire
+			*fire = w
+		}
+		w = next
+	}
+	s.idleCheckLocked(p)
 	p.waitMu.Unlock()
+}
+
+// runFired calls the Fn of every waiter on the list (no lock held).
+func runFired(w *Waiter) {
+	for w != nil {
+		next := w.fire
+		w.fire = nil
+		w.Fn()
+		w = next
+	}
 }
 
 // closeAllWaiters wakes every waiter (Close): their next Read fails with
 // ErrClosed.
 func (s *Store) closeAllWaiters() {
+	var fire *Waiter
 	for _, p := range s.allPartitions() {
-		p.wakeWaiters()
+		s.wakeWaiters(p, -1, &fire)
 	}
+	runFired(fire)
 }
 
 // Read-your-writes (docs/storage.md, "Flushing and visibility" and "Partition

@@ -71,3 +71,93 @@ func TestWait(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// While a long poll waits and the dispatcher sleeps, the WriteOut that makes
+// a put visible indexes it itself and wakes the waiter before it returns: no
+// hand-off to the dispatcher goroutine (dispatch.go, "Inline dispatch").
+func TestWriteOutWakesWaiterInline(t *testing.T) {
+	s := mustOpen(t, testConfig(t, ""))
+	defer mustClose(t, s)
+	inline := 0
+	for i := int64(0); i < 20 && inline < 3; i++ {
+		deadline := time.Now().Add(30 * time.Second)
+		for !s.dispSleep.Load() { // the dispatcher goes back to sleep
+			if time.Now().After(deadline) {
+				t.Fatal("the dispatcher never slept")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		ch := s.Wait("inline", 0, i)
+		before := s.counters.inlineDispatches.Load()
+		if _, _, err := s.AppendAsync(&Message{Topic: "inline", Data: []byte("m")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WriteOut(); err != nil {
+			t.Fatal(err)
+		}
+		if s.counters.inlineDispatches.Load() > before {
+			select {
+			case <-ch:
+				inline++
+			default:
+				t.Fatal("WriteOut dispatched inline but the waiter is not woken")
+			}
+		}
+		select { // either way the waiter is woken
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the waiter was never woken")
+		}
+	}
+	if inline == 0 {
+		t.Fatal("no WriteOut dispatched inline")
+	}
+	if s.waitParts.Load() != 0 {
+		t.Fatalf("waitParts = %d after every waiter was woken", s.waitParts.Load())
+	}
+}
+
+// WaitFunc calls its waiter once a record at or past its offset is
+// readable, not before; CancelWait disarms; Close calls every armed waiter.
+func TestWaitFunc(t *testing.T) {
+	s := mustOpen(t, testConfig(t, ""))
+	fired := make(chan int, 10)
+	w0 := &Waiter{Fn: func() { fired <- 0 }}
+	w1 := &Waiter{Fn: func() { fired <- 1 }}
+	w2 := &Waiter{Fn: func() { fired <- 2 }}
+	if !s.WaitFunc("wf", 0, 0, w0) || !s.WaitFunc("wf", 0, 1, w1) || !s.WaitFunc("wf", 0, 1, w2) {
+		t.Fatal("not armed on an empty partition")
+	}
+	if !s.CancelWait(w2) || s.CancelWait(w2) {
+		t.Fatal("CancelWait: want true once, then false")
+	}
+	mustAppend(t, s, &Message{Topic: "wf", Data: []byte("m0")})
+	select {
+	case i := <-fired:
+		if i != 0 {
+			t.Fatalf("waiter %d called for offset 0", i)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter for offset 0 was never called")
+	}
+	if s.CancelWait(w0) {
+		t.Fatal("a called waiter is still armed")
+	}
+	if s.WaitFunc("wf", 0, 0, w0) {
+		t.Fatal("armed for a readable offset")
+	}
+	mustClose(t, s)
+	select {
+	case i := <-fired:
+		if i != 1 {
+			t.Fatalf("Close called waiter %d", i)
+		}
+	default:
+		t.Fatal("Close did not call the armed waiter")
+	}
+	select {
+	case i := <-fired:
+		t.Fatalf("waiter %d called again", i)
+	default:
+	}
+}
