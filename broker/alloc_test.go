@@ -23,6 +23,8 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 		{"put+get sync", BenchmarkPipelinedPutGetSync},
 		{"mput async", BenchmarkPipelinedBatchPutAsync},
 		{"mput sync", BenchmarkPipelinedBatchPutSync},
+		{"mput runs async", BenchmarkPipelinedBatchPutRunsAsync},
+		{"mput runs sync", BenchmarkPipelinedBatchPutRunsSync},
 		{"put async, authenticated with an ACL", BenchmarkPipelinedPutAuth}, // security_bench_test.go
 	} {
 		r := testing.Benchmark(bm.f)

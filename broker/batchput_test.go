@@ -157,6 +157,12 @@ func TestBatchPutBadInput(t *testing.T) {
 // benchPipelinedBatchPut measures mput frames of batch messages over one
 // connection, frames in flight; b.N counts messages.
 func benchPipelinedBatchPut(b *testing.B, sync bool, batch, frames int) {
+	benchPipelinedBatchPutForm(b, sync, false, batch, frames)
+}
+
+// benchPipelinedBatchPutForm is benchPipelinedBatchPut asking for the
+// compact reply when runs.
+func benchPipelinedBatchPutForm(b *testing.B, sync, runs bool, batch, frames int) {
 	br := brokertest.RunBroker(b, brokertest.Options{Sync: sync, SegSize: 256 << 20})
 	nc, err := net.Dial("tcp", br.Addr)
 	if err != nil {
@@ -167,7 +173,7 @@ func benchPipelinedBatchPut(b *testing.B, sync bool, batch, frames int) {
 	for i := range bodies {
 		bodies[i] = strings.Repeat("x", 100)
 	}
-	frame := mputFrame("test", 0, bodies, 1)
+	frame := mputFrameForm("test", 0, bodies, runs, 1)
 	n := (b.N + batch - 1) / batch
 	b.SetBytes(100)
 	b.ReportAllocs()
@@ -177,3 +183,11 @@ func benchPipelinedBatchPut(b *testing.B, sync bool, batch, frames int) {
 
 func BenchmarkPipelinedBatchPutAsync(b *testing.B) { benchPipelinedBatchPut(b, false, 100, 10) }
 func BenchmarkPipelinedBatchPutSync(b *testing.B)  { benchPipelinedBatchPut(b, true, 100, 10) }
+
+// The client's form: 1,000 per frame, 5 in flight, the compact reply.
+func BenchmarkPipelinedBatchPutRunsAsync(b *testing.B) {
+	benchPipelinedBatchPutForm(b, false, true, 1000, 5)
+}
+func BenchmarkPipelinedBatchPutRunsSync(b *testing.B) {
+	benchPipelinedBatchPutForm(b, true, true, 1000, 5)
+}

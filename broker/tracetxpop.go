@@ -3,6 +3,7 @@ package broker
 import (
 	"encoding/binary"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,6 +144,10 @@ func (s *Server) traceTxEvent(e *tx.Event) {
 		ev.Type, ev.Attempt, ev.OK = trace.TxRollback, e.Checks, false
 		ev.Err = "no outcome after " + checks + " checks"
 		ev.Detail = "rolled back by the broker (transactionCheckMax)"
+	case tx.EvTxPut, tx.EvTxPrepared, tx.EvTxCommit, tx.EvTxRollback:
+		if !s.traceLocalTx(e, &ev) { // the `transaction` command's
+			return
+		}
 	default:
 		return
 	}
@@ -327,4 +332,51 @@ func recordSysFlag(rec []byte) uint16 {
 		return 0
 	}
 	return binary.BigEndian.Uint16(rec[protocol.OffSysFlag:])
+}
+
+// traceLocalTx fills ev for an event of a local or XA transaction (the
+// `transaction` command): tx-put when a traced put is held, tx-prepare,
+// tx-commit (rid: the committed record) and tx-rollback. The events carry
+// the provisional id the put was answered with; a prepared transaction
+// committed after a restart no longer knows it, and its commit event
+// carries the committed record's id.
+func (s *Server) traceLocalTx(e *tx.Event, ev *trace.Event) bool {
+	if !tracelog.Traced(e.SysFlag, e.Props) {
+		return false
+	}
+	kind := "local transaction "
+	if strings.HasPrefix(e.Key, "XID:") {
+		kind = "XA transaction "
+	}
+	ev.Topic, ev.Partition = e.Topic, int(e.Partition)
+	if v, ok := protocol.PropertyRaw(e.Props, protocol.PropKeys); ok {
+		ev.Keys = protocol.Unescape(v)
+	}
+	switch e.Kind {
+	case tx.EvTxPut:
+		ev.Type = trace.TxPut
+		ev.Detail = "put in " + kind + e.Key + ": held until it commits"
+	case tx.EvTxPrepared:
+		ev.Type, ev.RecordID, ev.Time = trace.TxPrepare, e.Result.MsgID, e.Result.StoreTime
+		ev.Detail = "prepared: stored in " + tx.HalfTopic + " as record " + strconv.FormatInt(e.Result.MsgID, 10) + " (" + kind + e.Key + ")"
+	case tx.EvTxCommit:
+		ev.Type, ev.Time, ev.Offset = trace.TxCommit, e.Result.StoreTime, e.Result.QueueOffset
+		ev.RecordID = e.Result.MsgID
+		if ev.MsgID == 0 {
+			ev.MsgID, ev.RecordID = e.Result.MsgID, 0
+		}
+		how := "committed by "
+		if e.TwoPhase {
+			how = "committed in two phases by "
+		}
+		ev.Detail = how + kind + e.Key + ": appended to " + e.Topic + " as record " + strconv.FormatInt(e.Result.MsgID, 10)
+		if e.Topic == scheduleTopic {
+			ev.Offset = -1
+			ev.Detail = how + kind + e.Key + ": delayed, stored in " + e.Topic + " as record " + strconv.FormatInt(e.Result.MsgID, 10)
+		}
+	default: // EvTxRollback
+		ev.Type, ev.OK, ev.Err = trace.TxRollback, false, e.Reason
+		ev.Detail = e.Reason + " (" + kind + e.Key + ")"
+	}
+	return true
 }

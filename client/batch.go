@@ -44,6 +44,11 @@ type batchFrame struct {
 	finish func(f *batchFrame, res []SendResult, err error)
 	res    []SendResult
 	props  []byte // scratch for one message's properties line
+	// Config.Trace (trace.go): the frame's messages, and when the send of
+	// the frame (t0) or of each message (t0s, Linger) began.
+	msgs []*Message
+	t0   time.Duration
+	t0s  []time.Duration
 }
 
 var framePool sync.Pool
@@ -63,7 +68,8 @@ func (p *Producer) newFrame() *batchFrame {
 func (f *batchFrame) release() {
 	f.cl.reset()
 	f.cl.kind = kindBatch
-	keep := batchFrame{cl: f.cl, done: f.done, block: f.block[:0], res: f.res[:0], props: f.props[:0]}
+	keep := batchFrame{cl: f.cl, done: f.done, block: f.block[:0], res: f.res[:0], props: f.props[:0], msgs: f.msgs[:0]}
+	clear(f.msgs)
 	if cap(keep.block) > 8<<20 {
 		keep.block = nil
 	}
@@ -157,6 +163,9 @@ func (p *Producer) encodeFrames(route *topicRoute, msgs []*Message, dst []*batch
 	}
 	dst = append(dst, f)
 	for _, g := range dst[first:] {
+		if p.trace != nil {
+			g.msgs = append(g.msgs[:0], msgs[g.base:g.base+g.count]...) // trace.go
+		}
 		g.route, g.topic = route, msgs[0].Topic
 		g.ordered = p.opts.Selector.Ordered(g.first)
 		g.sum = protocol.ChecksumNone
@@ -214,10 +223,15 @@ func (p *Producer) SendBatchAsync(ctx context.Context, msgs []*Message, cb func(
 		fail(err)
 		return
 	}
+	var t0 time.Duration
+	if p.trace != nil {
+		t0 = traceClock() // trace.go
+	}
 	bs.results = make([]SendResult, len(msgs))
 	bs.left = len(frames)
 	for _, f := range frames {
 		f.finish = bs.finish
+		f.t0 = t0
 		p.attemptFrame(ctx, f)
 	}
 }
@@ -268,6 +282,7 @@ func (p *Producer) attemptFrame(ctx context.Context, f *batchFrame) {
 	f.tbl = t
 	conn := t.conns[f.idx]
 	cl.err, cl.code = nil, 0
+	cl.stamp, cl.by = 0, nil
 	cl.onDone = f.done
 	if err := conn.startBatch(ctx, cl, conn.deadlineFor(ctx, p.opts.SendTimeout), f.topic, t.putPartition(f.idx), f.count, f.block, f.sum); err != nil {
 		cl.err = err
@@ -316,6 +331,9 @@ func (p *Producer) frameDone(f *batchFrame) {
 		}
 	}
 	f.res = res
+	if p.trace != nil {
+		p.traceFrame(f, res, err) // trace.go
+	}
 	fin := f.finish
 	fin(f, res, err)
 	f.release()
@@ -350,6 +368,7 @@ type lingerBatch struct {
 	tbl   *routeTable
 	msgs  []*Message
 	cbs   []func(SendResult, error)
+	t0s   []time.Duration // Config.Trace: when each message was given to SendAsync (trace.go)
 	bytes int
 	timer *time.Timer
 }
@@ -394,6 +413,9 @@ func (p *Producer) linger(route *topicRoute, msg *Message, cb func(SendResult, e
 	}
 	b.msgs = append(b.msgs, msg)
 	b.cbs = append(b.cbs, cb)
+	if p.trace != nil {
+		b.t0s = append(b.t0s, traceClock()) // trace.go
+	}
 	b.bytes += size
 	full := len(b.msgs) >= p.opts.BatchSize || b.bytes >= p.opts.MaxMessageSize/2
 	if full {
@@ -470,6 +492,9 @@ func (p *Producer) sendLingered(b *lingerBatch) {
 	for _, f := range frames {
 		f.finish = finish
 		f.fixed, f.tbl, f.idx = true, b.tbl, b.key.idx
+		if p.trace != nil {
+			f.t0s = b.t0s[f.base : f.base+f.count]
+		}
 		p.attemptFrame(p.ctx, f)
 	}
 }

@@ -72,7 +72,8 @@ type ConsumeEvent struct {
 	Message    *Message
 	// Attempt is 1 for the first handler call of this delivery, n for the
 	// n-th in-place redelivery (a message that came back through the retry
-	// topic starts at 1 again; see Message.ReconsumeTimes).
+	// topic starts at 1 again; see Message.ReconsumeTimes). For a
+	// PushConsumer it is the broker's delivery attempt (Message.Attempt).
 	Attempt int
 	Broker  string // address the message was fetched from
 	Start   time.Time
@@ -84,6 +85,10 @@ type ConsumeEvent struct {
 	// GivenBack is set when the retry policy gave the message back to the
 	// broker (retry topic, or the dead-letter queue when DeadLetter).
 	GivenBack, DeadLetter bool
+	// Released is set for a PushConsumer's failed call: the message was
+	// released to the broker, which delivers it again after Retry.Delay
+	// (Message.Attempt counts the deliveries).
+	Released bool
 
 	Span any // the hook's, as SendEvent.Span
 }
@@ -167,6 +172,31 @@ func (w *partWorker) beforeConsume(m *Message, attempt int) *ConsumeEvent {
 		e.Ctx = w.ctx
 	}
 	return e
+}
+
+// beforeConsume starts a PushConsumer handler call's hook event (pooled;
+// afterConsume returns it).
+func (c *PushConsumer) beforeConsume(it pushItem) *ConsumeEvent {
+	e := consumeEvents.Get().(*ConsumeEvent)
+	*e = ConsumeEvent{Ctx: c.ctx, Group: c.group, ConsumerID: c.id, Message: it.msg, Attempt: max(it.msg.Attempt, 1),
+		Broker: it.conn.addr, Start: time.Now()}
+	c.hooks.beforeConsume(e)
+	if e.Ctx == nil {
+		e.Ctx = c.ctx
+	}
+	return e
+}
+
+// afterConsume ends it: err is the handler's, delay the release's (when
+// err is not nil).
+func (c *PushConsumer) afterConsume(e *ConsumeEvent, err error, delay time.Duration) {
+	e.Err, e.Cost = err, time.Since(e.Start)
+	if err != nil {
+		e.Released, e.Retry = true, RetryDecision{Delay: delay}
+	}
+	c.hooks.afterConsume(e)
+	*e = ConsumeEvent{}
+	consumeEvents.Put(e)
 }
 
 func (w *partWorker) afterConsume(e *ConsumeEvent) {

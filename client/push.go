@@ -106,6 +106,10 @@ type PushConsumer struct {
 	ewg    sync.WaitGroup // lock extensions being sent
 
 	stats PushStats
+
+	id    string       // names the member in its hooks' and trace events
+	hooks hookList     // Config.Hooks and the trace hook; nil = none (hook.go)
+	trace *traceWriter // Config.Trace (trace.go)
 }
 
 // PushStats are a PushConsumer's counters.
@@ -149,6 +153,12 @@ func NewPushConsumer(cfg Config, group string, opts PushOptions) (*PushConsumer,
 		return nil, errors.New("metaq client: a push consumer needs ZKConnect or Brokers")
 	}
 	c.pool = newConnPool(c.cfg.connConfig())
+	c.id = zkmeta.NewConsumerID()
+	c.hooks = c.cfg.hookList()
+	if c.cfg.Trace {
+		c.trace = newTraceWriter(c.pool, &c.cfg) // trace.go
+		c.hooks = append(c.hooks, &consumerTrace{w: c.trace})
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.slots = make(chan struct{}, c.opts.Concurrency)
 	for i := 0; i < c.opts.Concurrency; i++ {
@@ -386,11 +396,22 @@ func (c *PushConsumer) handle(it pushItem) {
 		mu.Unlock()
 	})
 	mu.Unlock()
-	err := c.call(it)
+	var ev *ConsumeEvent
+	if c.hooks != nil {
+		ev = c.beforeConsume(it) // hook.go
+	}
+	err := c.call(it, ev)
 	mu.Lock()
 	stopped = true
 	t.Stop()
 	mu.Unlock()
+	delay := time.Duration(0)
+	if err != nil && c.ctx.Err() == nil {
+		delay = c.opts.Backoff(it.msg.Attempt)
+	}
+	if ev != nil {
+		c.afterConsume(ev, err, delay) // hook.go
+	}
 	if err == nil {
 		c.stats.Acked.Add(1)
 		c.acker(it.conn).add(it.handle)
@@ -398,21 +419,21 @@ func (c *PushConsumer) handle(it pushItem) {
 	}
 	c.stats.Failed.Add(1)
 	c.stats.Released.Add(1)
-	delay := time.Duration(0)
-	if c.ctx.Err() == nil {
-		delay = c.opts.Backoff(it.msg.Attempt)
-	}
 	c.finish(it.conn, protocol.OpRelease, delay.Milliseconds(), it.handle)
 }
 
-func (c *PushConsumer) call(it pushItem) (err error) {
+func (c *PushConsumer) call(it pushItem, ev *ConsumeEvent) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("handler panic: %v", r)
 			c.log.Error("metaq client: handler panicked", "msg", it.msg.String(), "panic", r)
 		}
 	}()
-	return it.sub.handler(c.ctx, it.msg)
+	ctx := c.ctx
+	if ev != nil {
+		ctx = ev.Ctx
+	}
+	return it.sub.handler(ctx, it.msg)
 }
 
 // finish sends release or extend for one handle (errors are logged: the
@@ -543,6 +564,7 @@ func (c *PushConsumer) Close() error {
 	}
 	c.ackers.Range(func(_, v any) bool { close(v.(*acker).done); return true })
 	c.awg.Wait()
+	c.trace.close(c.cfg.RequestTimeout) // the last events, before the connections go
 	c.pool.close()
 	if c.zk != nil {
 		c.zk.Close()

@@ -303,9 +303,7 @@ func (r *produceRing) drain(fn func(*produceItem)) {
 		return
 	}
 	for i := t; i < h; i++ {
-		it := &r.items[i&(ringSize-1)]
-		fn(it)
-		*it = produceItem{} // drop its strings
+		fn(&r.items[i&(ringSize-1)]) // left as it is: the next round overwrites it, field by field
 	}
 	r.tail.Store(h)
 }
@@ -615,6 +613,34 @@ func (p *Producer) traceProduce(by *brokerConn, addr string, m *Message, res Sen
 	p.trace.addProduces(local[:])
 }
 
+// traceFrame queues the produce events of an mput frame (SendBatch,
+// SendBatchAsync, Linger) that ended: one per message, each with its own
+// id and queue offset, from when its send began (the batch's call, or the
+// message's SendAsync under Linger) to the frame's answer.
+func (p *Producer) traceFrame(f *batchFrame, res []SendResult, err error) {
+	if f.tbl == nil || f.idx < 0 || f.idx >= len(f.tbl.conns) {
+		return // no broker was reached
+	}
+	addr := f.tbl.conns[f.idx].addr
+	cl := f.cl
+	end := cl.stamp
+	if end == 0 {
+		end = traceClock()
+	}
+	attempts := min(f.attempt+1, p.opts.SendRetries+1)
+	for i, m := range f.msgs {
+		var r SendResult
+		if err == nil && i < len(res) {
+			r = res[i]
+		}
+		t0 := f.t0
+		if i < len(f.t0s) {
+			t0 = f.t0s[i]
+		}
+		p.traceProduce(cl.by, addr, m, r, err, t0, end, attempts)
+	}
+}
+
 // produceItem is a produce event as queued by traceSend: what a send gives,
 // in a third of a trace.Event's bytes (copying the event into the queue was
 // most of the send's trace cost).
@@ -709,6 +735,8 @@ func (h *consumerTrace) AfterConsume(e *ConsumeEvent) {
 	r.Time = time.Now().UnixMilli()
 	r.Err = ev.Err
 	switch {
+	case e.Released:
+		r.Detail = "released to the broker: delivered again after " + e.Retry.Delay.String()
 	case e.DeadLetter:
 		r.Detail = "sent to the dead-letter queue " + DLQTopic(e.Group)
 	case e.GivenBack:
@@ -728,3 +756,7 @@ func (p *Producer) TraceStats() TraceStats { return p.trace.stats() }
 // TraceStats returns the consumer's trace counters (zero without
 // Config.Trace).
 func (c *Consumer) TraceStats() TraceStats { return c.trace.stats() }
+
+// TraceStats returns the push consumer's trace counters (zero without
+// Config.Trace).
+func (c *PushConsumer) TraceStats() TraceStats { return c.trace.stats() }

@@ -97,6 +97,19 @@ func (s *Store) readRaw(pos int64, max int, lim int64) (c RawChunk, ok bool, err
 	}
 	end := min(lim, g.end())
 	b := g.data[pos-g.base : end-g.base]
+	if lim < g.end() && len(b) <= max {
+		// The common case of a stream that keeps up: everything up to the
+		// limit, inside one segment. The written and visible limits only
+		// ever stop after a whole record, and a segment's BLANK is written
+		// only when the log rolls past it (the limit is then in the next
+		// segment, or still below the BLANK): [pos, lim) is whole records,
+		// and walking every header (a cache miss each) is not needed. The
+		// first header is checked; the walk below reports a bad one.
+		if size, magic, okh := protocol.PeekRecord(b); okh && magic == protocol.RecordMagic &&
+			size >= protocol.RecordOverhead && size <= len(b) {
+			return RawChunk{Pos: pos, Buf: b, Next: lim, seg: g}, true, nil
+		}
+	}
 	n := 0
 	for n < len(b) {
 		size, magic, okh := protocol.PeekRecord(b[n:])

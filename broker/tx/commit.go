@@ -41,6 +41,7 @@ func (m *Manager) commit(s *Session, key string, kind Kind, onePhase bool) (Resu
 		run = commitRun(key, t.halfFrom, t.halfN, 0, run)
 	}
 	if onePhase && err != nil {
+		m.emitTxRollbackLocked(t, "rolled back: the commit failed: "+err.Error()) // event.go
 		m.release(t, true)
 		m.rolledBack.Add(1)
 		return Result{}, xaErr(XARBOther, "commit failed, rolled back: "+err.Error())
@@ -50,16 +51,22 @@ func (m *Manager) commit(s *Session, key string, kind Kind, onePhase bool) (Resu
 		m.committed.Add(1)
 		return Result{}, nil
 	}
-	f, err := m.appendRun(run)
+	f, res, err := m.appendRunResults(run)
 	if err != nil {
 		if onePhase {
 			// Nothing was appended: the transaction is rolled back.
+			m.emitTxRollbackLocked(t, "rolled back: the commit failed: "+err.Error())
 			m.release(t, true)
 			m.rolledBack.Add(1)
 			return Result{}, xaErr(XARBOther, "commit failed, rolled back: "+err.Error())
 		}
 		m.release(t, false)
 		return Result{}, xaErr(XAErrRMErr, "commit failed, the transaction stays prepared: "+err.Error())
+	}
+	if onePhase {
+		m.emitTxRun(t, run, res, false) // event.go
+	} else {
+		m.emitTxRun(t, run[1:], res[1:], true) // after the commit op
 	}
 	m.release(t, true)
 	m.committed.Add(1)
@@ -75,6 +82,7 @@ func (m *Manager) rollback(s *Session, key string, kind Kind) (Result, error) {
 		return Result{}, err
 	}
 	if t.state != stPrepared {
+		m.emitTxRollbackLocked(t, "rolled back") // event.go
 		m.release(t, true)
 		m.rolledBack.Add(1)
 		return Result{}, nil
@@ -84,6 +92,7 @@ func (m *Manager) rollback(s *Session, key string, kind Kind) (Result, error) {
 		m.release(t, false)
 		return Result{}, xaErr(XAErrRMErr, "rollback failed, the transaction stays prepared: "+err.Error())
 	}
+	m.emitTxRollbackLocked(t, "rolled back (it was prepared)")
 	m.release(t, true)
 	m.rolledBack.Add(1)
 	return Result{Flush: f, Appended: true}, nil

@@ -1,6 +1,9 @@
 package tx
 
-import "github.com/metaqgo/metaq/broker/store"
+import (
+	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/protocol"
+)
 
 // Events of half messages for Config.OnEvent (the broker's message trace,
 // docs/trace.md). Each is one line at the place it happens; with no
@@ -16,6 +19,16 @@ const (
 	EvEnd                          // the producer's txend was applied (Action; Checks: checks before it)
 	EvCommit                       // committed: the real message appended (Result, Topic/Partition, Props: its own)
 	EvExpired                      // rolled back after CheckMax checks without an outcome (Checks)
+
+	// Messages of the `transaction` command's local and XA transactions
+	// (only those stored with protocol.SysFlagTraced: the others are not
+	// tracked). ID is the provisional id the put was answered with (0 when
+	// it is not known: a prepared transaction committed after a restart),
+	// Key the transaction's.
+	EvTxPut      // a put held in a transaction (Topic/Partition, Props, SysFlag)
+	EvTxPrepared // XA PREPARE stored it in %TX_HALF% (Result: the half record)
+	EvTxCommit   // committed: appended to its partition (Result; Topic/Partition, Props)
+	EvTxRollback // rolled back (Reason); Topic/Partition when still known
 )
 
 // Event is what Config.OnEvent receives. Props aliases the record or the
@@ -32,6 +45,9 @@ type Event struct {
 	Props     []byte
 	SysFlag   uint16 // the message's (protocol.SysFlagTraced: its producer traces it)
 	Result    store.AppendResult
+	Key       string // EvTx…: the transaction id (TX:… or XID:…)
+	TwoPhase  bool   // EvTxCommit: COMMIT_TWO_PHASE
+	Reason    string // EvTxRollback: why
 }
 
 // emit tells OnEvent. It is called on the paths of puts, txend and the
@@ -68,5 +84,53 @@ func (m *Manager) emitEnds(sc *endScratch, items []endItem, res []store.AppendRe
 			kind = EvExpired
 		}
 		m.emit(Event{Kind: kind, ID: it.h.id, Group: it.h.group, Checks: it.h.checks, Action: it.a})
+	}
+}
+
+// traceID marks t's traced messages: ids[i] is message i's provisional
+// id when it is traced, else 0 (nil when nothing is traced).
+func (t *Tx) traceID(i int, id int64) {
+	for len(t.ids) < i {
+		t.ids = append(t.ids, 0)
+	}
+	t.ids = append(t.ids, id)
+}
+
+// emitTxRun tells OnEvent the traced messages of a transaction's run
+// appended at commit: msgs[i] is message i, res[i] its result.
+func (m *Manager) emitTxRun(t *Tx, msgs []store.Message, res []store.AppendResult, twoPhase bool) {
+	if m.cfg.OnEvent == nil {
+		return
+	}
+	for i := range msgs {
+		mm := &msgs[i]
+		if mm.SysFlag&protocol.SysFlagTraced == 0 || i >= len(res) {
+			continue
+		}
+		var id int64
+		if i < len(t.ids) {
+			id = t.ids[i]
+		}
+		m.emit(Event{Kind: EvTxCommit, ID: id, Key: t.key, Topic: mm.Topic, Partition: mm.Partition, Props: mm.Properties,
+			SysFlag: mm.SysFlag, Result: res[i], TwoPhase: twoPhase})
+	}
+}
+
+// emitTxRollbackLocked tells OnEvent t's traced messages were rolled back
+// (m.mu held or not: OnEvent does not call the Manager).
+func (m *Manager) emitTxRollbackLocked(t *Tx, why string) {
+	if m.cfg.OnEvent == nil {
+		return
+	}
+	for i, id := range t.ids {
+		if id == 0 {
+			continue
+		}
+		e := Event{Kind: EvTxRollback, ID: id, Key: t.key, Reason: why, SysFlag: protocol.SysFlagTraced, Partition: -1}
+		if i < len(t.msgs) {
+			mm := &t.msgs[i]
+			e.Topic, e.Partition, e.Props = mm.Topic, mm.Partition, mm.Properties
+		}
+		m.emit(e)
 	}
 }

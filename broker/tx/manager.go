@@ -95,6 +95,7 @@ type Tx struct {
 	msgs  []store.Message
 	bytes int64
 	timer *time.Timer
+	ids   []int64 // the traced messages' provisional ids (event.go; nil when none is traced)
 
 	halfFrom int64 // prepared: %TX_HALF%/0 [halfFrom, halfFrom+halfN)
 	halfN    int
@@ -332,6 +333,7 @@ func (s *Session) Close() {
 	n := 0
 	for _, t := range s.txs {
 		if !t.busy {
+			m.emitTxRollbackLocked(t, "rolled back: the connection closed") // event.go
 			m.dropLocked(t)
 			n++
 		}
@@ -452,6 +454,7 @@ func (m *Manager) expire(t *Tx) {
 	if t.busy || t.state == stPrepared || m.lookupLocked(t.sess, t.key, t.kind) != t {
 		return
 	}
+	m.emitTxRollbackLocked(t, "rolled back: not prepared within its timeout") // event.go
 	m.dropLocked(t)
 	m.timedOut.Add(1)
 	m.log.Info("transaction timed out and was rolled back", "tx", t.key, "messages", len(t.msgs))
@@ -525,7 +528,12 @@ func (m *Manager) Put(s *Session, key []byte, msg *store.Message) (int64, error)
 	t.state = stInUse
 	// A provisional id: the message gets its real id (its position in the
 	// commit log) when the transaction commits.
-	return protocol.MakeMsgID(m.cfg.BrokerID, 1<<47|m.provisional.Add(1)), nil
+	id := protocol.MakeMsgID(m.cfg.BrokerID, 1<<47|m.provisional.Add(1))
+	if m.cfg.OnEvent != nil && cp.SysFlag&protocol.SysFlagTraced != 0 {
+		t.traceID(len(t.msgs)-1, id) // event.go
+		m.emit(Event{Kind: EvTxPut, ID: id, Key: t.key, Topic: cp.Topic, Partition: cp.Partition, Props: cp.Properties, SysFlag: cp.SysFlag})
+	}
+	return id, nil
 }
 
 // take marks t busy for an append, after checking it may do op.
@@ -588,12 +596,18 @@ func (m *Manager) schedule(run []store.Message) error {
 // store's mode says: in async mode written out now, in sync mode the
 // returned Flush completes when it is.
 func (m *Manager) appendRun(msgs []store.Message) (*store.Flush, error) {
+	f, _, err := m.appendRunResults(msgs)
+	return f, err
+}
+
+// appendRunResults is appendRun with every record's result.
+func (m *Manager) appendRunResults(msgs []store.Message) (*store.Flush, []store.AppendResult, error) {
 	res := make([]store.AppendResult, len(msgs))
 	f, err := m.st.AppendBatch(msgs, res)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return f, m.writeOut(f)
+	return f, res, m.writeOut(f)
 }
 
 // writeOut writes an async-flush append out (store.WriteOut) unless the
@@ -637,6 +651,12 @@ func (m *Manager) prepare(s *Session, key string, kind Kind) (Result, error) {
 	if err != nil {
 		m.release(t, false)
 		return Result{}, xaErr(XAErrRMErr, "prepare failed: "+err.Error())
+	}
+	for i, id := range t.ids {
+		if id != 0 && i < len(res) {
+			m.emit(Event{Kind: EvTxPrepared, ID: id, Key: key, Topic: t.msgs[i].Topic, Partition: t.msgs[i].Partition,
+				SysFlag: protocol.SysFlagTraced, Result: res[i]})
+		}
 	}
 	m.mu.Lock()
 	t.state = stPrepared

@@ -43,6 +43,8 @@ const (
 	TxAnswer     Type = "tx-answer"     // broker: the producer's txend after a check, or unknown
 	TxCommit     Type = "tx-commit"     // broker: a transactional message was committed (rid: the committed record)
 	TxRollback   Type = "tx-rollback"   // broker: a transactional message was rolled back
+	TxPut        Type = "tx-put"        // broker: a put held in a local or XA transaction (id: the provisional one)
+	TxPrepare    Type = "tx-prepare"    // broker: XA PREPARE stored it in %TX_HALF% (rid: the half record)
 	Push         Type = "push"          // broker: delivered to a member of a group (broker-managed delivery)
 	PushAck      Type = "push-ack"      // broker: the delivery was acknowledged
 	PushRelease  Type = "push-release"  // broker: the member released it (delivered again later)
@@ -646,7 +648,7 @@ func (b *Batch) Reset() {
 
 // typeOrder breaks ties between events of the same millisecond: the order
 // a message's life goes through.
-var typeOrder = map[Type]int{Produce: 0, Store: 1, TxHalf: 2, TxCheck: 3, TxAnswer: 4, TxCommit: 5, TxRollback: 5,
+var typeOrder = map[Type]int{Produce: 0, TxPut: 0, Store: 1, TxHalf: 2, TxPrepare: 2, TxCheck: 3, TxAnswer: 4, TxCommit: 5, TxRollback: 5,
 	Delivered: 6, Retried: 6, Push: 7, ConsumeBegin: 8, ConsumeEnd: 9, Retry: 10, PushAck: 11, PushRelease: 11,
 	PushReject: 11, DeadLetter: 12}
 

@@ -69,6 +69,7 @@ func (b *bencher) traceCost(ctx context.Context) benchkit.Result {
 	d, limit := b.limits()
 	var rOn, rOff []float64
 	var cOn, cOff, sOn, sOff []float64 // client and broker CPU µs per message
+	var pairs []float64                // on/off of each pair of adjacent phases (least drift between them)
 	var notes []string
 	for i := range 2 * b.o.traceRuns {
 		traced := i%2 == 1
@@ -93,6 +94,9 @@ func (b *bencher) traceCost(ctx context.Context) benchkit.Result {
 		} else {
 			rOff, cOff, sOff = append(rOff, rate), append(cOff, cli), append(sOff, srv)
 		}
+		if i%2 == 1 && len(rOn) > 0 && len(rOff) > 0 {
+			pairs = append(pairs, rOn[len(rOn)-1]/rOff[len(rOff)-1])
+		}
 		note := fmt.Sprintf("%s %.0f/s", label, rate)
 		if cli > 0 {
 			note += fmt.Sprintf(" client %.2f", cli)
@@ -114,7 +118,8 @@ func (b *bencher) traceCost(ctx context.Context) benchkit.Result {
 	mOn, mOff := median(rOn), median(rOff)
 	r.SetThroughput(int64(mOn*d.Seconds()), d)
 	r.SetBaseline(mOff)
-	b.notes(&r, fmt.Sprintf("trace on/off = %.3f (median %.0f vs %.0f msgs/s; goal >= 0.90)", mOn/mOff, mOn, mOff),
+	b.notes(&r, fmt.Sprintf("trace on/off = %.3f (median %.0f vs %.0f msgs/s; goal >= 0.90); median of the pairs' ratios %.3f %v",
+		mOn/mOff, mOn, mOff, median(pairs), roundRatios(pairs)),
 		cpuNote(cOn, cOff, sOn, sOff),
 		"phases (CPU in µs/msg): "+fmt.Sprint(notes),
 		fmt.Sprintf("trace events: %d queued, %d written, %d dropped (queue full), %d lost", st.Queued, st.Written, st.Dropped, st.Failed),
@@ -163,4 +168,13 @@ func cpuNote(cOn, cOff, sOn, sOff []float64) string {
 	}
 	return fmt.Sprintf("CPU µs/msg on/off: client %.2f/%.2f, broker %.2f/%.2f, total %.2f/%.2f (CPU ratio off/on = %.3f)",
 		median(cOn), median(cOff), median(sOn), median(sOff), on, off, off/on)
+}
+
+// roundRatios rounds ratios to 3 decimals for a note.
+func roundRatios(v []float64) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(int64(x*1000+0.5)) / 1000
+	}
+	return out
 }

@@ -117,9 +117,15 @@ func (a *App) traceKey(ctx context.Context, topic, key, addr string, maxNum int)
 // printTrace prints a timeline as a table.
 func (a *App) printTrace(mt *client.MessageTrace) error {
 	bid, phys := protocol.SplitMsgID(mt.MsgID)
-	fmt.Fprintf(a.Stdout, "message %d (broker %d, commit-log offset %d) topic %s, %d events\n", mt.MsgID, bid, phys, mt.Topic, len(mt.Events))
-	if !mt.Found {
-		fmt.Fprintf(a.Stdout, "(its record is not on %s any more)\n", mt.Broker)
+	switch {
+	case phys >= 1<<47: // the provisional id of a put inside a `transaction` (broker/tx)
+		fmt.Fprintf(a.Stdout, "message %d (broker %d, the provisional id of a put in a transaction) topic %s, %d events\n",
+			mt.MsgID, bid, mt.Topic, len(mt.Events))
+	default:
+		fmt.Fprintf(a.Stdout, "message %d (broker %d, commit-log offset %d) topic %s, %d events\n", mt.MsgID, bid, phys, mt.Topic, len(mt.Events))
+		if !mt.Found {
+			fmt.Fprintf(a.Stdout, "(its record is not on %s any more)\n", mt.Broker)
+		}
 	}
 	tw := a.table("TIME", "EVENT", "WHERE", "WHO", "ATTEMPT", "COST", "RESULT", "DETAIL")
 	for i := range mt.Events {

@@ -17,6 +17,7 @@ import (
 func (c *consumeRun) joinShared(ctx context.Context) (stop func(), err error) {
 	a, o := c.app, c.o
 	cfg := a.clientConfig(slog.LevelWarn)
+	cfg.Trace = o.trace // the member's handler calls (docs/trace.md)
 	if o.broker != "" {
 		cfg.ZKConnect, cfg.Brokers = "", []string{o.broker}
 	} else if _, err := a.zkClient(ctx); err != nil {

@@ -110,3 +110,67 @@ func TestTraceEndToEnd(t *testing.T) {
 		t.Fatalf("trace --key: %v\n%s", err, byKey)
 	}
 }
+
+// TestTraceBatchSends: messages sent with Producer.SendBatch (mput frames) and with Linger
+// (SendAsync collected into frames) by a traced producer each have their own produce event —
+// their own msgId, partition and queue offset — in `metaq trace <msgId> --json`.
+func TestTraceBatchSends(t *testing.T) {
+	c := newTraceCluster(t, map[string]int{"orders": 2}, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := client.Config{ZKConnect: c.zk, Trace: true, TraceOptions: client.TraceOptions{Group: "shop", FlushInterval: 50 * time.Millisecond}}
+	p, err := client.NewProducer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []*client.Message
+	for i := range 5 {
+		msgs = append(msgs, &client.Message{Topic: "orders", Body: []byte("batch " + strconv.Itoa(i))})
+	}
+	res, err := p.SendBatch(ctx, msgs)
+	if err != nil || len(res) != len(msgs) {
+		t.Fatalf("SendBatch: %v %+v", err, res)
+	}
+	cfg.Producer.Linger = 20 * time.Millisecond
+	lp, err := client.NewProducer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lres := make([]client.SendResult, 5)
+	errs := make(chan error, len(lres))
+	for i := range lres {
+		lp.SendAsync(ctx, &client.Message{Topic: "orders", Body: []byte("linger " + strconv.Itoa(i))}, func(r client.SendResult, err error) {
+			lres[i] = r
+			errs <- err
+		})
+	}
+	for range lres {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Close()
+	lp.Close()
+	for i, r := range append(res, lres...) {
+		size := len("batch 0")
+		if i >= len(res) {
+			size = len("linger 0")
+		}
+		mt := waitTrace(t, c, r.MsgID, map[string]func(e *trace.Event) bool{
+			"produce": func(e *trace.Event) bool {
+				return e.Type == trace.Produce && e.OK && e.MsgID == r.MsgID && e.Offset == r.Offset &&
+					e.Partition == r.Partition.Partition && e.Group == "shop" && e.Attempt == 1 && e.Size == size
+			},
+			"store": func(e *trace.Event) bool { return e.Type == trace.Store && e.Offset == r.Offset },
+		})
+		n := 0
+		for _, e := range mt.Events {
+			if e.Type == trace.Produce {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("message %d (%+v): %d produce events: %+v", i, r, n, mt.Events)
+		}
+	}
+}

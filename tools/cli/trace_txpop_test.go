@@ -12,6 +12,7 @@ import (
 
 	"github.com/metaqgo/metaq/broker/brokertest"
 	"github.com/metaqgo/metaq/client"
+	"github.com/metaqgo/metaq/protocol"
 	"github.com/metaqgo/metaq/protocol/trace"
 	"github.com/metaqgo/metaq/zkmeta/zktest"
 )
@@ -168,7 +169,8 @@ func TestTraceTransaction(t *testing.T) {
 // fails it once (released, delivered again, acknowledged) and to a group that never
 // acknowledges it (the lock runs out: delivered again; then rejected: dead-lettered) shows every
 // delivery with its attempt, the release, the redelivery after the lock ran out, the ack, the
-// reject and the dead letter, in time order.
+// reject and the dead letter, and the traced PushConsumer's own handler calls (begin and end of
+// both attempts, with their cost and result, and the release it decided), in time order.
 func TestTracePushDelivery(t *testing.T) {
 	c := newTraceCluster(t, map[string]int{"jobs": 1}, "")
 	out := c.mustRun("produce", "--topic", "jobs", "--message", "work", "--trace", "--json")
@@ -180,7 +182,8 @@ func TestTracePushDelivery(t *testing.T) {
 
 	// Group "workers": a PushConsumer whose handler fails the first time.
 	var calls atomic.Int64
-	pc, err := client.NewPushConsumer(client.Config{ZKConnect: c.zk}, "workers", client.PushOptions{Concurrency: 2})
+	pc, err := client.NewPushConsumer(client.Config{ZKConnect: c.zk, Trace: true,
+		TraceOptions: client.TraceOptions{FlushInterval: 50 * time.Millisecond}}, "workers", client.PushOptions{Concurrency: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,6 +247,22 @@ func TestTracePushDelivery(t *testing.T) {
 		"dlq": func(e *trace.Event) bool {
 			return e.Type == trace.DeadLetter && e.Group == "lazy" && e.Err == "rejected"
 		},
+		// The PushConsumer's own events (Config.Trace).
+		"handler 1 begins": func(e *trace.Event) bool {
+			return e.Type == trace.ConsumeBegin && e.Group == "workers" && e.Attempt == 1 && e.Client != ""
+		},
+		"handler 1 fails": func(e *trace.Event) bool {
+			return e.Type == trace.ConsumeEnd && e.Group == "workers" && e.Attempt == 1 && !e.OK && e.Err == "first time fails"
+		},
+		"handler 1 released": func(e *trace.Event) bool {
+			return e.Type == trace.Retry && e.Group == "workers" && e.Attempt == 1 && strings.Contains(e.Detail, "released to the broker")
+		},
+		"handler 2 begins": func(e *trace.Event) bool {
+			return e.Type == trace.ConsumeBegin && e.Group == "workers" && e.Attempt == 2
+		},
+		"handler 2 succeeds": func(e *trace.Event) bool {
+			return e.Type == trace.ConsumeEnd && e.Group == "workers" && e.Attempt == 2 && e.OK
+		},
 	})
 	if mt.MsgID != id || !mt.Found {
 		t.Errorf("trace header %+v", mt)
@@ -260,4 +279,123 @@ func TestTracePushDelivery(t *testing.T) {
 type pop2 struct {
 	handle  string
 	attempt int
+}
+
+// TestTraceLocalTransaction: puts inside the `transaction` command's transactions, on a
+// connection that sent `trace on`, are traced by the broker: a local transaction committed in
+// one phase (tx-put with the txKey, tx-commit naming the committed record, its store, and a
+// traced group's handler calls of it), an XA transaction prepared and committed in two phases
+// (tx-put, tx-prepare naming the half record, tx-commit), and a rolled-back one (tx-put,
+// tx-rollback, found by its key). Asked by the committed record's id, the trace is the same
+// message's.
+func TestTraceLocalTransaction(t *testing.T) {
+	c := newTraceCluster(t, map[string]int{"orders": 1}, "")
+	conn := c.brokers[0].Dial()
+	defer conn.Close()
+	opaque := int32(0)
+	cmd := func(line string) protocol.Reply {
+		t.Helper()
+		opaque++
+		conn.Send(line + " " + strconv.Itoa(int(opaque)) + "\r\n")
+		r := conn.Reply()
+		if r.Code != 200 || r.Opaque != opaque {
+			t.Fatalf("%s: %+v %q", line, r, r.Body)
+		}
+		return r
+	}
+	put := func(key, txKey, body string) int64 {
+		t.Helper()
+		data := "keys=" + key + "\n" + body // flag bit 1: a properties line
+		opaque++
+		conn.Send("put orders 0 " + strconv.Itoa(len(data)) + " 2 " + txKey + " " + strconv.Itoa(int(opaque)) + "\r\n" + data)
+		r := conn.Reply()
+		if r.Code != 200 {
+			t.Fatalf("put in %s: %+v %q", txKey, r, r.Body)
+		}
+		id, _, off, err := protocol.ParsePutResult(r.Body)
+		if err != nil || off != -1 {
+			t.Fatalf("put result %q: %v", r.Body, err)
+		}
+		return id
+	}
+	// Record 0 first: an id of 0 cannot be an event's rid (0 there means "the message's own").
+	conn.Put("orders", 0, "untraced", 1000)
+	cmd("trace on")
+	cmd("transaction TX:s1:1 s1 BEGIN")
+	local := put("order-local", "TX:s1:1", "local")
+	cmd("transaction TX:s1:1 s1 COMMIT_ONE_PHASE")
+	const xid = "XID:1:0a0b:01:uq1"
+	cmd("transaction " + xid + " s1 BEGIN")
+	xa := put("order-xa", xid, "xa")
+	cmd("transaction " + xid + " s1 PREPARE")
+	cmd("transaction " + xid + " s1 COMMIT_TWO_PHASE")
+	cmd("transaction TX:s1:2 s1 BEGIN")
+	rolled := put("order-rb", "TX:s1:2", "rolled back")
+	cmd("transaction TX:s1:2 s1 ROLLBACK")
+
+	// A traced group consumes the committed messages.
+	var got atomic.Int64
+	cfg := client.Config{ZKConnect: c.zk, Trace: true, TraceOptions: client.TraceOptions{FlushInterval: 50 * time.Millisecond}}
+	cons, err := client.NewConsumer(cfg, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cons.Subscribe("orders", "*", func(context.Context, *client.Message) error { got.Add(1); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := cons.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	zktest.Eventually(t, 60*time.Second, func() bool { return got.Load() >= 2 }, "the committed messages were not consumed")
+
+	var committed int64
+	mt := waitTrace(t, c, local, map[string]func(e *trace.Event) bool{
+		"tx-put": func(e *trace.Event) bool {
+			return e.Type == trace.TxPut && e.Keys == "order-local" && strings.Contains(e.Detail, "local transaction TX:s1:1")
+		},
+		"tx-commit": func(e *trace.Event) bool {
+			if e.Type == trace.TxCommit && e.RecordID > 0 && e.Offset >= 0 && strings.Contains(e.Detail, "committed by local transaction") {
+				committed = e.RecordID
+				return true
+			}
+			return false
+		},
+		"store": func(e *trace.Event) bool { return e.Type == trace.Store && e.RecordID > 0 && e.Topic == "orders" },
+		"consume-end": func(e *trace.Event) bool {
+			return e.Type == trace.ConsumeEnd && e.Group == "billing" && e.OK
+		},
+	})
+	if mt.Topic != "orders" {
+		t.Errorf("trace header %+v", mt)
+	}
+	waitTrace(t, c, xa, map[string]func(e *trace.Event) bool{
+		"tx-put": func(e *trace.Event) bool {
+			return e.Type == trace.TxPut && strings.Contains(e.Detail, "XA transaction "+xid)
+		},
+		"tx-prepare": func(e *trace.Event) bool { return e.Type == trace.TxPrepare && e.RecordID > 0 },
+		"half store": func(e *trace.Event) bool { return e.Type == trace.Store && e.Topic == "%TX_HALF%" },
+		"tx-commit": func(e *trace.Event) bool {
+			return e.Type == trace.TxCommit && e.RecordID > 0 && strings.Contains(e.Detail, "committed in two phases")
+		},
+		"consume-end": func(e *trace.Event) bool { return e.Type == trace.ConsumeEnd && e.Group == "billing" },
+	})
+	waitTrace(t, c, rolled, map[string]func(e *trace.Event) bool{
+		"tx-put": func(e *trace.Event) bool { return e.Type == trace.TxPut && e.Keys == "order-rb" },
+		"tx-rollback": func(e *trace.Event) bool {
+			return e.Type == trace.TxRollback && !e.OK && strings.Contains(e.Detail, "TX:s1:2")
+		},
+	})
+	// By the committed record's id: the same message.
+	out := c.mustRun("trace", strconv.FormatInt(committed, 10), "--json")
+	var asked client.MessageTrace
+	if err := json.Unmarshal([]byte(out), &asked); err != nil || asked.MsgID != local || asked.Asked != committed {
+		t.Fatalf("trace %d: %v %s", committed, err, out)
+	}
+	// By key: the rolled-back message is found.
+	out = c.mustRun("trace", "--key", "orders", "order-rb", "--json")
+	if !strings.Contains(out, `"tx-rollback"`) {
+		t.Fatalf("trace --key orders order-rb:\n%s", out)
+	}
+	t.Logf("metaq trace %d:\n%s", local, c.mustRun("trace", strconv.FormatInt(local, 10)))
 }
