@@ -157,7 +157,13 @@ func newProducer(cfg Config, hooks func(*connConfig)) (*Producer, error) {
 	if p.cfg.Trace {
 		// Before any connection is made: a traced producer's connections
 		// mark its messages (`trace on`) and buffer its events (trace.go).
-		p.trace = newTraceWriter(p.pool, &p.cfg)
+		// The trace records go on connections of their own, so that they
+		// never wait for a slot of the producer's window nor hold up its
+		// replies.
+		tc := *cc
+		tc.onUp, tc.onCheck = nil, nil
+		p.trace = newTraceWriter(newConnPool(&tc), &p.cfg)
+		p.trace.ownPool = true
 		cc.trace = p.trace
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
@@ -166,6 +172,7 @@ func newProducer(cfg Config, hooks func(*connConfig)) (*Producer, error) {
 		zc, err := cfg.newZK()
 		if err != nil {
 			p.trace.close(0)
+			p.trace.closePool()
 			return nil, err
 		}
 		p.zk = zc
@@ -178,6 +185,7 @@ func newProducer(cfg Config, hooks func(*connConfig)) (*Producer, error) {
 		p.direct = t
 	default:
 		p.trace.close(0)
+		p.trace.closePool()
 		return nil, errors.New("metaq client: Config.ZKConnect (or Config.Brokers) is required")
 	}
 	p.hooks = p.cfg.hookList()
@@ -345,6 +353,7 @@ func (p *Producer) Close() error {
 	p.trace.close(p.opts.SendTimeout)     // the last events, before the connections go
 	p.cancel()
 	p.pool.close()
+	p.trace.closePool() // trace.go
 	p.wg.Wait()
 	if p.zk != nil {
 		p.zk.Close()

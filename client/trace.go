@@ -115,6 +115,7 @@ type traceWriter struct {
 	pspare  []produceItem  // the writer's (swapped with pqueue)
 	nQueued uint64         // guarded by mu
 	rings   []*produceRing // guarded by mu: one per connection of a traced producer
+	ownPool bool           // pool is the writer's own (a producer's: closePool closes it)
 	kick    chan struct{}
 	stopped atomic.Bool
 	stop    chan struct{} // Close: flush and end
@@ -493,6 +494,14 @@ func (w *traceWriter) syncRings(grace time.Duration) {
 	deadline := time.Now().Add(grace)
 	for _, r := range rings {
 		r.sync(deadline)
+	}
+}
+
+// closePool closes the writer's connections when they are its own (a
+// producer's: newProducer); after close.
+func (w *traceWriter) closePool() {
+	if w != nil && w.ownPool {
+		w.pool.close()
 	}
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,17 +37,29 @@ func waitDispatched(s *Store) {
 	}
 }
 
-func benchAppendAsync(b *testing.B, partitions int) {
+// benchAppendAsync appends round-robin over topics × partitions (topic
+// "bench" alone when topics is 1, else "bench-0" … "bench-<topics-1>").
+func benchAppendAsync(b *testing.B, topics, partitions int) {
 	cfg := benchConfig(b)
 	cfg.UnflushThreshold = benchThreshold()
 	cfg.UnflushInterval = time.Second
 	s := mustOpen(b, cfg)
 	defer mustClose(b, s)
+	names := []string{"bench"}
+	if topics > 1 {
+		names = make([]string, topics)
+		for i := range names {
+			names[i] = "bench-" + strconv.Itoa(i)
+		}
+	}
 	data := make([]byte, 100)
-	m := &Message{Topic: "bench", Data: data}
+	m := &Message{Data: data}
+	set := func(i int) {
+		m.Topic, m.Partition = names[i%topics], int32(i/topics%partitions)
+	}
 	// Steady state: every partition (and its first index file) exists.
-	for p := 0; p < partitions; p++ {
-		m.Partition = int32(p)
+	for i := 0; i < topics*partitions; i++ {
+		set(i)
 		if _, _, err := s.AppendAsync(m); err != nil {
 			b.Fatal(err)
 		}
@@ -60,7 +73,7 @@ func benchAppendAsync(b *testing.B, partitions int) {
 	b.ResetTimer()
 	t0 := time.Now()
 	for i := 0; i < b.N; i++ {
-		m.Partition = int32(i % partitions)
+		set(i)
 		if _, _, err := s.AppendAsync(m); err != nil {
 			b.Fatal(err)
 		}
@@ -93,9 +106,17 @@ func reportAppends(b *testing.B, s *Store, t0 time.Time) {
 	}
 }
 
-func BenchmarkAppendAsync(b *testing.B) { benchAppendAsync(b, 1) }
+func BenchmarkAppendAsync(b *testing.B) { benchAppendAsync(b, 1, 1) }
 
-func BenchmarkAppendAsyncRoundRobin10k(b *testing.B) { benchAppendAsync(b, 10000) }
+func BenchmarkAppendAsyncRoundRobin10k(b *testing.B) { benchAppendAsync(b, 1, 10000) }
+
+// BenchmarkAppendAsyncTopics1000 is round-robin over 1,000 topics of one
+// partition each: the store's share of the topics-1000 row (docs/storage.md,
+// "Buffered index tails"). Compare with BenchmarkAppendAsync, run
+// alternately:
+//
+//	go test -run '^$' -bench 'AppendAsync$|AppendAsyncTopics1000$' -benchtime 2000000x ./broker/store
+func BenchmarkAppendAsyncTopics1000(b *testing.B) { benchAppendAsync(b, 1000, 1) }
 
 // BenchmarkAppendBatch is AppendAsync's benchmark for AppendBatch: runs of
 // 100 messages to one partition (an mput frame), written out after each

@@ -25,6 +25,15 @@ func TestBenchBatchAccumulationZK(t *testing.T) {
 	if r.Msgs%50 != 0 || !strings.Contains(r.Notes, "50 messages per mput frame") {
 		t.Fatalf("publish-batch: %+v", r)
 	}
+	// --count alone: exactly that many messages, the last frame shorter.
+	out, errs, code = runBench(t, "bench", benchkit.WorkloadPublishBatch, "--json", "--server", async.Addr,
+		"--topic", "bench", "--batch", "100", "--batch-inflight", "3", "--count", "1234")
+	if code != 0 {
+		t.Fatalf("publish-batch --count: exit %d\n%s\n%s", code, out, errs)
+	}
+	if r := oneResult(t, out); r.Msgs != 1234 || !strings.Contains(r.Notes, "3 frames in flight") {
+		t.Fatalf("publish-batch --count 1234: %d messages, notes %q", r.Msgs, r.Notes)
+	}
 	out, errs, code = runBench(t, benchArgs(benchkit.WorkloadPublishBatch, sync.Addr)...)
 	if code != 0 {
 		t.Fatalf("publish-batch on a sync broker: exit %d\n%s\n%s", code, out, errs)
