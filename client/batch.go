@@ -218,8 +218,14 @@ func (p *Producer) SendBatchAsync(ctx context.Context, msgs []*Message, cb func(
 		return
 	}
 	bs := &batchSend{p: p, cb: cb}
+	if p.hooks != nil { // hook.go: every message gets its BeforeSend before the frames are encoded
+		bs.evs = p.batchBeforeSend(ctx, msgs)
+	}
 	frames, err := p.encodeFrames(route, msgs, bs.one[:0])
 	if err != nil {
+		if bs.evs != nil {
+			p.batchAfterSend(bs.evs, nil, 0, len(msgs), nil, err, 0, "")
+		}
 		fail(err)
 		return
 	}
@@ -241,6 +247,7 @@ func (p *Producer) SendBatchAsync(ctx context.Context, msgs []*Message, cb func(
 type batchSend struct {
 	p        *Producer
 	cb       func([]SendResult, error)
+	evs      []SendEvent    // Config.Hooks: one event per message (hook.go); nil without hooks
 	one      [1]*batchFrame // encodeFrames' room for the usual single frame
 	mu       sync.Mutex
 	results  []SendResult
@@ -249,6 +256,10 @@ type batchSend struct {
 }
 
 func (bs *batchSend) finish(f *batchFrame, res []SendResult, err error) {
+	if bs.evs != nil {
+		addr, attempts := bs.p.frameAttempt(f)
+		bs.p.batchAfterSend(bs.evs, nil, f.base, f.count, res, err, attempts, addr)
+	}
 	bs.mu.Lock()
 	copy(bs.results[f.base:], res)
 	if err != nil && bs.firstErr == nil {
@@ -369,6 +380,7 @@ type lingerBatch struct {
 	msgs  []*Message
 	cbs   []func(SendResult, error)
 	t0s   []time.Duration // Config.Trace: when each message was given to SendAsync (trace.go)
+	evs   []*SendEvent    // Config.Hooks: each message's event (hook.go); nil without hooks
 	bytes int
 	timer *time.Timer
 }
@@ -382,13 +394,18 @@ type lingerer struct {
 // linger adds msg to its partition's open batch; the batch is sent when it
 // is full (BatchSize messages or about MaxMessageSize bytes) or Linger after
 // its first message. false: msg cannot linger (send it now).
-func (p *Producer) linger(route *topicRoute, msg *Message, cb func(SendResult, error)) bool {
+func (p *Producer) linger(ctx context.Context, route *topicRoute, msg *Message, cb func(SendResult, error)) bool {
 	if msg.DelayLevel > 0 || !msg.DeliverAt.IsZero() {
 		return false
 	}
 	t := route.table()
 	if len(t.parts) == 0 {
 		return false
+	}
+	var ev *SendEvent
+	if p.hooks != nil { // hook.go; before the lock: a hook is user code
+		ev = &SendEvent{Ctx: ctx, Message: msg, Start: time.Now()}
+		p.hooks.beforeSend(ev)
 	}
 	pos := attemptPos{idx: -1, failedBroker: -1, ordered: p.opts.Selector.Ordered(msg)}
 	key := lingerKey{route, p.pick(t, msg, &pos)}
@@ -413,6 +430,9 @@ func (p *Producer) linger(route *topicRoute, msg *Message, cb func(SendResult, e
 	}
 	b.msgs = append(b.msgs, msg)
 	b.cbs = append(b.cbs, cb)
+	if ev != nil {
+		b.evs = append(b.evs, ev)
+	}
 	if p.trace != nil {
 		b.t0s = append(b.t0s, traceClock()) // trace.go
 	}
@@ -475,12 +495,19 @@ func (p *Producer) sendLingered(b *lingerBatch) {
 	}
 	frames, err := p.encodeFrames(b.key.route, b.msgs, nil)
 	if err != nil {
+		if b.evs != nil {
+			p.batchAfterSend(nil, b.evs, 0, len(b.msgs), nil, err, 0, "")
+		}
 		for i := range b.msgs {
 			done(i, SendResult{}, err)
 		}
 		return
 	}
 	finish := func(f *batchFrame, res []SendResult, err error) {
+		if b.evs != nil {
+			addr, attempts := p.frameAttempt(f)
+			p.batchAfterSend(nil, b.evs, f.base, f.count, res, err, attempts, addr)
+		}
 		for i := 0; i < f.count; i++ {
 			var r SendResult
 			if err == nil {

@@ -203,3 +203,96 @@ func BenchmarkEncodeFrames(b *testing.B) {
 		fs[0].release()
 	}
 }
+
+// User hooks see every message of SendBatch and of SendAsync under Linger:
+// one BeforeSend before the frame is encoded (a property it adds is sent),
+// one AfterSend with that message's own result.
+func TestUserHooksBatchAndLinger(t *testing.T) {
+	cl := newCluster(t, map[string]int{"hb": 1}, 1)
+	ctx := ctxT(t, 60*time.Second)
+	check := func(what string, h *recHook, want []SendResult) {
+		t.Helper()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.before.Load() != int64(len(want)) || len(h.sends) != len(want) {
+			t.Fatalf("%s: %d BeforeSend, %d AfterSend, want %d each", what, h.before.Load(), len(h.sends), len(want))
+		}
+		got := map[int64]SendEvent{}
+		for _, e := range h.sends {
+			got[e.Result.MsgID] = e
+		}
+		for _, r := range want {
+			e, ok := got[r.MsgID]
+			if !ok || e.Result != r || e.Err != nil || e.Attempts != 1 || e.Broker == "" || e.Span != "span" ||
+				e.Message.Properties["traceparent"] != "00-abc-01" {
+				t.Fatalf("%s: event of %d: %+v (ok %v)", what, r.MsgID, e, ok)
+			}
+		}
+	}
+
+	h := &recHook{}
+	cfg := cl.config()
+	cfg.Hooks = []Hook{h}
+	p, err := NewProducer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var msgs []*Message
+	for i := 0; i < 4; i++ {
+		msgs = append(msgs, &Message{Topic: "hb", Body: []byte(fmt.Sprint("batch ", i))})
+	}
+	res, err := p.SendBatch(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("SendBatch", h, res)
+
+	hl := &recHook{}
+	cfg = cl.config()
+	cfg.Hooks = []Hook{hl}
+	cfg.Producer.Linger = time.Hour // only a full batch (3) sends
+	cfg.Producer.BatchSize = 3
+	pl, err := NewProducer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	var mu sync.Mutex
+	var lres []SendResult
+	var wg sync.WaitGroup
+	wg.Add(3)
+	for i := 0; i < 3; i++ {
+		pl.SendAsync(ctx, &Message{Topic: "hb", Body: []byte(fmt.Sprint("linger ", i))}, func(r SendResult, err error) {
+			defer wg.Done()
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			lres = append(lres, r)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	check("Linger", hl, lres)
+
+	// The property a hook added was stored with each message.
+	a, err := NewAdmin(cl.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	fr, err := a.Fetch(ctx, cl.brokers[1].Addr, "hb", 0, 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(fr.Messages)
+	for _, m := range fr.Messages {
+		if m.Properties["traceparent"] != "00-abc-01" {
+			t.Fatalf("message %q stored without the hook's property: %+v", m.Body, m.Properties)
+		}
+	}
+	if n != 7 {
+		t.Fatalf("%d messages", n)
+	}
+}

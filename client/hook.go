@@ -17,9 +17,10 @@ import (
 // owned by the client: a hook must not keep it (or its Message) after the
 // After call returns; copy what it needs.
 type Hook interface {
-	// BeforeSend runs once per Send/SendAsync/SendToPartition, after the
-	// message was validated and before its properties are encoded: a hook
-	// may add properties (a trace context) to e.Message.
+	// BeforeSend runs once per Send/SendAsync/SendToPartition, and once per
+	// message of SendBatch/SendBatchAsync and of SendAsync under Linger,
+	// after the message was validated and before its properties are
+	// encoded: a hook may add properties (a trace context) to e.Message.
 	BeforeSend(e *SendEvent)
 	// AfterSend runs once the send succeeded or failed for good (after the
 	// last attempt).
@@ -203,4 +204,45 @@ func (w *partWorker) afterConsume(e *ConsumeEvent) {
 	w.c.hooks.afterConsume(e)
 	*e = ConsumeEvent{}
 	consumeEvents.Put(e)
+}
+
+// batchBeforeSend starts the hook events of a batch's messages (one
+// allocation for all of them).
+func (p *Producer) batchBeforeSend(ctx context.Context, msgs []*Message) []SendEvent {
+	evs := make([]SendEvent, len(msgs))
+	now := time.Now()
+	for i, m := range msgs {
+		evs[i] = SendEvent{Ctx: ctx, Message: m, Start: now}
+		p.hooks.beforeSend(&evs[i])
+	}
+	return evs
+}
+
+// batchAfterSend ends the hook events [base, base+n) of a batch (evs) or
+// of a lingered batch (pevs) with their frame's outcome: res[i] is message
+// base+i's result when err is nil.
+func (p *Producer) batchAfterSend(evs []SendEvent, pevs []*SendEvent, base, n int, res []SendResult, err error, attempts int, addr string) {
+	for i := 0; i < n; i++ {
+		var e *SendEvent
+		if evs != nil {
+			e = &evs[base+i]
+		} else {
+			e = pevs[base+i]
+		}
+		e.Result, e.Err, e.Attempts, e.Broker = SendResult{}, err, attempts, addr
+		if err == nil && i < len(res) {
+			e.Result = res[i]
+		}
+		e.Cost = time.Since(e.Start)
+		p.hooks.afterSend(e)
+	}
+}
+
+// frameAttempt is the broker address and the attempts made of a batch
+// frame that got its final answer.
+func (p *Producer) frameAttempt(f *batchFrame) (addr string, attempts int) {
+	if f.tbl != nil && f.idx >= 0 && f.idx < len(f.tbl.conns) {
+		addr = f.tbl.conns[f.idx].addr
+	}
+	return addr, min(f.attempt+1, p.opts.SendRetries+1)
 }

@@ -270,7 +270,7 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, cb func(SendResu
 		p.asyncFail(cb, err)
 		return
 	}
-	if p.opts.Linger > 0 && p.linger(route, msg, cb) { // batch.go
+	if p.opts.Linger > 0 && p.linger(ctx, route, msg, cb) { // batch.go
 		return
 	}
 	s, err := p.newSend(ctx, msg)
