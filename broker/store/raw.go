@@ -468,21 +468,7 @@ func (f *Flush) complete(err error) {
 // (already closed if it has). Cheap when nobody waits: onVisible only takes
 // the lock while a waiter is armed.
 func (s *Store) WaitVisible(pos int64) <-chan struct{} {
-	w := &s.visWait
-	if s.clog.visibleLimit() > pos {
-		return closedChan
-	}
-	w.mu.Lock()
-	if w.ch == nil {
-		w.ch = make(chan struct{})
-		w.armed.Store(true)
-	}
-	ch := w.ch
-	w.mu.Unlock()
-	if s.clog.visibleLimit() > pos {
-		return closedChan
-	}
-	return ch
+	return s.visWait.wait(pos, s.clog.visibleLimit)
 }
 
 // WaitWritten returns a channel closed once WrittenPos passes pos (already
@@ -492,8 +478,21 @@ func (s *Store) WaitWritten(pos int64) <-chan struct{} {
 	if !s.clog.sync {
 		return s.WaitVisible(pos)
 	}
-	w := &s.wrWait
-	if s.WrittenPos() > pos {
+	return s.wrWait.wait(pos, s.WrittenPos)
+}
+
+// visibleWaiters wakes WaitVisible (and WaitWritten) callers (a leaf lock).
+type visibleWaiters struct {
+	mu    sync.Mutex
+	ch    chan struct{}
+	armed atomic.Bool
+}
+
+// wait returns a channel closed once at() passes pos: closed already when
+// it has, else the current round's channel, armed before at() is read again
+// so that a wake between the two reads is not missed.
+func (w *visibleWaiters) wait(pos int64, at func() int64) <-chan struct{} {
+	if at() > pos {
 		return closedChan
 	}
 	w.mu.Lock()
@@ -503,17 +502,10 @@ func (s *Store) WaitWritten(pos int64) <-chan struct{} {
 	}
 	ch := w.ch
 	w.mu.Unlock()
-	if s.WrittenPos() > pos {
+	if at() > pos {
 		return closedChan
 	}
 	return ch
-}
-
-// visibleWaiters wakes WaitVisible (and WaitWritten) callers (a leaf lock).
-type visibleWaiters struct {
-	mu    sync.Mutex
-	ch    chan struct{}
-	armed atomic.Bool
 }
 
 func (w *visibleWaiters) wake() {
