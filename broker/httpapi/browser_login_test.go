@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	"golang.org/x/crypto/bcrypt"
@@ -48,6 +49,22 @@ func TestDashboardLoginLogoutInBrowser(t *testing.T) {
 		return v
 	}
 	loginForm := chromedp.WaitVisible(chromedp.CSS(`input[name="user"]`))
+	// after a click that navigates, a query started on the old page can wait
+	// forever; evaluate afresh on whatever page is current until sel is there
+	waitPage := func(what, sel string) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			ok, err := chromedp.Run(br.ctx, chromedp.Evaluate[bool](`document.readyState === "complete" && document.querySelector(`+"`"+sel+"`"+`) !== null`))
+			if err == nil && ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s never appeared (last error %v)", what, sel, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 
 	br.do(t, chromedp.Navigate(base+"/messages"), loginForm)
 	if p := location(); p != "/login" {
@@ -56,8 +73,8 @@ func TestDashboardLoginLogoutInBrowser(t *testing.T) {
 	br.do(t,
 		chromedp.SendKeys(chromedp.CSS(`input[name="user"]`), "root"),
 		chromedp.SendKeys(chromedp.CSS(`input[name="secret"]`), "pw-root"),
-		chromedp.Click(chromedp.CSS(`button[type="submit"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`#logout`)))
+		chromedp.Click(chromedp.CSS(`button[type="submit"]`)))
+	waitPage("after login", `#logout`)
 	if p := location(); p != "/messages" {
 		t.Errorf("after login the browser is at %s, want /messages (the page it asked for)", p)
 	}
@@ -65,7 +82,8 @@ func TestDashboardLoginLogoutInBrowser(t *testing.T) {
 		t.Errorf("header shows user %q, want root", u)
 	}
 
-	br.do(t, chromedp.Click(chromedp.CSS(`#logout`)), loginForm)
+	br.do(t, chromedp.Click(chromedp.CSS(`#logout`)))
+	waitPage("after logout", `input[name="user"]`)
 	if p := location(); p != "/login" {
 		t.Fatalf("after logout the browser is at %s, want the login page", p)
 	}
