@@ -257,7 +257,12 @@ func (l *link) stream(pos int64) error {
 		if len(chunks) > 0 {
 			end := st.WrittenPos()
 			iov = iov[:0]
-			hdrs = make([]byte, 0, frameHeaderSize*len(chunks))
+			// One header per chunk, in one buffer reused from send to send
+			// (iov points into it until WriteTo returns; it must not grow
+			// while headers are being added).
+			if need := frameHeaderSize * len(chunks); cap(hdrs) < need {
+				hdrs = make([]byte, 0, need)
+			}
 			for i := range chunks {
 				c := &chunks[i]
 				off := len(hdrs)
@@ -267,7 +272,10 @@ func (l *link) stream(pos int64) error {
 			}
 			_ = l.nc.SetWriteDeadline(now.Add(max(10*l.n.cfg.Heartbeat, 10*time.Second)))
 			l.r.noteSent(pos, now)
-			if _, err := iov.WriteTo(l.nc); err != nil {
+			// WriteTo consumes the Buffers it is called on: call it on a
+			// copy, so that iov keeps its backing array for the next send.
+			w := iov
+			if _, err := w.WriteTo(l.nc); err != nil {
 				return err
 			}
 			release()
