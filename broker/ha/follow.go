@@ -289,6 +289,7 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 	}
 	idle := max(10*f.n.cfg.Heartbeat, 5*time.Second)
 	fr := frameReader{}
+	commit := int64(-1) // the master's high watermark as last heard
 	for {
 		if have == 0 || !complete(buf[:have]) {
 			_ = nc.SetReadDeadline(time.Now().Add(idle))
@@ -313,6 +314,10 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 			}
 			f.masterEnd.Store(h.end)
 			if h.kind == frameHeartbeat {
+				// pos: what the master has acknowledged; reads here stop
+				// below it (commit.go). Everything before this frame is
+				// appended already.
+				commit = max(commit, min(h.pos, pos))
 				continue
 			}
 			if h.pos != pos {
@@ -341,6 +346,7 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 				return err
 			}
 		}
+		st.RaiseReadLimit(commit)
 		sy.kick()
 	}
 }

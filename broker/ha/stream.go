@@ -229,6 +229,11 @@ func (l *link) stream(pos int64) error {
 		hdrs   []byte
 		chunks []store.RawChunk
 		iov    net.Buffers
+		commit [frameHeaderSize]byte
+		// sent is the high watermark last sent (commit.go): a heartbeat
+		// frame carries it after every send that moves it, and on its own
+		// when it moves while nothing is left to send.
+		sent int64 = -1
 	)
 	release := func() {
 		for i := range chunks {
@@ -238,7 +243,9 @@ func (l *link) stream(pos int64) error {
 	}
 	defer release()
 	for {
-		// Gather what is visible, up to writeBatch bytes.
+		// Gather what is written, up to writeBatch bytes; what it
+		// acknowledged before (so at most what is gathered).
+		committed := l.n.committedPos()
 		hdrs = hdrs[:0]
 		size := 0
 		for size < writeBatch {
@@ -270,6 +277,11 @@ func (l *link) stream(pos int64) error {
 				putFrameHeader(hdrs[off:], frameHeader{kind: frameData, n: len(c.Buf), pos: c.Pos, end: max(end, c.Pos+int64(len(c.Buf))), time: now.UnixMilli()})
 				iov = append(iov, hdrs[off:off+frameHeaderSize], c.Buf)
 			}
+			if c := min(committed, pos); c > sent {
+				putFrameHeader(commit[:], frameHeader{kind: frameHeartbeat, pos: c, end: max(end, pos), time: now.UnixMilli()})
+				iov = append(iov, commit[:])
+				sent = c
+			}
 			_ = l.nc.SetWriteDeadline(now.Add(max(10*l.n.cfg.Heartbeat, 10*time.Second)))
 			l.r.noteSent(pos, now)
 			// WriteTo consumes the Buffers it is called on: call it on a
@@ -296,19 +308,27 @@ func (l *link) stream(pos int64) error {
 			}
 			continue
 		}
+		beat := false
 		select {
 		case <-l.stop:
 			return nil
 		case <-st.WaitWritten(pos):
+		case <-l.n.waitCommitted(sent):
+			beat = true
 		case <-hb.C:
-			var h [frameHeaderSize]byte
-			end := st.WrittenPos()
-			putFrameHeader(h[:], frameHeader{kind: frameHeartbeat, pos: end, end: end, time: time.Now().UnixMilli()})
+			beat = true
+			hb.Reset(l.n.cfg.Heartbeat)
+		}
+		if beat {
+			// The high watermark moved (or the link is idle): a heartbeat
+			// with it (never past what was sent: pos).
+			c := max(min(l.n.committedPos(), pos), sent)
+			putFrameHeader(commit[:], frameHeader{kind: frameHeartbeat, pos: c, end: max(st.WrittenPos(), pos), time: time.Now().UnixMilli()})
 			_ = l.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-			if _, err := l.nc.Write(h[:]); err != nil {
+			if _, err := l.nc.Write(commit[:]); err != nil {
 				return err
 			}
-			hb.Reset(l.n.cfg.Heartbeat)
+			sent = c
 		}
 	}
 }

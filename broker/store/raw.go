@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -172,6 +173,51 @@ func (s *Store) SetReplica(on bool) {
 	l.replica = on
 	l.mu.Unlock()
 }
+
+// SetReadLimit makes a replica serve only what lies below pos: records
+// past it are neither dispatched (indexed, keyed) nor read, queried by id or
+// counted in MaxOffset until the limit passes them. A slave sets it to the
+// position its master has acknowledged (the master's high watermark, carried
+// by the replication stream; docs/replication.md, "Reads from a slave"), so
+// that a consumer reading from the slave never sees a round the master may
+// still lose. pos < 0 removes the limit (a master). The limit may be set
+// below what is dispatched already; that stays readable.
+func (s *Store) SetReadLimit(pos int64) {
+	if pos < 0 {
+		pos = math.MaxInt64
+	}
+	if s.clog.readLimit.Swap(pos) < pos {
+		s.clog.onVisible()
+	}
+}
+
+// RaiseReadLimit moves the read limit up to pos (never down; nothing when
+// there is none): the master acknowledged everything below pos.
+func (s *Store) RaiseReadLimit(pos int64) {
+	l := s.clog
+	for {
+		cur := l.readLimit.Load()
+		if pos <= cur || cur == math.MaxInt64 {
+			return
+		}
+		if l.readLimit.CompareAndSwap(cur, pos) {
+			l.onVisible()
+			return
+		}
+	}
+}
+
+// ReadLimit is the read limit (-1: none).
+func (s *Store) ReadLimit() int64 {
+	if v := s.clog.readLimit.Load(); v != math.MaxInt64 {
+		return v
+	}
+	return -1
+}
+
+// SyncFlush reports whether the store flushes every round before it
+// acknowledges it (unflushThreshold=0).
+func (s *Store) SyncFlush() bool { return s.clog.sync }
 
 // AppendRaw appends b, whole records (or one BLANK header) read from the
 // master's log at pos, at the same physical offset: pos must be the write
