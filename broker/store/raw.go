@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -434,37 +435,44 @@ func (l *commitLog) checkRawLocked(b []byte) (*rawRun, error) {
 		if size > len(b) {
 			return nil, fmt.Errorf("%w: record of %d bytes at %d, %d given", ErrRawBad, size, at, len(b))
 		}
-		rec, _, err := protocol.DecodeRecord(b[:size], 0)
+		// Layout and CRC checked once (SplitRecord); the few fixed fields
+		// needed are read at their offsets (DecodeRecord would check the
+		// layout a second time and fill every field).
+		rec, _, _, err := protocol.SplitRecord(b[:size], true)
 		if err != nil {
 			return nil, fmt.Errorf("%w: at %d: %v", ErrRawBad, at, err)
 		}
-		if rec.PhysicalOffset != at {
-			return nil, fmt.Errorf("%w: record of %d says physical offset %d", ErrRawBad, at, rec.PhysicalOffset)
+		if phys := int64(binary.BigEndian.Uint64(rec[protocol.OffPhysicalOffset:])); phys != at {
+			return nil, fmt.Errorf("%w: record of %d says physical offset %d", ErrRawBad, at, phys)
 		}
+		part := int32(binary.BigEndian.Uint32(rec[protocol.OffPartition:]))
+		qoff := int64(binary.BigEndian.Uint64(rec[protocol.OffQueueOffset:]))
+		stime := int64(binary.BigEndian.Uint64(rec[protocol.OffStoreTime:]))
+		tb := rec[protocol.OffTopicLen+1 : protocol.OffTopicLen+1+int(rec[protocol.OffTopicLen])]
 		if rem := end - at; !(int64(size) == rem || int64(size)+protocol.BlankMinSize <= rem) {
 			return nil, fmt.Errorf("%w: record of %d bytes at %d does not fit the %d left in the segment (maxSegmentSize differs from the master's?)",
 				ErrRawBad, size, at, rem)
 		}
-		topic := unsafe.String(unsafe.SliceData(rec.Topic), len(rec.Topic))
-		p := l.appendParts.get(topic, rec.Partition)
+		topic := unsafe.String(unsafe.SliceData(tb), len(tb))
+		p := l.appendParts.get(topic, part)
 		if p == nil {
-			if p = l.appendPartitionLocked(string(rec.Topic), rec.Partition); p == nil {
+			if p = l.appendPartitionLocked(string(tb), part); p == nil {
 				return nil, fmt.Errorf("%w: bad topic at %d", ErrRawBad, at)
 			}
 		}
 		if slot < 0 || run.parts[slot].p != p {
 			slot = run.slot(p)
 			if slot < 0 {
-				run.add(p, rec.QueueOffset)
+				run.add(p, qoff)
 				slot = len(run.parts) - 1
 			}
 		}
 		rp := &run.parts[slot]
-		rp.last = rec.QueueOffset
+		rp.last = qoff
 		rp.count++
 		run.count++
 		run.lastRecord = at
-		run.lastStore = max(run.lastStore, rec.StoreTime)
+		run.lastStore = max(run.lastStore, stime)
 		at += int64(size)
 		b = b[size:]
 	}
