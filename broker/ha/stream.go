@@ -234,6 +234,12 @@ func (l *link) stream(pos int64) error {
 		// frame carries it after every send that moves it, and on its own
 		// when it moves while nothing is left to send.
 		sent int64 = -1
+		// since: the earliest moment the bytes of the next gather may have
+		// been written: the previous gather (they came after it), or the
+		// wake-up that announced them. A send is marked with it, so that
+		// the lag (replica.lag) counts from the write, linger included,
+		// not from the send.
+		since = time.Now()
 	)
 	release := func() {
 		for i := range chunks {
@@ -246,6 +252,7 @@ func (l *link) stream(pos int64) error {
 		// Gather what is written, up to writeBatch bytes; what it
 		// acknowledged before (so at most what is gathered).
 		committed := l.n.committedPos()
+		gathered := time.Now()
 		hdrs = hdrs[:0]
 		size := 0
 		for size < writeBatch {
@@ -283,7 +290,8 @@ func (l *link) stream(pos int64) error {
 				sent = c
 			}
 			_ = l.nc.SetWriteDeadline(now.Add(max(10*l.n.cfg.Heartbeat, 10*time.Second)))
-			l.r.noteSent(pos, now)
+			l.r.noteSent(pos, since)
+			since = gathered
 			// WriteTo consumes the Buffers it is called on: call it on a
 			// copy, so that iov keeps its backing array for the next send.
 			w := iov
@@ -308,11 +316,13 @@ func (l *link) stream(pos int64) error {
 			}
 			continue
 		}
+		since = gathered // nothing new: what comes next is written after it
 		beat := false
 		select {
 		case <-l.stop:
 			return nil
 		case <-st.WaitWritten(pos):
+			since = time.Now() // what it announced was written just now
 		case <-l.n.waitCommitted(sent):
 			beat = true
 		case <-hb.C:
