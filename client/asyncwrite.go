@@ -1,9 +1,10 @@
 package client
 
 import (
-	"errors"
 	"net"
 	"syscall"
+
+	"github.com/metaqgo/metaq/internal/sockwrite"
 )
 
 // A lone async send writes its own request.
@@ -37,28 +38,6 @@ func rawConn(nc net.Conn) syscall.RawConn {
 	return nil
 }
 
-// tryWrite writes buf with one non-blocking write(2) and returns how much
-// the socket took; a full socket is not an error (n < len(buf), nil), and
-// neither is a write that was not attempted (the connection closing, or a
-// write deadline in the past: n = 0, nil; the blocking write that follows
-// reports it).
-func tryWrite(raw syscall.RawConn, buf []byte) (n int, err error) {
-	if rerr := raw.Write(func(fd uintptr) bool {
-		for {
-			n, err = syscall.Write(int(fd), buf)
-			if err != syscall.EINTR {
-				return true // one attempt: never wait for the socket
-			}
-		}
-	}); rerr != nil {
-		return 0, nil
-	}
-	if errors.Is(err, syscall.EAGAIN) {
-		return 0, nil
-	}
-	return max(n, 0), err
-}
-
 // endAsync is end for an async request (called with c.mu held after begin;
 // releases it).
 func (c *brokerConn) endAsync() {
@@ -72,7 +51,7 @@ func (c *brokerConn) endAsync() {
 	c.wbuf, c.spare = c.spare[:0], nil
 	c.writing = true
 	c.mu.Unlock()
-	n, err := tryWrite(g.raw, buf)
+	n, err := sockwrite.Once(g.raw, buf)
 	c.activity.Store(true)
 	c.mu.Lock()
 	c.writing = false
