@@ -274,17 +274,21 @@ type prefetch struct {
 func windowStart(off int64) int64 { return off &^ (coldAlign - 1) }
 
 // readAheadDirect starts reading the window of g at off ahead of the
-// stream's next get (r's read ended there with its budget spent), unless
-// one is there already, it would be short, or part of it is cached.
-func (s *Store) readAheadDirect(g *segment, off, limit int64) {
+// stream's next get (r's read ended there with its budget spent, in a
+// direct read that ends at physical front), unless one is there already,
+// it would be short, or part of it is cached.
+func (s *Store) readAheadDirect(g *segment, off, limit, front int64) {
 	if coldOff.Load() {
 		return
 	}
 	start := windowStart(off)
 	end := min(off+coldWindow, g.size, (limit-g.base)&^(coldAlign-1))
-	if g.base+start < g.raFront.Load() {
-		// Behind a window already read or read ahead: the stream's gets
-		// arrived out of order (pipelined), the next one is covered.
+	if g.raFront.Load() > front {
+		// Something read (or reads ahead) past this read's window: the
+		// stream's gets arrived out of order (pipelined), or the next
+		// window is already being read. (Comparing with the window's
+		// start instead skipped every read-ahead: the window just read
+		// always ends past the aligned start of the next one.)
 		return
 	}
 	if end-off < coldMin || !noneResident(g.data[start:end]) {
