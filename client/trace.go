@@ -627,16 +627,15 @@ func (p *Producer) traceProduce(by *brokerConn, addr string, m *Message, res Sen
 // id and queue offset, from when its send began (the batch's call, or the
 // message's SendAsync under Linger) to the frame's answer.
 func (p *Producer) traceFrame(f *batchFrame, res []SendResult, err error) {
-	if f.tbl == nil || f.idx < 0 || f.idx >= len(f.tbl.conns) {
+	addr, attempts := p.frameAttempt(f) // hook.go
+	if addr == "" {
 		return // no broker was reached
 	}
-	addr := f.tbl.conns[f.idx].addr
 	cl := f.cl
 	end := cl.stamp
 	if end == 0 {
 		end = traceClock()
 	}
-	attempts := min(f.attempt+1, p.opts.SendRetries+1)
 	for i, m := range f.msgs {
 		var r SendResult
 		if err == nil && i < len(res) {
