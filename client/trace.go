@@ -115,16 +115,15 @@ type traceWriter struct {
 	pspare  []produceItem  // the writer's (swapped with pqueue)
 	nQueued uint64         // guarded by mu
 	rings   []*produceRing // guarded by mu: one per connection of a traced producer
-	ownPool bool           // pool is the writer's own (a producer's: closePool closes it)
 	kick    chan struct{}
 	stopped atomic.Bool
 	stop    chan struct{} // Close: flush and end
 	done    chan struct{} // run returned
 	ctx     context.Context
 	cancel  context.CancelFunc
-	slots   chan *tracePut // free batches (traceInFlight of them)
-	ready   chan *tracePut // batches the connections filled (produceRing), to send
-	ringBuf []*produceRing // the writer's (takeRings)
+	slots   chan *tracePut  // free batches (traceInFlight of them)
+	put     func(*tracePut) // send, bound once (a benchmark's stand-in)
+	ringBuf []*produceRing  // the writer's (takeRings)
 	failLog atomic.Uint64
 	wallOff atomic.Int64 // unix ns at traceClock() == 0 (wallMs)
 
@@ -144,9 +143,9 @@ type tracePut struct {
 func newTraceWriter(pool *connPool, cfg *Config) *traceWriter {
 	w := &traceWriter{pool: pool, cfg: cfg, opts: cfg.TraceOptions.withDefaults(),
 		stop: make(chan struct{}), done: make(chan struct{}), slots: make(chan *tracePut, traceInFlight),
-		ready: make(chan *tracePut, traceInFlight),
-		kick:  make(chan struct{}, 1)}
+		kick: make(chan struct{}, 1)}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
+	w.put = w.send
 	w.syncClock()
 	for range traceInFlight {
 		p := &tracePut{w: w, cl: newCall()}
@@ -210,17 +209,20 @@ func (w *traceWriter) addProduces(its []produceItem) {
 // it) and encodes their produce events straight into a batch of its own —
 // one of the writer's free batches (w.slots), most events as a continuation
 // line of the one before (trace.Batch.AddMoved) — with no lock, no clock
-// read of its own (the reply's read stamps it) and no allocation per event;
-// a full batch (or one older than FlushInterval at the end of a read batch)
-// goes to the writer goroutine (w.ready), which only sends it. So an event
-// is written once, on the goroutine that has its fields in cache, instead
-// of as a ~100-byte item that the writer reads back on the other core.
-// Without a free batch the events are dropped and counted until the next
-// read batch: the producer never waits for its trace.
+// read of its own (the reply's read stamps it) and no allocation per event.
+// A full batch (or one older than FlushInterval at the end of a read batch)
+// is sent by the reader itself, as a put on its own connection that takes
+// no window slot (startFreePut): it goes out with the producer's next
+// write, and its reply comes with the producer's replies. So an event is
+// written once, on the goroutine that has its fields in cache, and a batch
+// costs no goroutine wake-up and no system call of its own. Without a free
+// batch the events are dropped and counted until the next read batch: the
+// producer never waits for its trace.
 //
 // The reader holds mu from the first event of a read batch to publish (at
-// the end of the read batch, or every 64 events); the writer takes mu (Try)
-// to take a partial batch (its tick, Close, or when it needs the slot).
+// the end of the read batch, or every 64 events); the writer goroutine
+// takes mu (TryLock) to send a partial batch (its tick, Close, or when it
+// needs the slot).
 type produceRing struct {
 	w    *traceWriter
 	addr string
@@ -276,7 +278,7 @@ func (r *produceRing) add(it *produceItem, at time.Duration) {
 		default:
 			r.noSlot = true
 			w.dropped.Add(1)
-			w.wake() // the writer hands back slots of partial batches
+			w.wake() // the writer takes the partial batches holding them
 			return
 		}
 		p.addr = r.addr
@@ -292,21 +294,43 @@ func (r *produceRing) add(it *produceItem, at time.Duration) {
 		p.batch.Add(&r.ev)
 		r.plain, r.last = it.x == nil, k
 	}
+	r.added(p, at)
+}
+
+// addMoved is add for a plain send (no keys, no delay, no error) whose
+// event continues the connection's last one in its batch (AddMoved): what
+// add does for most events, without building the item. False: it did
+// nothing, use add.
+func (r *produceRing) addMoved(m *Message, res *SendResult, t0, end time.Duration, attempts int) bool {
+	p := r.p
+	if !r.held || p == nil || !r.plain || r.w.stopped.Load() ||
+		(produceKey{topic: m.Topic, tag: m.Tag, broker: int32(res.Partition.BrokerID), attempts: int32(attempts), size: int32(len(m.Body))}) != r.last ||
+		!p.batch.AddMoved(res.MsgID, r.w.wallMs(t0), int64((end-t0)/time.Microsecond), res.Partition.Partition, res.Offset) {
+		return false
+	}
+	r.added(p, end)
+	return true
+}
+
+// added ends add and addMoved: the batch goes when it is full, and every 64
+// events the reader publishes.
+func (r *produceRing) added(p *tracePut, at time.Duration) {
 	r.lastAt = at
 	r.n++
-	if p.batch.N >= traceBatchEvents || p.batch.Full(w.opts.BatchBytes) {
+	if p.batch.N >= traceBatchEvents || p.batch.Full(r.w.opts.BatchBytes) {
 		r.handOverLocked()
 	} else if r.n%64 == 0 {
 		r.publish()
 	}
 }
 
-// handOverLocked gives the batch being filled to the writer to send. w.ready
-// holds every batch there is (traceInFlight), so this never blocks.
+// handOverLocked sends the batch being filled, right here: a put on the
+// producer's own connection that takes no window slot (startFreePut), so
+// it goes out with the producer's next write and needs no goroutine woken.
 func (r *produceRing) handOverLocked() {
-	r.w.ready <- r.p
+	p := r.p
 	r.p, r.plain = nil, false
-	r.w.wake()
+	r.w.put(p)
 }
 
 // publish ends a read batch (the reader's): a batch older than
@@ -492,7 +516,6 @@ func (w *traceWriter) run() {
 		}
 		w.giveBack(q, pq)
 		ev = trace.Event{}
-		w.sendReady()
 		if len(w.slots) == 0 { // the connections' partial batches hold them
 			w.takeRings()
 		}
@@ -514,8 +537,6 @@ func (w *traceWriter) run() {
 				select {
 				case <-w.slots:
 					n++
-				case p := <-w.ready: // handed over meanwhile
-					w.send(p)
 				case <-w.ctx.Done(): // Close's grace is over (a batch still held)
 					return
 				}
@@ -534,27 +555,11 @@ func (w *traceWriter) slot() *tracePut {
 	default:
 	}
 	w.takeRings() // partial batches of idle connections go out: their slots come back
-	for {
-		select {
-		case p := <-w.slots:
-			return p
-		case p := <-w.ready:
-			w.send(p)
-		case <-w.ctx.Done():
-			return nil
-		}
-	}
-}
-
-// sendReady sends the batches the connections handed over.
-func (w *traceWriter) sendReady() {
-	for {
-		select {
-		case p := <-w.ready:
-			w.send(p)
-		default:
-			return
-		}
+	select {
+	case p := <-w.slots:
+		return p
+	case <-w.ctx.Done():
+		return nil
 	}
 }
 
@@ -592,14 +597,6 @@ func (w *traceWriter) syncRings(grace time.Duration) {
 	}
 }
 
-// closePool closes the writer's connections when they are its own (a
-// producer's: newProducer); after close.
-func (w *traceWriter) closePool() {
-	if w != nil && w.ownPool {
-		w.pool.close()
-	}
-}
-
 // forget drops the trace batch of a connection that closed (its events
 // sent: take).
 func (w *traceWriter) forget(r *produceRing) {
@@ -623,9 +620,12 @@ func (w *traceWriter) send(p *tracePut) {
 		p.finish(p.cl)
 		return
 	}
-	// No put checksum: the store's record CRC covers the batch once stored,
-	// and a 32 KiB CRC-32 per batch on both sides is most of a batch's cost.
-	if err := conn.startPut(w.ctx, p.cl, conn.deadlineFor(w.ctx, w.cfg.Producer.SendTimeout), trace.Topic, 0, &p.data, false); err != nil {
+	// A free put: it takes no slot of the window (a producer's window is
+	// full whenever it sends flat out), so it neither waits for one nor
+	// holds one up. No put checksum: the store's record CRC covers the
+	// batch once stored, and a 32 KiB CRC-32 per batch on both sides is most
+	// of a batch's cost.
+	if err := conn.startFreePut(w.ctx, p.cl, conn.deadlineFor(w.ctx, w.cfg.Producer.SendTimeout), trace.Topic, 0, &p.data); err != nil {
 		p.cl.err = err
 		p.finish(p.cl)
 	}
@@ -679,6 +679,10 @@ func (p *Producer) traceSend(s *sendState, res SendResult, err error, addr strin
 // reader completed the send when this runs on that reader (its ring takes
 // the event), else nil.
 func (p *Producer) traceProduce(by *brokerConn, addr string, m *Message, res SendResult, err error, t0, end time.Duration, attempts int) {
+	if by != nil && by.tl != nil && err == nil && len(m.Keys) == 0 && m.DelayLevel <= 0 && m.DeliverAt.IsZero() &&
+		by.tl.addMoved(m, &res, t0, end, attempts) {
+		return // the common case: a continuation line of the connection's last event
+	}
 	var x *produceExtra
 	if len(m.Keys) > 0 || !m.DeliverAt.IsZero() || m.DelayLevel > 0 || err != nil {
 		x = &produceExtra{}
