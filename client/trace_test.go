@@ -251,9 +251,9 @@ func TestUserHooks(t *testing.T) {
 	}
 }
 
-// TestTraceAsyncSends: the produce events of async sends (queued by the connection's reader in
-// its ring, published per read batch) are all written by Close, each with its own id and offset,
-// and the traced messages stay plain (no properties line).
+// TestTraceAsyncSends: the produce events of async sends (encoded by the connection's reader
+// into its batch) are all written by Close, each with its own id and offset, and the traced
+// messages stay plain (no properties line).
 func TestTraceAsyncSends(t *testing.T) {
 	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"q": 4}, Logger: testLogger()})
 	ctx := ctxT(t, 60*time.Second)
@@ -298,5 +298,34 @@ func TestTraceAsyncSends(t *testing.T) {
 		if !ok || !mt.Found {
 			t.Fatalf("trace of message %d (%+v): %+v", i, res[i], mt)
 		}
+	}
+}
+
+// TestTraceWindowOfOne: a traced producer with a window of one request keeps sending while its
+// connection's reader sends full trace batches on the same connection (puts that take no window
+// slot, startFreePut), and every event is written by Close.
+func TestTraceWindowOfOne(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"q": 2}, Logger: testLogger()})
+	ctx := ctxT(t, 60*time.Second)
+	p, err := NewProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger(), Trace: true, MaxInFlight: 1,
+		TraceOptions: TraceOptions{QueueSize: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3 * traceBatchEvents // full batches, sent by the reader
+	var wg sync.WaitGroup
+	wg.Add(n)
+	for i := range n {
+		p.SendAsync(ctx, &Message{Topic: "q", Body: []byte("w" + strconv.Itoa(i))}, func(_ SendResult, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	p.Close()
+	if st := p.TraceStats(); st.Queued != n || st.Written != n || st.Dropped != 0 || st.Failed != 0 || st.Batches < 3 {
+		t.Fatalf("trace stats %+v: want %d queued and written in at least 3 records", st, n)
 	}
 }
