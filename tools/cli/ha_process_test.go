@@ -315,8 +315,8 @@ func TestSlaveAheadOfRestartedMasterTruncates(t *testing.T) {
 // The high watermark, with real processes (docs/replication.md, "Reads from a slave"): a master
 // with syncReplicas=2 and one slave ships a put, the slave holds it durably, but the master has not
 // acknowledged it (the second slave is missing): the slave does not serve it (get finds nothing,
-// offset does not count it). Once a second slave joins, the master acknowledges the put, and the
-// first slave serves it (get, offset, query id).
+// offset and seek do not count it). Once a second slave joins, the master acknowledges the put,
+// and the first slave serves it (get, offset, seek, query id).
 func TestSlaveServesOnlyAcknowledged(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process test")
@@ -380,6 +380,10 @@ func TestSlaveServesOnlyAcknowledged(t *testing.T) {
 	if r := ask(sc, srr, "offset dur g 0 9 3\r\n"); string(r.Body) != "0" {
 		t.Fatalf("offset on the slave before the master acknowledged the put: %d %q, want 0", r.Code, r.Body)
 	}
+	// seek past every store time: the first offset it may not serve.
+	if r := ask(sc, srr, "seek dur 0 99999999999999 7\r\n"); string(r.Body) != "0" {
+		t.Fatalf("seek on the slave before the master acknowledged the put: %d %q, want 0", r.Code, r.Body)
+	}
 	if c := statInt(s0addr, "replication_committed_position"); c != before {
 		t.Fatalf("the slave's read limit is %d, want the master's committed %d", c, before)
 	}
@@ -397,6 +401,9 @@ func TestSlaveServesOnlyAcknowledged(t *testing.T) {
 	}, "the slave to serve the acknowledged put")
 	if r := ask(sc, srr, "offset dur g 0 9 5\r\n"); string(r.Body) != "1" {
 		t.Fatalf("offset on the slave after the put was acknowledged: %d %q, want 1", r.Code, r.Body)
+	}
+	if r := ask(sc, srr, "seek dur 0 99999999999999 8\r\n"); string(r.Body) != "1" {
+		t.Fatalf("seek on the slave after the put was acknowledged: %d %q, want 1", r.Code, r.Body)
 	}
 	if r := ask(sc, srr, "query id "+id+" 6\r\n"); r.Kind != protocol.ReplyValue {
 		t.Fatalf("query id %s on the slave after the put was acknowledged: %d %q", id, r.Code, r.Body)
