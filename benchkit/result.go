@@ -67,6 +67,12 @@ type Result struct {
 	BaselineMsgsPerSec float64 `json:"baseline_msgs_per_sec,omitempty"`
 	DegradationRatio   float64 `json:"degradation_ratio,omitempty"`
 
+	// StallP99us and StallMaxUs are a StallProbe's overruns during the run
+	// (latency and e2e): how late the machine woke a thread that only
+	// slept, in the same minutes as this system's run (stall.go).
+	StallP99us float64 `json:"stall_p99_us,omitempty"`
+	StallMaxUs float64 `json:"stall_max_us,omitempty"`
+
 	Notes string `json:"notes,omitempty"`
 	Error string `json:"error,omitempty"` // set when the run failed; other numbers are then meaningless
 }

@@ -138,11 +138,42 @@ func WriteTable(w io.Writer, results []Result, base string) error {
 		}
 		b.WriteString("\n")
 	}
+	// The stall probe of the latency rows (stall.go): p99/max of how late
+	// a sleeping thread woke during the run shown above, per system.
+	stalls := false
+	for _, wl := range workloads {
+		if kindOf(wl) != kindLatency || !hasStall(results, wl) {
+			continue
+		}
+		stalls = true
+		b.WriteString("| " + wl + ": machine stall p99/max |")
+		for _, s := range systems {
+			c := "—"
+			if r, ok := Pick(results, s, wl); ok && r.Error == "" && r.StallMaxUs > 0 {
+				c = fmtLatency(r.StallP99us, r.StallMaxUs)
+			}
+			b.WriteString(" " + c + " |")
+		}
+		b.WriteString("\n")
+	}
 	b.WriteString("\nRatios in parentheses are " + base + " / peer, measured in the same run: for msgs/s and the\n" +
 		"degradation ratio (many topics / 1 topic) above 1 means " + base + " is better; for latency (p50/p99)\n" +
 		"and CPU per message below 1 means " + base + " is better. — = not measured.\n")
+	if stalls {
+		b.WriteString("A machine stall row is how late a thread that only sleeps (1.3 ms at a time) was woken\n" +
+			"during the run shown above (benchkit.StallProbe): a p99 near it is the machine's, not the system's.\n")
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func hasStall(results []Result, workload string) bool {
+	for _, r := range results {
+		if r.Workload == workload && r.StallMaxUs > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func hasCPU(results []Result) bool {

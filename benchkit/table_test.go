@@ -89,3 +89,37 @@ func TestFormat(t *testing.T) {
 		}
 	}
 }
+
+// The latency rows' stall probe (stall.go) gets a row of its own per
+// workload, from the same picked run as the row above it.
+func TestWriteTableStallRows(t *testing.T) {
+	rs := []Result{
+		{System: "metaq", Workload: WorkloadE2E, P50us: 200, P99us: 900, StallP99us: 80, StallMaxUs: 4500},
+		{System: "redis", Workload: WorkloadE2E, P50us: 210, P99us: 1200, StallP99us: 95, StallMaxUs: 12000},
+		{System: "metaq", Workload: WorkloadLatency, P50us: 30, P99us: 200},
+	}
+	var sb strings.Builder
+	if err := WriteTable(&sb, rs, "metaq"); err != nil {
+		t.Fatal(err)
+	}
+	out := sb.String()
+	if !strings.Contains(out, "| e2e: machine stall p99/max | 80.0/4500 µs | 0.10/12.0 ms |\n") {
+		t.Errorf("stall row missing:\n%s", out)
+	}
+	if strings.Contains(out, "latency: machine stall") {
+		t.Errorf("a stall row without a probe:\n%s", out)
+	}
+}
+
+// The probe records at least one nap however soon it is stopped.
+func TestStallProbe(t *testing.T) {
+	h := StartStallProbe().Stop()
+	if h.Count() == 0 {
+		t.Fatal("no nap recorded")
+	}
+	var r Result
+	r.SetStall(h)
+	if r.StallMaxUs < r.StallP99us || r.StallMaxUs < 0 {
+		t.Fatalf("stall p99 %v max %v", r.StallP99us, r.StallMaxUs)
+	}
+}

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/internal/sockwrite"
 	"github.com/metaqgo/metaq/protocol"
 )
 
@@ -239,23 +239,10 @@ func (c *conn) writeParked(g *getReq, res *store.ReadResult) bool {
 		b = append(b, r...)
 	}
 	res.Release()
-	n, err := 0, error(nil)
-	if rerr := c.pk.raw.Write(func(fd uintptr) bool {
-		for {
-			n, err = syscall.Write(int(fd), b)
-			if err != syscall.EINTR {
-				return true // one attempt: never wait for the socket
-			}
-		}
-	}); rerr != nil {
-		// Not attempted (a write deadline the writer set has passed, or the
-		// socket is closing): the writer writes it, or fails as it would.
-		n, err = 0, nil
-	}
-	if errors.Is(err, syscall.EAGAIN) {
-		n, err = 0, nil
-	}
-	n = max(n, 0)
+	// Not attempted (a write deadline the writer set has passed, or the
+	// socket is closing): n = 0, and the writer writes it, or fails as it
+	// would.
+	n, err := sockwrite.Once(c.pk.raw, b)
 	rest := b[n:]
 	if cap(b) <= parkWriteMax+64 {
 		c.pk.buf = b[:0]

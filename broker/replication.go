@@ -65,6 +65,8 @@ func (s *Server) appendReplicationStats(b []byte) []byte {
 	b = protocol.AppendStat(b, "replication_role", n.Role().String())
 	b = protocol.AppendStatInt(b, "replication_epoch", n.Epoch())
 	b = protocol.AppendStatInt(b, "replication_durable_position", n.DurablePos())
+	// master: what it acknowledged (its high watermark); slave: below what it serves reads
+	b = protocol.AppendStatInt(b, "replication_committed_position", n.CommittedPos())
 	if f, ok := n.Follower(); ok {
 		b = protocol.AppendStatInt(b, "replication_slave_id", int64(n.SlaveID()))
 		b = protocol.AppendStat(b, "replication_master", f.Master)

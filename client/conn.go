@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/bytebufferpool"
@@ -297,9 +298,10 @@ func (t *pendingTable) takeExpired(dst []*call, now int64) []*call {
 // generation is one TCP connection of a brokerConn's life.
 type generation struct {
 	nc     net.Conn
-	dead   chan struct{} // closed when the connection failed
-	wkick  chan struct{} // cap 1: the write buffer has data
-	failed bool          // guarded by brokerConn.mu
+	dead   chan struct{}   // closed when the connection failed
+	wkick  chan struct{}   // cap 1: the write buffer has data
+	raw    syscall.RawConn // nc for a lone async send's non-blocking write; nil: TLS (asyncwrite.go)
+	failed bool            // guarded by brokerConn.mu
 	wg     sync.WaitGroup
 }
 
@@ -556,7 +558,7 @@ func (c *brokerConn) startPut(ctx context.Context, cl *call, deadline int64, top
 	if cl.onDone == nil {
 		c.endSync() // the caller waits (put)
 	} else {
-		c.end()
+		c.endAsync() // asyncwrite.go
 	}
 	return nil
 }
@@ -681,7 +683,7 @@ func (c *brokerConn) setDown(err error) {
 
 // serve runs one connection until it fails or the brokerConn closes.
 func (c *brokerConn) serve(nc net.Conn) error {
-	g := &generation{nc: nc, dead: make(chan struct{}), wkick: make(chan struct{}, 1)}
+	g := &generation{nc: nc, dead: make(chan struct{}), wkick: make(chan struct{}, 1), raw: rawConn(nc)}
 	c.mu.Lock()
 	if c.state == stateClosed {
 		c.mu.Unlock()

@@ -29,10 +29,15 @@ import (
 //
 //	kind  u8   'D' data: payload = the master's log bytes at pos (whole
 //	           records, or one 8-byte BLANK header closing a segment)
-//	           'H' heartbeat: len 0 (sent when idle, every heartbeatEvery)
+//	           'H' heartbeat: len 0 (after a send that moves the high
+//	           watermark, when it moves while nothing is to be sent, and
+//	           every heartbeatEvery when idle)
 //	rsv   3 bytes (zero)
 //	len   u32  payload length (<= maxFramePayload)
-//	pos   i64  physical offset of the payload (heartbeat: the master's end)
+//	pos   i64  physical offset of the payload; heartbeat: the master's
+//	           high watermark, what it has acknowledged (commit.go), never
+//	           past what it has sent (an older master sent its end here,
+//	           which a slave takes as the same, capped at what it holds)
 //	end   i64  the master's written end when the frame was sent (what it
 //	           may ship: in sync-flush mode ahead of its durable end)
 //	time  i64  the master's clock (unix ms) when the frame was sent
@@ -63,7 +68,7 @@ const (
 type frameHeader struct {
 	kind byte
 	n    int   // payload length
-	pos  int64 // data: offset of the payload; heartbeat: the master's end
+	pos  int64 // data: offset of the payload; heartbeat: the high watermark
 	end  int64 // the master's written end
 	time int64 // the master's clock, unix ms
 }

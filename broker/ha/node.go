@@ -83,6 +83,12 @@ type Node struct {
 	epochMu    sync.Mutex
 	startEpoch bool
 
+	// commitFloor is where this node's log ended when it became master:
+	// its high watermark never lies below it (commit.go). commitWait wakes
+	// the streams when the gate's quorum moves it (gated masters).
+	commitFloor atomic.Int64
+	commitWait  notifier
+
 	gate *gate
 	wg   sync.WaitGroup
 	done chan struct{}
@@ -150,14 +156,17 @@ func (n *Node) Start() {
 		return
 	}
 	n.st.SetReplica(true)
+	n.limitReads()
 	if !n.cfg.AutoFailover {
 		n.startFollowing(n.cfg.MasterAddr)
 	}
 }
 
 // becomeMasterLocked installs the gate and accepts appends (roleMu held
-// or not yet shared).
+// or not yet shared); everything in the log is served.
 func (n *Node) becomeMasterLocked() {
+	n.st.SetReadLimit(-1)
+	n.commitFloor.Store(n.st.WritePos())
 	n.st.SetReplica(false)
 	if n.cfg.SyncReplicas > 0 {
 		n.st.SetReplicationGate(n.gate)
@@ -282,11 +291,15 @@ func (n *Node) Promote(ctx context.Context, epoch int64) error {
 	if _, err := n.st.SyncRaw(); err != nil {
 		return fmt.Errorf("ha: promote: %w", err)
 	}
+	// The services started below rebuild their state from the whole log
+	// (which this node now serves: its history is the group's from here).
+	n.st.SetReadLimit(-1)
 	n.st.SetReplica(false)
 	if epoch > n.epoch.Load() {
 		start, err := writeEpoch(n.st, epoch)
 		if err != nil {
 			n.st.SetReplica(true)
+			n.limitReads()
 			return err
 		}
 		n.log.Info("promoted to master", "epoch", epoch, "epochStart", start)
@@ -297,6 +310,7 @@ func (n *Node) Promote(ctx context.Context, epoch int64) error {
 	if n.cfg.BeforeMaster != nil {
 		if err := n.cfg.BeforeMaster(); err != nil {
 			n.st.SetReplica(true)
+			n.limitReads()
 			return fmt.Errorf("ha: promote: starting the services that write: %w", err)
 		}
 	}
@@ -328,6 +342,7 @@ func (n *Node) Demote(ctx context.Context, masterAddr string, epoch int64) error
 	}
 	n.role.Store(int32(RoleSlave))
 	n.st.SetReplica(true)
+	n.limitReads()
 	n.st.SetReplicationGate(nil)
 	n.fenced.Store(nil)
 	n.gate.failAll(fmt.Errorf("%w: this broker is no longer the master", ErrNotMaster))

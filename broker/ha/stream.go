@@ -229,6 +229,17 @@ func (l *link) stream(pos int64) error {
 		hdrs   []byte
 		chunks []store.RawChunk
 		iov    net.Buffers
+		commit [frameHeaderSize]byte
+		// sent is the high watermark last sent (commit.go): a heartbeat
+		// frame carries it after every send that moves it, and on its own
+		// when it moves while nothing is left to send.
+		sent int64 = -1
+		// since: the earliest moment the bytes of the next gather may have
+		// been written: the previous gather (they came after it), or the
+		// wake-up that announced them. A send is marked with it, so that
+		// the lag (replica.lag) counts from the write, linger included,
+		// not from the send.
+		since = time.Now()
 	)
 	release := func() {
 		for i := range chunks {
@@ -238,7 +249,10 @@ func (l *link) stream(pos int64) error {
 	}
 	defer release()
 	for {
-		// Gather what is visible, up to writeBatch bytes.
+		// Gather what is written, up to writeBatch bytes; what it
+		// acknowledged before (so at most what is gathered).
+		committed := l.n.committedPos()
+		gathered := time.Now()
 		hdrs = hdrs[:0]
 		size := 0
 		for size < writeBatch {
@@ -257,7 +271,12 @@ func (l *link) stream(pos int64) error {
 		if len(chunks) > 0 {
 			end := st.WrittenPos()
 			iov = iov[:0]
-			hdrs = make([]byte, 0, frameHeaderSize*len(chunks))
+			// One header per chunk, in one buffer reused from send to send
+			// (iov points into it until WriteTo returns; it must not grow
+			// while headers are being added).
+			if need := frameHeaderSize * len(chunks); cap(hdrs) < need {
+				hdrs = make([]byte, 0, need)
+			}
 			for i := range chunks {
 				c := &chunks[i]
 				off := len(hdrs)
@@ -265,9 +284,18 @@ func (l *link) stream(pos int64) error {
 				putFrameHeader(hdrs[off:], frameHeader{kind: frameData, n: len(c.Buf), pos: c.Pos, end: max(end, c.Pos+int64(len(c.Buf))), time: now.UnixMilli()})
 				iov = append(iov, hdrs[off:off+frameHeaderSize], c.Buf)
 			}
+			if c := min(committed, pos); c > sent {
+				putFrameHeader(commit[:], frameHeader{kind: frameHeartbeat, pos: c, end: max(end, pos), time: now.UnixMilli()})
+				iov = append(iov, commit[:])
+				sent = c
+			}
 			_ = l.nc.SetWriteDeadline(now.Add(max(10*l.n.cfg.Heartbeat, 10*time.Second)))
-			l.r.noteSent(pos, now)
-			if _, err := iov.WriteTo(l.nc); err != nil {
+			l.r.noteSent(pos, since)
+			since = gathered
+			// WriteTo consumes the Buffers it is called on: call it on a
+			// copy, so that iov keeps its backing array for the next send.
+			w := iov
+			if _, err := w.WriteTo(l.nc); err != nil {
 				return err
 			}
 			release()
@@ -288,19 +316,29 @@ func (l *link) stream(pos int64) error {
 			}
 			continue
 		}
+		since = gathered // nothing new: what comes next is written after it
+		beat := false
 		select {
 		case <-l.stop:
 			return nil
 		case <-st.WaitWritten(pos):
+			since = time.Now() // what it announced was written just now
+		case <-l.n.waitCommitted(sent):
+			beat = true
 		case <-hb.C:
-			var h [frameHeaderSize]byte
-			end := st.WrittenPos()
-			putFrameHeader(h[:], frameHeader{kind: frameHeartbeat, pos: end, end: end, time: time.Now().UnixMilli()})
+			beat = true
+			hb.Reset(l.n.cfg.Heartbeat)
+		}
+		if beat {
+			// The high watermark moved (or the link is idle): a heartbeat
+			// with it (never past what was sent: pos).
+			c := max(min(l.n.committedPos(), pos), sent)
+			putFrameHeader(commit[:], frameHeader{kind: frameHeartbeat, pos: c, end: max(st.WrittenPos(), pos), time: time.Now().UnixMilli()})
 			_ = l.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-			if _, err := l.nc.Write(h[:]); err != nil {
+			if _, err := l.nc.Write(commit[:]); err != nil {
 				return err
 			}
-			hb.Reset(l.n.cfg.Heartbeat)
+			sent = c
 		}
 	}
 }

@@ -12,11 +12,16 @@ import (
 // byte for them (coldread.go): one unit per record, a sixteenth of a 185-byte
 // record's bytes, measured at ~20% of the broker's CPU on a cold drain once
 // the log itself was read directly. So a large read (a budget of coldMin or
-// more) that starts on units the page cache does not hold — a buffered
-// pread of the window's last unit with RWF_NOWAIT refuses (EAGAIN) — reads up to
-// coldUnitWindow bytes of units with one O_DIRECT pread into a buffer its
-// ReadResult keeps, and scans from there; anything cached keeps the normal
-// path. Only units below the partition's filed position are read this way
+// more) whose units the page cache does not hold — cachestat(2) of the
+// window finds at most one page cached (the first unit may have been read
+// alone, e.g. the partition's min offset's) — reads up to coldUnitWindow
+// bytes of units with one O_DIRECT pread into a buffer its ReadResult keeps,
+// and scans from there; anything more cached keeps the normal path. (The
+// probe used to be a buffered one-unit pread with RWF_NOWAIT, which answers
+// EAGAIN for an uncached page but starts reading it into the page cache:
+// the probe itself warmed the page it tested. cachestat only counts. On a
+// kernel without it, 6.5 and older, the units are read through the page
+// cache.) Only units below the partition's filed position are read this way
 // (the rest live in memory, indextail.go). The safety argument is the log's:
 // a page not in the page cache holds nothing newer than the disk, and units
 // below filed are not written again except by a repair (a pwrite: its pages
@@ -63,8 +68,8 @@ func (u *coldUnits) units(p *partition, q, want int64) ([]byte, int) {
 
 func (u *coldUnits) reset() { u.p, u.q0, u.q1, u.cached = nil, 0, 0, false }
 
-// coldUnitRead reads p's units from q directly into r.ucold when the first
-// one is not in the page cache; false otherwise (or on any error: the
+// coldUnitRead reads p's units from q directly into r.ucold when they are
+// not in the page cache; false otherwise (or on any error: the
 // normal path reads and reports).
 func (s *Store) coldUnitRead(r *ReadResult, p *partition, q int64) bool {
 	filed := p.filed.Load()
@@ -78,32 +83,27 @@ func (s *Store) coldUnitRead(r *ReadResult, p *partition, q int64) bool {
 	off := q*unitSize - x.base
 	end := min(off+coldUnitWindow, s.cfg.IndexFileSize, filed*unitSize-x.base)
 	if end-off < coldMin/8 {
-		return false // a few units: not worth two opens
-	}
-	fd, err := unix.Open(x.path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	var probe [unitSize]byte // the window's last unit: its first page may be warm (a unit read alone, the min offset's)
-	_, err = unix.Preadv2(fd, [][]byte{probe[:]}, end-unitSize, unix.RWF_NOWAIT)
-	unix.Close(fd)
-	if err != unix.EAGAIN {
-		r.ucold.cached = true // cached (or refused for another reason): the page cache serves
-		return false
+		return false // a few units: not worth an open
 	}
 	dfd, err := unix.Open(x.path, unix.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false
 	}
 	defer unix.Close(dfd)
+	start := off &^ (coldAlign - 1)
+	want := (end - start + coldAlign - 1) &^ (coldAlign - 1)
+	var cs unix.Cachestat_t
+	err = unix.Cachestat(uint(dfd), &unix.CachestatRange{Off: uint64(start), Len: uint64(want)}, &cs, 0)
+	if err != nil || cs.Cache > 1 {
+		r.ucold.cached = true // cached (or not known): the page cache serves
+		return false
+	}
 	u := &r.ucold
 	if u.data == nil {
 		u.raw = make([]byte, coldUnitWindow+3*coldAlign)
 		a := int((coldAlign - uintptr(unsafe.Pointer(&u.raw[0]))%coldAlign) % coldAlign)
 		u.data = u.raw[a : a+coldUnitWindow+2*coldAlign]
 	}
-	start := off &^ (coldAlign - 1)
-	want := (end - start + coldAlign - 1) &^ (coldAlign - 1)
 	got, err := unix.Pread(dfd, u.data[:want], start)
 	if err != nil || int64(got) < end-start {
 		return false

@@ -97,8 +97,11 @@ type commitLog struct {
 	rolls       int64
 
 	// Published positions.
-	written    atomic.Int64 // == wpos
-	flushed    atomic.Int64 // commit log durable below this
+	written atomic.Int64 // == wpos
+	flushed atomic.Int64 // commit log durable below this
+	// readLimit caps visibleLimit on a replica: the master's acknowledged
+	// position (its high watermark, SetReadLimit in raw.go); MaxInt64 none.
+	readLimit  atomic.Int64
 	flushedRec atomic.Int64 // last record below flushed (checkpoint's clean-stop check)
 	logMin     atomic.Int64 // base of the oldest segment
 
@@ -128,6 +131,7 @@ func newCommitLog(cfg *Config, log *slog.Logger, dir string, ctr *counters, stop
 		roundFull:   make(chan struct{}, 1),
 	}
 	l.segs.Store(&segList{})
+	l.readLimit.Store(math.MaxInt64)
 	return l
 }
 
@@ -526,21 +530,24 @@ func kick(c chan struct{}) {
 // visibleLimit is the commit-log position below which records may be served
 // and dispatched: the flushed position in sync mode (nothing a crash could
 // take away is ever shown), in async mode the position below which the
-// staged records are written to the files (stage.go).
+// staged records are written to the files (stage.go); on a replica never
+// past the master's acknowledged position (readLimit).
 func (l *commitLog) visibleLimit() int64 {
+	v := l.stage.written.Load()
 	if l.sync {
-		return l.flushed.Load()
+		v = l.flushed.Load()
 	}
-	return l.stage.written.Load()
+	return min(v, l.readLimit.Load())
 }
 
 // appendedLimit is what visibleLimit reaches once everything appended so far
 // is written (async) or flushed (sync): the target of a read's catch-up.
 func (l *commitLog) appendedLimit() int64 {
+	v := l.written.Load()
 	if l.sync {
-		return l.flushed.Load()
+		v = l.flushed.Load()
 	}
-	return l.written.Load()
+	return min(v, l.readLimit.Load())
 }
 
 // preallocator creates the next segment ahead of time (fallocate + fdatasync

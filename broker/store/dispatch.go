@@ -27,6 +27,8 @@ type dispatcher struct {
 	batch  []*partition // partitions with pending units
 	warned int          // offset-mismatch warnings logged
 	fired  *Waiter      // WaitFunc waiters made readable, to call after dispMu (wait.go)
+
+	unmapped int64 // the log's mappings below this were dropped (unmapbehind.go)
 }
 
 // takeFired returns the waiters the batches so far made readable (dispMu
@@ -230,6 +232,7 @@ func (d *dispatcher) batchTo(limit int64) error {
 	s.counters.dispatchedRecords.Add(int64(n))
 	s.dispatched.Store(pos)
 	s.notifyProgress()
+	d.unmapBehind(pos)
 	return nil
 }
 

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -172,6 +174,51 @@ func (s *Store) SetReplica(on bool) {
 	l.replica = on
 	l.mu.Unlock()
 }
+
+// SetReadLimit makes a replica serve only what lies below pos: records
+// past it are neither dispatched (indexed, keyed) nor read, queried by id or
+// counted in MaxOffset until the limit passes them. A slave sets it to the
+// position its master has acknowledged (the master's high watermark, carried
+// by the replication stream; docs/replication.md, "Reads from a slave"), so
+// that a consumer reading from the slave never sees a round the master may
+// still lose. pos < 0 removes the limit (a master). The limit may be set
+// below what is dispatched already; that stays readable.
+func (s *Store) SetReadLimit(pos int64) {
+	if pos < 0 {
+		pos = math.MaxInt64
+	}
+	if s.clog.readLimit.Swap(pos) < pos {
+		s.clog.onVisible()
+	}
+}
+
+// RaiseReadLimit moves the read limit up to pos (never down; nothing when
+// there is none): the master acknowledged everything below pos.
+func (s *Store) RaiseReadLimit(pos int64) {
+	l := s.clog
+	for {
+		cur := l.readLimit.Load()
+		if pos <= cur || cur == math.MaxInt64 {
+			return
+		}
+		if l.readLimit.CompareAndSwap(cur, pos) {
+			l.onVisible()
+			return
+		}
+	}
+}
+
+// ReadLimit is the read limit (-1: none).
+func (s *Store) ReadLimit() int64 {
+	if v := s.clog.readLimit.Load(); v != math.MaxInt64 {
+		return v
+	}
+	return -1
+}
+
+// SyncFlush reports whether the store flushes every round before it
+// acknowledges it (unflushThreshold=0).
+func (s *Store) SyncFlush() bool { return s.clog.sync }
 
 // AppendRaw appends b, whole records (or one BLANK header) read from the
 // master's log at pos, at the same physical offset: pos must be the write
@@ -388,37 +435,44 @@ func (l *commitLog) checkRawLocked(b []byte) (*rawRun, error) {
 		if size > len(b) {
 			return nil, fmt.Errorf("%w: record of %d bytes at %d, %d given", ErrRawBad, size, at, len(b))
 		}
-		rec, _, err := protocol.DecodeRecord(b[:size], 0)
+		// Layout and CRC checked once (SplitRecord); the few fixed fields
+		// needed are read at their offsets (DecodeRecord would check the
+		// layout a second time and fill every field).
+		rec, _, _, err := protocol.SplitRecord(b[:size], true)
 		if err != nil {
 			return nil, fmt.Errorf("%w: at %d: %v", ErrRawBad, at, err)
 		}
-		if rec.PhysicalOffset != at {
-			return nil, fmt.Errorf("%w: record of %d says physical offset %d", ErrRawBad, at, rec.PhysicalOffset)
+		if phys := int64(binary.BigEndian.Uint64(rec[protocol.OffPhysicalOffset:])); phys != at {
+			return nil, fmt.Errorf("%w: record of %d says physical offset %d", ErrRawBad, at, phys)
 		}
+		part := int32(binary.BigEndian.Uint32(rec[protocol.OffPartition:]))
+		qoff := int64(binary.BigEndian.Uint64(rec[protocol.OffQueueOffset:]))
+		stime := int64(binary.BigEndian.Uint64(rec[protocol.OffStoreTime:]))
+		tb := rec[protocol.OffTopicLen+1 : protocol.OffTopicLen+1+int(rec[protocol.OffTopicLen])]
 		if rem := end - at; !(int64(size) == rem || int64(size)+protocol.BlankMinSize <= rem) {
 			return nil, fmt.Errorf("%w: record of %d bytes at %d does not fit the %d left in the segment (maxSegmentSize differs from the master's?)",
 				ErrRawBad, size, at, rem)
 		}
-		topic := unsafe.String(unsafe.SliceData(rec.Topic), len(rec.Topic))
-		p := l.appendParts.get(topic, rec.Partition)
+		topic := unsafe.String(unsafe.SliceData(tb), len(tb))
+		p := l.appendParts.get(topic, part)
 		if p == nil {
-			if p = l.appendPartitionLocked(string(rec.Topic), rec.Partition); p == nil {
+			if p = l.appendPartitionLocked(string(tb), part); p == nil {
 				return nil, fmt.Errorf("%w: bad topic at %d", ErrRawBad, at)
 			}
 		}
 		if slot < 0 || run.parts[slot].p != p {
 			slot = run.slot(p)
 			if slot < 0 {
-				run.add(p, rec.QueueOffset)
+				run.add(p, qoff)
 				slot = len(run.parts) - 1
 			}
 		}
 		rp := &run.parts[slot]
-		rp.last = rec.QueueOffset
+		rp.last = qoff
 		rp.count++
 		run.count++
 		run.lastRecord = at
-		run.lastStore = max(run.lastStore, rec.StoreTime)
+		run.lastStore = max(run.lastStore, stime)
 		at += int64(size)
 		b = b[size:]
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 	"sync"
 	"time"
 
@@ -472,12 +473,20 @@ func (s *Store) MinOffset(topic string, partition int32) int64 {
 	return 0
 }
 
-// MaxOffset returns the next queue offset to be assigned.
+// MaxOffset returns the next queue offset to be assigned; on a replica
+// with a read limit (SetReadLimit) the first offset it may not serve yet.
 func (s *Store) MaxOffset(topic string, partition int32) int64 {
-	if p := s.partition(topic, partition, false); p != nil {
+	p := s.partition(topic, partition, false)
+	if p == nil {
+		return 0
+	}
+	if s.clog.readLimit.Load() == math.MaxInt64 {
 		return p.next.Load()
 	}
-	return 0
+	if p.indexed.Load() < p.next.Load() {
+		s.catchUp(s.clog.appendedLimit()) // what lies below the limit is indexed
+	}
+	return p.indexed.Load()
 }
 
 // OffsetForTime returns the first queue offset whose storeTime >= tsMs

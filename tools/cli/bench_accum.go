@@ -16,6 +16,8 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/metaqgo/metaq/benchkit"
 	"github.com/metaqgo/metaq/client"
 	"github.com/metaqgo/metaq/protocol"
@@ -112,6 +114,8 @@ func (b *bencher) accumulation(ctx context.Context) []benchkit.Result {
 
 	// 4. The cold reader alone, from the backlog's start: what it moves with the machine to itself.
 	alone := b.result(benchkit.WorkloadAccumulation + "-reader-alone")
+	aloneRes := residentNote(a.dataDir)
+	cold0 := b.coldReadBytes(ctx)
 	busy = startMachineCPU()
 	aloneCPU := b.startCPU() // broker and reader CPU per record read (nothing else runs)
 	dr := b.startDrain(ctx, parts, starts, ends, recSize)
@@ -123,6 +127,7 @@ func (b *bencher) accumulation(ctx context.Context) []benchkit.Result {
 	aloneN, aloneEl, err := dr.stop()
 	aloneBusy := busy.note()
 	aloneCPU.set(&alone, aloneN)
+	aloneCold := coldNote(cold0, b.coldReadBytes(ctx), aloneN*int64(recSize))
 	if err != nil {
 		return fail(fmt.Errorf("cold reader alone: %w", err))
 	}
@@ -133,12 +138,15 @@ func (b *bencher) accumulation(ctx context.Context) []benchkit.Result {
 	}
 
 	// 5. Publishing while the reader drains the cold backlog from its start again.
+	withRes := residentNote(a.dataDir)
+	cold0 = b.coldReadBytes(ctx)
 	busy = startMachineCPU()
 	dr = b.startDrain(ctx, parts, starts, ends, recSize)
 	m := b.startCPU()
 	with := b.publishPhase(ctx, "accumulation (cold reader)", msgs, d, 0, nil, nil)
 	read, rel, drainErr := dr.stop()
 	withBusy := busy.note()
+	withCold := coldNote(cold0, b.coldReadBytes(ctx), read*int64(recSize))
 	m.set(&pub, with.n)
 	if with.err != nil {
 		return fail(fmt.Errorf("publish with the cold reader: %w", with.err))
@@ -167,7 +175,7 @@ func (b *bencher) accumulation(ctx context.Context) []benchkit.Result {
 	}
 	reader := fmt.Sprintf("%d partition(s), %d pipelined gets of %d bytes each from the first message (%s)",
 		len(parts), b.o.fetchDepth, b.o.fetchSize, fetchAPI(true))
-	b.notes(&rd, common, caches, reader+fmt.Sprintf(" while publishing; record bytes read %.0f MB/s", readBps/1e6), diskNote, ratio, withBusy)
+	b.notes(&rd, common, caches, withRes, reader+fmt.Sprintf(" while publishing; record bytes read %.0f MB/s", readBps/1e6), withCold, diskNote, ratio, withBusy)
 	alone.SetThroughput(aloneN, aloneEl)
 	aloneBps := float64(aloneN) * float64(recSize) / aloneEl.Seconds()
 	alone.MBPerSec = aloneBps / 1e6
@@ -175,7 +183,7 @@ func (b *bencher) accumulation(ctx context.Context) []benchkit.Result {
 	if diskBps > 0 {
 		ratio = fmt.Sprintf("reader alone / disk = %.2f", aloneBps/diskBps)
 	}
-	b.notes(&alone, common, caches, reader+fmt.Sprintf(", nothing published, for %s; record bytes read %.0f MB/s", d, aloneBps/1e6), diskNote, ratio, aloneBusy)
+	b.notes(&alone, common, caches, aloneRes, reader+fmt.Sprintf(", nothing published, for %s; record bytes read %.0f MB/s", d, aloneBps/1e6), aloneCold, diskNote, ratio, aloneBusy)
 	return []benchkit.Result{pub, rd, alone}
 }
 
@@ -340,6 +348,81 @@ func directReadBandwidth(dir string, limit int64) (float64, float64, error) {
 		return 0, 0, errors.New("nothing read")
 	}
 	return float64(total) / el, float64(total), nil
+}
+
+// How cold the backlog really was. Dropping the page cache does not drop a page some process
+// has mapped (the broker's dispatcher kept every page of the log mapped until unmapbehind.go
+// in broker/store), so a "cold" reader could read from the page cache without anyone noticing:
+// the notes say how much of the commit log was cached when the reader started (cachestat(2) on
+// each segment; nothing is read or mapped) and how many bytes the broker read with O_DIRECT
+// while it ran (`stats` cold_read_bytes).
+
+// residentNote is "commit log cached before the reader: x of y (z%)" for the segments under
+// dir ("" when not measured).
+func residentNote(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	var total, cached int64
+	err := filepath.WalkDir(filepath.Join(dir, "commitlog"), func(p string, de os.DirEntry, err error) error {
+		if err != nil || de.IsDir() {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		var cs unix.Cachestat_t
+		if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{Off: 0, Len: uint64(fi.Size())}, &cs, 0); err != nil {
+			return err
+		}
+		total += fi.Size()
+		cached += int64(cs.Cache) * int64(os.Getpagesize())
+		return nil
+	})
+	if err != nil || total == 0 {
+		return "commit log in the page cache before the reader: not measured (cachestat: " + fmt.Sprint(err) + ")"
+	}
+	return fmt.Sprintf("commit log in the page cache before the reader: %s of %s (%.1f%%, cachestat)",
+		fmtBytes(float64(cached)), fmtBytes(float64(total)), 100*float64(cached)/float64(total))
+}
+
+// coldReadBytes sums the brokers' cold_read_bytes (-1 when one does not report it).
+func (b *bencher) coldReadBytes(ctx context.Context) int64 {
+	var n int64
+	for _, addr := range b.knownAddrs() {
+		cctx, cancel := context.WithTimeout(ctx, b.app.ConnectTimeout)
+		stats, err := b.admin.Stats(cctx, addr, "")
+		cancel()
+		if err != nil {
+			return -1
+		}
+		v := int64(-1)
+		for _, s := range stats {
+			if s.Key == "cold_read_bytes" {
+				v, _ = strconv.ParseInt(s.Value, 10, 64)
+			}
+		}
+		if v < 0 {
+			return -1
+		}
+		n += v
+	}
+	return n
+}
+
+// coldNote is "broker read x directly (O_DIRECT) = y% of the record bytes served".
+func coldNote(before, after, served int64) string {
+	if before < 0 || after < before || served <= 0 {
+		return "bytes the broker read directly not measured"
+	}
+	return fmt.Sprintf("broker read %s of the log directly (O_DIRECT, stats cold_read_bytes) = %.0f%% of the record bytes served",
+		fmtBytes(float64(after-before)), 100*float64(after-before)/float64(served))
 }
 
 func fmtBytes(n float64) string {

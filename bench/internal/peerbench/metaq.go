@@ -99,7 +99,12 @@ func runMetaq(ctx context.Context, cfg Config, dir, workload string) benchkit.Re
 	cmd.Stdout = &out
 	cmd.Stderr = os.Stderr
 	meter, merr := benchkit.StartCPUMeter(srv.PID())
+	probe := startStallProbe(workload)
 	runErr := cmd.Run()
+	var stall *benchkit.Histogram
+	if probe != nil {
+		stall = probe.Stop()
+	}
 	var cpu time.Duration
 	if merr == nil {
 		cpu, _ = meter.Elapsed()
@@ -123,6 +128,9 @@ func runMetaq(ctx context.Context, cfg Config, dir, workload string) benchkit.Re
 	}
 	r := *got
 	r.System = "metaq"
+	if stall != nil {
+		r.SetStall(stall)
+	}
 	if r.MsgSize == 0 {
 		r.MsgSize = cfg.MsgSize
 	}

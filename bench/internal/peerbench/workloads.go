@@ -73,6 +73,7 @@ func Run(ctx context.Context, cfg Config, sys System, workload string) benchkit.
 	defer drv.Close()
 	res.Notes = desc + "; client " + sys.client
 	w := &run{ctx: ctx, cfg: cfg, srv: srv, drv: drv, res: &res, label: sys.Name + " " + workload}
+	probe := startStallProbe(workload)
 	switch workload {
 	case wPubAsync, wPubDurable:
 		err = w.publish()
@@ -89,6 +90,9 @@ func Run(ctx context.Context, cfg Config, sys System, workload string) benchkit.
 	default:
 		err = fmt.Errorf("unknown workload %q", workload)
 	}
+	if probe != nil {
+		res.SetStall(probe.Stop())
+	}
 	if err == nil && ctx.Err() != nil {
 		err = fmt.Errorf("interrupted")
 	}
@@ -102,6 +106,16 @@ func Run(ctx context.Context, cfg Config, sys System, workload string) benchkit.
 		}
 	}
 	return res
+}
+
+// startStallProbe starts a benchkit.StallProbe for the latency workloads
+// (nil for the others): a p99 is read next to how late the machine woke a
+// thread that only slept, in the same minutes as each system's run.
+func startStallProbe(workload string) *benchkit.StallProbe {
+	if workload != wLatency && workload != wE2E {
+		return nil
+	}
+	return benchkit.StartStallProbe()
 }
 
 type run struct {
