@@ -156,14 +156,10 @@ func newProducer(cfg Config, hooks func(*connConfig)) (*Producer, error) {
 	p.pool = newConnPool(cc)
 	if p.cfg.Trace {
 		// Before any connection is made: a traced producer's connections
-		// mark its messages (`trace on`) and buffer its events (trace.go).
-		// The trace records go on connections of their own, so that they
-		// never wait for a slot of the producer's window nor hold up its
-		// replies.
-		tc := *cc
-		tc.onUp, tc.onCheck = nil, nil
-		p.trace = newTraceWriter(newConnPool(&tc), &p.cfg)
-		p.trace.ownPool = true
+		// mark its messages (`trace on`) and encode its events (trace.go).
+		// The trace records ride the same connections as puts that take no
+		// window slot (startFreePut).
+		p.trace = newTraceWriter(p.pool, &p.cfg)
 		cc.trace = p.trace
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
@@ -172,7 +168,6 @@ func newProducer(cfg Config, hooks func(*connConfig)) (*Producer, error) {
 		zc, err := cfg.newZK()
 		if err != nil {
 			p.trace.close(0)
-			p.trace.closePool()
 			return nil, err
 		}
 		p.zk = zc
@@ -185,7 +180,6 @@ func newProducer(cfg Config, hooks func(*connConfig)) (*Producer, error) {
 		p.direct = t
 	default:
 		p.trace.close(0)
-		p.trace.closePool()
 		return nil, errors.New("metaq client: Config.ZKConnect (or Config.Brokers) is required")
 	}
 	p.hooks = p.cfg.hookList()
@@ -353,7 +347,6 @@ func (p *Producer) Close() error {
 	p.trace.close(p.opts.SendTimeout)     // the last events, before the connections go
 	p.cancel()
 	p.pool.close()
-	p.trace.closePool() // trace.go
 	p.wg.Wait()
 	if p.zk != nil {
 		p.zk.Close()
