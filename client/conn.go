@@ -90,6 +90,9 @@ type call struct {
 	// are cleared when the call is registered.
 	stamp time.Duration
 	by    *brokerConn
+	// free: the call takes no slot of the window (a trace record riding a
+	// producer's connection: startFreePut).
+	free bool
 
 	// result
 	code      int
@@ -407,7 +410,7 @@ func (c *brokerConn) register(ctx context.Context, cl *call, deadline int64) err
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			c.window.release(1)
+			c.releaseFor(cl)
 			return ctx.Err()
 		case <-c.closing:
 		}
@@ -419,7 +422,7 @@ func (c *brokerConn) register(ctx context.Context, cl *call, deadline int64) err
 			err = c.closeErr
 		}
 		c.mu.Unlock()
-		c.window.release(1)
+		c.releaseFor(cl)
 		return err
 	}
 	for {
@@ -516,7 +519,7 @@ func (c *brokerConn) abandon(cl *call) bool {
 	}
 	c.pending.take(cl.opaque)
 	c.mu.Unlock()
-	c.window.release(1)
+	c.releaseFor(cl)
 	return true
 }
 
@@ -561,6 +564,27 @@ func (c *brokerConn) startPut(ctx context.Context, cl *call, deadline int64, top
 		c.endAsync() // asyncwrite.go
 	}
 	return nil
+}
+
+// startFreePut starts an async put (cl.onDone set) that takes no slot of
+// the window (cl.free): a traced producer's trace records (trace.go), which
+// must neither wait for the producer's window nor take its slots.
+func (c *brokerConn) startFreePut(ctx context.Context, cl *call, deadline int64, topic string, partition int32, d *protocol.MessageData) error {
+	cl.free = true
+	if err := c.register(ctx, cl, deadline); err != nil {
+		return err
+	}
+	c.wbuf = protocol.AppendPutMessage(c.wbuf, topic, partition, d, protocol.ChecksumNone, cl.opaque)
+	c.end()
+	return nil
+}
+
+// releaseFor gives back the window slot of a call that ended (none for a
+// free one).
+func (c *brokerConn) releaseFor(cl *call) {
+	if !cl.free {
+		c.window.release(1)
+	}
 }
 
 // put sends a put (cl without onDone) and waits for its reply, bounded by ctx
@@ -770,7 +794,7 @@ func (c *brokerConn) fail(g *generation, err error) bool {
 	c.mu.Unlock()
 	g.nc.Close()
 	for _, cl := range calls {
-		c.window.release(1)
+		c.releaseFor(cl)
 		cl.err = err
 		cl.finish()
 	}
@@ -784,7 +808,7 @@ func (c *brokerConn) sweep(now int64) {
 	expired = c.pending.takeExpired(expired, now)
 	c.mu.Unlock()
 	for _, cl := range expired {
-		c.window.release(1)
+		c.releaseFor(cl)
 		cl.err = ErrTimeout
 		cl.finish()
 	}
@@ -853,7 +877,7 @@ func (c *brokerConn) reader(g *generation, fail func(error)) {
 		rep, err := rr.NextInto(into)
 		if err != nil {
 			if cl != nil { // taken from pending: fail it here
-				c.window.release(1)
+				c.releaseFor(cl)
 				cl.err = &ConnError{Addr: c.addr, Err: err}
 				cl.finish()
 			}
@@ -873,7 +897,7 @@ func (c *brokerConn) reader(g *generation, fail func(error)) {
 		if cl == nil {
 			continue // timed out or abandoned: a late reply
 		}
-		c.window.release(1)
+		c.releaseFor(cl)
 		cl.setReply(c.addr, &rep)
 		if st != nil {
 			cl.stamp = st.at

@@ -115,14 +115,15 @@ type traceWriter struct {
 	pspare  []produceItem  // the writer's (swapped with pqueue)
 	nQueued uint64         // guarded by mu
 	rings   []*produceRing // guarded by mu: one per connection of a traced producer
-	ownPool bool           // pool is the writer's own (a producer's: closePool closes it)
 	kick    chan struct{}
 	stopped atomic.Bool
 	stop    chan struct{} // Close: flush and end
 	done    chan struct{} // run returned
 	ctx     context.Context
 	cancel  context.CancelFunc
-	slots   chan *tracePut // free batches (traceInFlight of them)
+	slots   chan *tracePut  // free batches (traceInFlight of them)
+	put     func(*tracePut) // send, bound once (a benchmark's stand-in)
+	ringBuf []*produceRing  // the writer's (takeRings)
 	failLog atomic.Uint64
 	wallOff atomic.Int64 // unix ns at traceClock() == 0 (wallMs)
 
@@ -144,6 +145,7 @@ func newTraceWriter(pool *connPool, cfg *Config) *traceWriter {
 		stop: make(chan struct{}), done: make(chan struct{}), slots: make(chan *tracePut, traceInFlight),
 		kick: make(chan struct{}, 1)}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
+	w.put = w.send
 	w.syncClock()
 	for range traceInFlight {
 		p := &tracePut{w: w, cl: newCall()}
@@ -202,41 +204,54 @@ func (w *traceWriter) addProduces(its []produceItem) {
 	}
 }
 
-// produceRing is a traced producer connection's queue of produce events:
-// a single-producer, single-consumer ring. The connection's reader
-// completes the async sends (Producer.asyncDone runs on it) and writes
-// their events straight into a slot — a fixed-size item, no lock, no
-// clock read of its own (the reply's read stamps it), no allocation — and
-// publishes them with one atomic store per read batch (publish, when the
-// reply reader's buffer is empty) and wakes the writer once per ringKick
-// events. The writer goroutine drains the ring in place. A full ring drops
-// the event and counts it: the producer never waits for its trace. The
-// reader holds mu while it has events not yet published (from the first
-// push after a publish to the next publish), so that Close can wait for
-// them (sync).
+// produceRing is a traced producer connection's trace batch. The
+// connection's reader completes the async sends (Producer.asyncDone runs on
+// it) and encodes their produce events straight into a batch of its own —
+// one of the writer's free batches (w.slots), most events as a continuation
+// line of the one before (trace.Batch.AddMoved) — with no lock, no clock
+// read of its own (the reply's read stamps it) and no allocation per event.
+// A full batch (or one older than FlushInterval at the end of a read batch)
+// is sent by the reader itself, as a put on its own connection that takes
+// no window slot (startFreePut): it goes out with the producer's next
+// write, and its reply comes with the producer's replies. So an event is
+// written once, on the goroutine that has its fields in cache, and a batch
+// costs no goroutine wake-up and no system call of its own. Without a free
+// batch the events are dropped and counted until the next read batch: the
+// producer never waits for its trace.
+//
+// The reader holds mu from the first event of a read batch to publish (at
+// the end of the read batch, or every 64 events); the writer goroutine
+// takes mu (TryLock) to send a partial batch (its tick, Close, or when it
+// needs the slot).
 type produceRing struct {
-	w     *traceWriter
-	addr  string
-	mu    sync.Mutex
-	items []produceItem // ringSize slots, allocated on the first event
-	next  uint64        // the reader's: next slot to fill
-	pub   uint64        // the reader's: head as last published
-	_     [64]byte      // head and tail on cache lines of their own
-	head  atomic.Uint64 // slots [tail, head) are the writer's to drain (stored by the reader)
-	_     [56]byte
-	tail  atomic.Uint64 // next slot the writer drains (stored by the writer)
-	_     [56]byte
-	// retired: the connection closed; the writer drains the ring once
+	w    *traceWriter
+	addr string
+	mu   sync.Mutex
+	held bool // the reader's: it holds mu (events added since publish)
+	// guarded by mu:
+	p      *tracePut     // the batch being filled (nil: none)
+	since  time.Duration // trace clock of p's first event
+	lastAt time.Duration // trace clock of the last event (its reply's read)
+	plain  bool          // p's last event is a plain produce with key last: a next one may be AddMoved
+	last   produceKey
+	noSlot bool   // no free batch at the last try: drop until publish
+	n      uint64 // events added in its life
+	ev     trace.Event
+	// queued is n as last published (stats).
+	queued atomic.Uint64
+	// retired: the connection closed; the writer takes its batch once
 	// more and forgets it.
 	retired atomic.Bool
 }
 
-const (
-	ringSize = 4096 // slots per connection (a power of two)
-	ringKick = 1024 // the reader wakes the writer every ringKick events
-)
+// produceKey is what consecutive produce events of a connection share when
+// the later is a continuation line of the earlier (with Host, Group, OK).
+type produceKey struct {
+	topic, tag             string
+	broker, attempts, size int32
+}
 
-// newRing registers a ring for the connection to addr.
+// newRing registers a trace batch for the connection to addr.
 func (w *traceWriter) newRing(addr string) *produceRing {
 	r := &produceRing{w: w, addr: addr}
 	w.mu.Lock()
@@ -245,47 +260,113 @@ func (w *traceWriter) newRing(addr string) *produceRing {
 	return r
 }
 
-// slot is the slot for the next event (on the connection's reader
-// goroutine only), or nil when the ring is full (the event is dropped and
-// counted). The caller fills it and calls push.
-func (r *produceRing) slot() *produceItem {
-	if r.next-r.tail.Load() >= ringSize || r.w.stopped.Load() {
-		r.w.dropped.Add(1)
-		return nil
-	}
-	if r.items == nil {
-		r.items = make([]produceItem, ringSize)
-	}
-	return &r.items[r.next&(ringSize-1)]
-}
-
-// push adds the slot filled to the ring (published by publish, or now
-// every 64 events).
-func (r *produceRing) push() {
-	if r.next == r.pub {
+// add encodes a produce event (on the connection's reader goroutine only).
+func (r *produceRing) add(it *produceItem, at time.Duration) {
+	w := r.w
+	if !r.held {
 		r.mu.Lock()
+		r.held = true
 	}
-	r.next++
-	if r.next%64 == 0 {
-		r.publish()
-		if r.next%ringKick == 0 {
-			r.w.wake()
+	p := r.p
+	if p == nil {
+		if r.noSlot || w.stopped.Load() {
+			w.dropped.Add(1)
+			return
 		}
+		select {
+		case p = <-w.slots:
+		default:
+			r.noSlot = true
+			w.dropped.Add(1)
+			w.wake() // the writer takes the partial batches holding them
+			return
+		}
+		p.addr = r.addr
+		r.p, r.since, r.plain = p, at, false
+	} else if w.stopped.Load() {
+		w.dropped.Add(1)
+		return
+	}
+	k := produceKey{topic: it.topic, tag: it.tag, broker: it.broker, attempts: it.attempts, size: it.size}
+	if !r.plain || it.x != nil || k != r.last ||
+		!p.batch.AddMoved(it.msgID, w.wallMs(it.t0), int64(it.cost/time.Microsecond), int(it.partition), it.offset) {
+		it.fill(w, &r.ev)
+		p.batch.Add(&r.ev)
+		r.plain, r.last = it.x == nil, k
+	}
+	r.added(p, at)
+}
+
+// addMoved is add for a plain send (no keys, no delay, no error) whose
+// event continues the connection's last one in its batch (AddMoved): what
+// add does for most events, without building the item. False: it did
+// nothing, use add.
+func (r *produceRing) addMoved(m *Message, res *SendResult, t0, end time.Duration, attempts int) bool {
+	p := r.p
+	if !r.held || p == nil || !r.plain || r.w.stopped.Load() ||
+		(produceKey{topic: m.Topic, tag: m.Tag, broker: int32(res.Partition.BrokerID), attempts: int32(attempts), size: int32(len(m.Body))}) != r.last ||
+		!p.batch.AddMoved(res.MsgID, r.w.wallMs(t0), int64((end-t0)/time.Microsecond), res.Partition.Partition, res.Offset) {
+		return false
+	}
+	r.added(p, end)
+	return true
+}
+
+// added ends add and addMoved: the batch goes when it is full, and every 64
+// events the reader publishes.
+func (r *produceRing) added(p *tracePut, at time.Duration) {
+	r.lastAt = at
+	r.n++
+	if p.batch.N >= traceBatchEvents || p.batch.Full(r.w.opts.BatchBytes) {
+		r.handOverLocked()
+	} else if r.n%64 == 0 {
+		r.publish()
 	}
 }
 
-// publish makes the events pushed visible to the writer.
+// handOverLocked sends the batch being filled, right here: a put on the
+// producer's own connection that takes no window slot (startFreePut), so
+// it goes out with the producer's next write and needs no goroutine woken.
+func (r *produceRing) handOverLocked() {
+	p := r.p
+	r.p, r.plain = nil, false
+	r.w.put(p)
+}
+
+// publish ends a read batch (the reader's): a batch older than
+// FlushInterval goes to the writer, and mu is released.
 func (r *produceRing) publish() {
-	if r.next != r.pub {
-		r.pub = r.next
-		r.head.Store(r.next)
-		r.mu.Unlock()
+	if !r.held {
+		return
 	}
+	if r.p != nil && r.lastAt-r.since >= r.w.opts.FlushInterval {
+		r.handOverLocked()
+	}
+	r.noSlot = false
+	r.queued.Store(r.n)
+	r.held = false
+	r.mu.Unlock()
+}
+
+// take hands the partial batch to the writer when the reader is not adding
+// to it (the writer goroutine: tick, Close, or when it needs a slot).
+func (r *produceRing) take() (*tracePut, bool) {
+	if !r.mu.TryLock() {
+		return nil, false
+	}
+	p := r.p
+	r.p, r.plain = nil, false
+	r.mu.Unlock()
+	if p != nil && p.batch.N == 0 {
+		r.w.slots <- p
+		return nil, true
+	}
+	return p, true
 }
 
 // sync waits (at most until deadline) for the reader to publish what it
-// pushed (Close: the async sends are done, their events about to be
-// drained one last time).
+// added (Close: the async sends are done, their events about to be
+// sent one last time).
 func (r *produceRing) sync(deadline time.Time) {
 	for !r.mu.TryLock() {
 		if time.Now().After(deadline) {
@@ -294,19 +375,6 @@ func (r *produceRing) sync(deadline time.Time) {
 		time.Sleep(time.Millisecond)
 	}
 	r.mu.Unlock()
-}
-
-// drain hands every published event in the ring to fn (the writer
-// goroutine).
-func (r *produceRing) drain(fn func(*produceItem)) {
-	t, h := r.tail.Load(), r.head.Load()
-	if t == h {
-		return
-	}
-	for i := t; i < h; i++ {
-		fn(&r.items[i&(ringSize-1)]) // left as it is: the next round overwrites it, field by field
-	}
-	r.tail.Store(h)
 }
 
 // stampReader is a traced producer connection's socket as its reply
@@ -359,7 +427,7 @@ func (w *traceWriter) stats() TraceStats {
 	w.mu.Lock()
 	queued := w.nQueued
 	for _, r := range w.rings {
-		queued += r.head.Load()
+		queued += r.queued.Load()
 	}
 	w.mu.Unlock()
 	return TraceStats{Queued: queued, Written: w.written.Load(), Dropped: w.dropped.Load(),
@@ -394,9 +462,7 @@ func (w *traceWriter) run() {
 	batchOf := func(addr string, p *tracePut) *tracePut {
 		if p == nil {
 			if p = pending[addr]; p == nil {
-				select {
-				case p = <-w.slots:
-				case <-w.ctx.Done():
+				if p = w.slot(); p == nil {
 					w.dropped.Add(1)
 					return nil
 				}
@@ -440,7 +506,6 @@ func (w *traceWriter) run() {
 			w.send(p)
 		}
 	}
-	var rings []*produceRing
 	process := func() {
 		q, pq := w.take()
 		for i := range q {
@@ -450,19 +515,10 @@ func (w *traceWriter) run() {
 			addProduce(pq[i].addr, nil, &pq[i])
 		}
 		w.giveBack(q, pq)
-		w.mu.Lock()
-		rings = append(rings[:0], w.rings...)
-		w.mu.Unlock()
-		for _, r := range rings {
-			retired := r.retired.Load() // before the drain: then nothing follows it
-			var p *tracePut
-			r.drain(func(it *produceItem) { p = addProduce(r.addr, p, it) })
-			if retired {
-				w.forget(r)
-			}
-		}
-		clear(rings)
 		ev = trace.Event{}
+		if len(w.slots) == 0 { // the connections' partial batches hold them
+			w.takeRings()
+		}
 	}
 	for {
 		select {
@@ -471,16 +527,60 @@ func (w *traceWriter) run() {
 		case <-tick.C:
 			w.syncClock()
 			process()
+			w.takeRings()
 			flush()
 		case <-w.stop:
 			process()
+			w.takeRings()
 			flush()
-			for range traceInFlight { // every batch back: nothing in flight
-				<-w.slots
+			for n := 0; n < traceInFlight; { // every batch back: nothing in flight
+				select {
+				case <-w.slots:
+					n++
+				case <-w.ctx.Done(): // Close's grace is over (a batch still held)
+					return
+				}
 			}
 			return
 		}
 	}
+}
+
+// slot is a free batch for the writer's own events, waiting for one while
+// the batches handed over by the connections are sent (nil: closing).
+func (w *traceWriter) slot() *tracePut {
+	select {
+	case p := <-w.slots:
+		return p
+	default:
+	}
+	w.takeRings() // partial batches of idle connections go out: their slots come back
+	select {
+	case p := <-w.slots:
+		return p
+	case <-w.ctx.Done():
+		return nil
+	}
+}
+
+// takeRings sends the connections' partial batches (those whose reader is
+// not adding to them right now) and forgets the connections that closed.
+func (w *traceWriter) takeRings() {
+	w.mu.Lock()
+	rings := append(w.ringBuf[:0], w.rings...)
+	w.mu.Unlock()
+	for _, r := range rings {
+		retired := r.retired.Load() // before the take: then nothing follows it
+		p, ok := r.take()
+		if p != nil {
+			w.send(p)
+		}
+		if ok && retired {
+			w.forget(r)
+		}
+	}
+	clear(rings)
+	w.ringBuf = rings[:0]
 }
 
 // syncRings waits for every ring's reader to publish its events.
@@ -497,20 +597,13 @@ func (w *traceWriter) syncRings(grace time.Duration) {
 	}
 }
 
-// closePool closes the writer's connections when they are its own (a
-// producer's: newProducer); after close.
-func (w *traceWriter) closePool() {
-	if w != nil && w.ownPool {
-		w.pool.close()
-	}
-}
-
-// forget drops a drained ring whose connection closed.
+// forget drops the trace batch of a connection that closed (its events
+// sent: take).
 func (w *traceWriter) forget(r *produceRing) {
 	w.mu.Lock()
 	if i := slices.Index(w.rings, r); i >= 0 {
 		w.rings = slices.Delete(w.rings, i, i+1)
-		w.nQueued += r.head.Load()
+		w.nQueued += r.queued.Load()
 	}
 	w.mu.Unlock()
 }
@@ -527,9 +620,12 @@ func (w *traceWriter) send(p *tracePut) {
 		p.finish(p.cl)
 		return
 	}
-	// No put checksum: the store's record CRC covers the batch once stored,
-	// and a 32 KiB CRC-32 per batch on both sides is most of a batch's cost.
-	if err := conn.startPut(w.ctx, p.cl, conn.deadlineFor(w.ctx, w.cfg.Producer.SendTimeout), trace.Topic, 0, &p.data, false); err != nil {
+	// A free put: it takes no slot of the window (a producer's window is
+	// full whenever it sends flat out), so it neither waits for one nor
+	// holds one up. No put checksum: the store's record CRC covers the
+	// batch once stored, and a 32 KiB CRC-32 per batch on both sides is most
+	// of a batch's cost.
+	if err := conn.startFreePut(w.ctx, p.cl, conn.deadlineFor(w.ctx, w.cfg.Producer.SendTimeout), trace.Topic, 0, &p.data); err != nil {
 		p.cl.err = err
 		p.finish(p.cl)
 	}
@@ -583,6 +679,10 @@ func (p *Producer) traceSend(s *sendState, res SendResult, err error, addr strin
 // reader completed the send when this runs on that reader (its ring takes
 // the event), else nil.
 func (p *Producer) traceProduce(by *brokerConn, addr string, m *Message, res SendResult, err error, t0, end time.Duration, attempts int) {
+	if by != nil && by.tl != nil && err == nil && len(m.Keys) == 0 && m.DelayLevel <= 0 && m.DeliverAt.IsZero() &&
+		by.tl.addMoved(m, &res, t0, end, attempts) {
+		return // the common case: a continuation line of the connection's last event
+	}
 	var x *produceExtra
 	if len(m.Keys) > 0 || !m.DeliverAt.IsZero() || m.DelayLevel > 0 || err != nil {
 		x = &produceExtra{}
@@ -602,24 +702,13 @@ func (p *Producer) traceProduce(by *brokerConn, addr string, m *Message, res Sen
 			x.err, x.failed = err.Error(), true
 		}
 	}
-	var local [1]produceItem
-	it := &local[0]
-	ring := by != nil && by.tl != nil
-	if ring {
-		if it = by.tl.slot(); it == nil {
-			return // full: dropped and counted
-		}
-	}
-	// Field by field, in place (the ring's slot): no item copied.
-	it.addr, it.topic, it.tag, it.x = addr, m.Topic, m.Tag, x
-	it.msgID, it.offset, it.t0, it.cost = res.MsgID, res.Offset, t0, end-t0
-	it.partition, it.broker = int32(res.Partition.Partition), int32(res.Partition.BrokerID)
-	it.size, it.attempts = int32(len(m.Body)), int32(attempts)
-	if ring {
-		by.tl.push()
+	it := [1]produceItem{{addr: addr, topic: m.Topic, tag: m.Tag, x: x, msgID: res.MsgID, offset: res.Offset, t0: t0, cost: end - t0,
+		partition: int32(res.Partition.Partition), broker: int32(res.Partition.BrokerID), size: int32(len(m.Body)), attempts: int32(attempts)}}
+	if by != nil && by.tl != nil {
+		by.tl.add(&it[0], end) // encoded right here, on the connection's reader
 		return
 	}
-	p.trace.addProduces(local[:])
+	p.trace.addProduces(it[:])
 }
 
 // traceFrame queues the produce events of an mput frame (SendBatch,
@@ -627,16 +716,15 @@ func (p *Producer) traceProduce(by *brokerConn, addr string, m *Message, res Sen
 // id and queue offset, from when its send began (the batch's call, or the
 // message's SendAsync under Linger) to the frame's answer.
 func (p *Producer) traceFrame(f *batchFrame, res []SendResult, err error) {
-	if f.tbl == nil || f.idx < 0 || f.idx >= len(f.tbl.conns) {
+	addr, attempts := p.frameAttempt(f) // hook.go
+	if addr == "" {
 		return // no broker was reached
 	}
-	addr := f.tbl.conns[f.idx].addr
 	cl := f.cl
 	end := cl.stamp
 	if end == 0 {
 		end = traceClock()
 	}
-	attempts := min(f.attempt+1, p.opts.SendRetries+1)
 	for i, m := range f.msgs {
 		var r SendResult
 		if err == nil && i < len(res) {

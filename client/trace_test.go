@@ -1,9 +1,12 @@
 package client
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -251,9 +254,9 @@ func TestUserHooks(t *testing.T) {
 	}
 }
 
-// TestTraceAsyncSends: the produce events of async sends (queued by the connection's reader in
-// its ring, published per read batch) are all written by Close, each with its own id and offset,
-// and the traced messages stay plain (no properties line).
+// TestTraceAsyncSends: the produce events of async sends (encoded by the connection's reader
+// into its batch) are all written by Close, each with its own id and offset, and the traced
+// messages stay plain (no properties line).
 func TestTraceAsyncSends(t *testing.T) {
 	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"q": 4}, Logger: testLogger()})
 	ctx := ctxT(t, 60*time.Second)
@@ -298,5 +301,93 @@ func TestTraceAsyncSends(t *testing.T) {
 		if !ok || !mt.Found {
 			t.Fatalf("trace of message %d (%+v): %+v", i, res[i], mt)
 		}
+	}
+}
+
+// TestTraceWindowOfOne: a traced producer with a window of one request keeps sending while its
+// connection's reader sends full trace batches on the same connection (puts that take no window
+// slot, startFreePut), and every event is written by Close.
+func TestTraceWindowOfOne(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"q": 2}, Logger: testLogger()})
+	ctx := ctxT(t, 60*time.Second)
+	p, err := NewProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger(), Trace: true, MaxInFlight: 1,
+		TraceOptions: TraceOptions{QueueSize: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3 * traceBatchEvents // full batches, sent by the reader
+	var wg sync.WaitGroup
+	wg.Add(n)
+	for i := range n {
+		p.SendAsync(ctx, &Message{Topic: "q", Body: []byte("w" + strconv.Itoa(i))}, func(_ SendResult, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	p.Close()
+	if st := p.TraceStats(); st.Queued != n || st.Written != n || st.Dropped != 0 || st.Failed != 0 || st.Batches < 3 {
+		t.Fatalf("trace stats %+v: want %d queued and written in at least 3 records", st, n)
+	}
+}
+
+// TestFreePutTakesNoWindowSlot: with a connection's only window slot taken by a put the broker
+// does not answer, a trace record's put (startFreePut) is still written at once: it neither waits
+// for a slot nor takes one. A fake broker (a TCP listener that reads and never answers).
+func TestFreePutTakesNoWindowSlot(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 16)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		sc := bufio.NewScanner(nc)
+		for sc.Scan() {
+			got <- sc.Text()
+		}
+	}()
+	cfg := Config{MaxInFlight: 1, Logger: testLogger()}.withDefaults()
+	c := newBrokerConn(ln.Addr().String(), cfg.connConfig())
+	defer c.close(nil)
+	ctx := ctxT(t, 60*time.Second)
+	d := protocol.MessageData{Payload: []byte("x")}
+	held := newCall()
+	held.onDone = func(*call) {}
+	if err := c.startPut(ctx, held, 0, "q", 0, &d, false); err != nil { // the only slot, never answered
+		t.Fatal(err)
+	}
+	if c.window.tryAcquire() {
+		t.Fatal("the window has a free slot besides the held put")
+	}
+	done := make(chan error, 1)
+	fp := newCall()
+	fp.onDone = func(*call) {}
+	go func() { done <- c.startFreePut(ctx, fp, 0, trace.Topic, 0, &d) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("startFreePut waited for a window slot")
+	}
+	for seen := false; !seen; { // written while the window stays full
+		select {
+		case line := <-got:
+			seen = strings.Contains(line, "put "+trace.Topic+" ") // after the held put's body
+		case <-ctx.Done():
+			t.Fatal("the free put was not written")
+		}
+	}
+	if c.window.tryAcquire() {
+		t.Fatal("the free put gave the window a slot")
 	}
 }

@@ -47,8 +47,9 @@ import (
 // open) or a read fails, direct reads turn themselves off for the segment
 // or the process and the mapping path serves as before.
 //
-// Buffers: coldWindow bytes plus alignment slack, kept in a free list of
-// coldKeep (≈ 8 MiB) and allocated beyond it; a ReadResult holds the ones it
+// Buffers: coldWindow bytes plus alignment, each in its own 2 MiB mapping
+// (a huge page, newColdBuf), kept in a free list of coldKeep (≈ 16 MiB) and
+// mapped beyond it; a ReadResult holds the ones it
 // serves from until Release (after the reply's writev), so memory follows
 // the replies in flight, which the connections' output bounds cap.
 
@@ -62,8 +63,8 @@ const (
 // coldBuf is one direct read: the commit-log bytes [beg, end) of seg in
 // data.
 type coldBuf struct {
-	raw      []byte // allocation (aligned inside)
-	data     []byte // coldWindow+coldAlign bytes, aligned
+	mem      unsafe.Pointer // the buffer's own mapping (coldMapSize bytes), nil: data is on the heap
+	data     []byte         // coldWindow+coldAlign bytes, aligned
 	seg      *segment
 	beg, end int64 // physical range held in data[:end-beg]
 }
@@ -76,16 +77,48 @@ func getColdBuf() *coldBuf {
 		return b
 	default:
 	}
-	raw := make([]byte, coldWindow+2*coldAlign)
-	off := int((coldAlign - uintptr(unsafe.Pointer(&raw[0]))%coldAlign) % coldAlign)
-	return &coldBuf{raw: raw, data: raw[off : off+coldWindow+coldAlign]}
+	return newColdBuf()
+}
+
+// A direct read pins the buffer's pages for the I/O (get_user_pages): 257
+// of them per 1 MiB window in 4 KiB pages, one when a transparent huge page
+// backs the buffer. So a buffer is its own 2 MiB-aligned anonymous mapping
+// with MADV_HUGEPAGE (THP "madvise" mode, the common default). Measured on
+// the development VM, 1 GiB read in 1 MiB O_DIRECT preads: 155–180 ns of
+// CPU per KiB into heap buffers, 82–111 into huge-page ones (loaded, two
+// runs each, alternated). Without THP (or when the mapping fails: the heap)
+// it is a buffer like any other.
+const coldMapSize = 2 << 20
+
+func newColdBuf() *coldBuf {
+	p, err := unix.MmapPtr(-1, 0, nil, 2*coldMapSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		raw := make([]byte, coldWindow+2*coldAlign)
+		off := int((coldAlign - uintptr(unsafe.Pointer(&raw[0]))%coldAlign) % coldAlign)
+		return &coldBuf{data: raw[off : off+coldWindow+coldAlign]}
+	}
+	// Keep the 2 MiB-aligned middle of the 4 MiB mapping; give back the rest.
+	head := (coldMapSize - uintptr(p)%coldMapSize) % coldMapSize
+	mem := unsafe.Add(p, head)
+	if head > 0 {
+		_ = unix.MunmapPtr(p, head)
+	}
+	if tail := coldMapSize - head; tail > 0 {
+		_ = unix.MunmapPtr(unsafe.Add(mem, coldMapSize), tail)
+	}
+	_ = unix.Madvise(unsafe.Slice((*byte)(mem), coldMapSize), unix.MADV_HUGEPAGE) // advice: 4 KiB pages otherwise
+	return &coldBuf{mem: mem, data: unsafe.Slice((*byte)(mem), coldWindow+coldAlign)}
 }
 
 func putColdBuf(b *coldBuf) {
 	b.seg, b.beg, b.end = nil, 0, 0
 	select {
 	case coldFree <- b:
-	default: // enough kept: the GC takes it
+	default: // enough kept
+		if b.mem != nil {
+			_ = unix.MunmapPtr(b.mem, coldMapSize)
+			b.mem, b.data = nil, nil
+		}
 	}
 }
 
@@ -241,17 +274,21 @@ type prefetch struct {
 func windowStart(off int64) int64 { return off &^ (coldAlign - 1) }
 
 // readAheadDirect starts reading the window of g at off ahead of the
-// stream's next get (r's read ended there with its budget spent), unless
-// one is there already, it would be short, or part of it is cached.
-func (s *Store) readAheadDirect(g *segment, off, limit int64) {
+// stream's next get (r's read ended there with its budget spent, in a
+// direct read that ends at physical front), unless one is there already,
+// it would be short, or part of it is cached.
+func (s *Store) readAheadDirect(g *segment, off, limit, front int64) {
 	if coldOff.Load() {
 		return
 	}
 	start := windowStart(off)
 	end := min(off+coldWindow, g.size, (limit-g.base)&^(coldAlign-1))
-	if g.base+start < g.raFront.Load() {
-		// Behind a window already read or read ahead: the stream's gets
-		// arrived out of order (pipelined), the next one is covered.
+	if g.raFront.Load() > front {
+		// Something read (or reads ahead) past this read's window: the
+		// stream's gets arrived out of order (pipelined), or the next
+		// window is already being read. (Comparing with the window's
+		// start instead skipped every read-ahead: the window just read
+		// always ends past the aligned start of the next one.)
 		return
 	}
 	if end-off < coldMin || !noneResident(g.data[start:end]) {

@@ -271,3 +271,56 @@ func TestUnmapBehindLetsTheBacklogGoCold(t *testing.T) {
 	}
 	t.Error("the log's first MiB stayed mapped behind the dispatcher: the page cache could not drop it")
 }
+
+// A stream reading a cold backlog in order has its next window read ahead
+// while each reply is written (coldread.go), and the windows read ahead
+// are taken, not read twice. (The check used to compare the next window's
+// aligned start with the end of the window just read, which is always
+// past it, so no window was ever read ahead.)
+func TestColdReadAheadSequential(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.SegmentSize = 16 << 20
+	s := mustOpen(t, cfg)
+	defer mustClose(t, s)
+	const n = 9000 // ~9.6 MB of records: ten 1 MiB gets
+	for i := range n {
+		mustAppend(t, s, &Message{Topic: "cold", Data: body("cold", 0, i, 1000)})
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	dropFileCache(t, s, cfg.Dir)
+	if !noneResident(s.clog.segments()[0].data[:coldWindow]) {
+		t.Skip("the file system keeps the pages (tmpfs?): nothing is cold here")
+	}
+	s.pop = readAheads{}
+	gets, ahead := 0, 0
+	for q := int64(0); q < n; gets++ {
+		r, err := s.Read("cold", 0, q, 1<<20, nil)
+		if err != nil || r.Status != ReadFound {
+			t.Fatalf("read at %d: %v %v", q, r, err)
+		}
+		q = r.NextOffset
+		r.Release()
+		s.pf.mu.Lock()
+		for _, p := range s.pf.slots {
+			if p != nil {
+				ahead++
+			}
+		}
+		s.pf.mu.Unlock()
+	}
+	st := s.Stats()
+	if st.ColdReads == 0 {
+		if coldOff.Load() {
+			t.Skip("O_DIRECT is not supported here")
+		}
+		t.Fatal("a cold backlog was read through the mapping")
+	}
+	if ahead < gets/2 {
+		t.Errorf("%d of %d gets left the next window read ahead", ahead, gets)
+	}
+	if st.ColdReads > int64(gets)+1 {
+		t.Errorf("%d direct reads for %d gets: windows read ahead were read again", st.ColdReads, gets)
+	}
+}

@@ -85,19 +85,17 @@ func (s *Store) coldUnitRead(r *ReadResult, p *partition, q int64) bool {
 	if end-off < coldMin/8 {
 		return false // a few units: not worth an open
 	}
+	start := off &^ (coldAlign - 1)
+	want := (end - start + coldAlign - 1) &^ (coldAlign - 1)
+	if n, err := s.files.cachedPages(x, start, want); err != nil || n > 1 {
+		r.ucold.cached = true // cached (or not known): the page cache serves
+		return false
+	}
 	dfd, err := unix.Open(x.path, unix.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false
 	}
 	defer unix.Close(dfd)
-	start := off &^ (coldAlign - 1)
-	want := (end - start + coldAlign - 1) &^ (coldAlign - 1)
-	var cs unix.Cachestat_t
-	err = unix.Cachestat(uint(dfd), &unix.CachestatRange{Off: uint64(start), Len: uint64(want)}, &cs, 0)
-	if err != nil || cs.Cache > 1 {
-		r.ucold.cached = true // cached (or not known): the page cache serves
-		return false
-	}
 	u := &r.ucold
 	if u.data == nil {
 		u.raw = make([]byte, coldUnitWindow+3*coldAlign)

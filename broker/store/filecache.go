@@ -170,6 +170,21 @@ func (c *fileCache) pread(x *ixFile, b []byte, off int64) error {
 	}
 }
 
+// cachedPages counts the pages of [off, off+n) of x in the page cache
+// (cachestat(2) on the cached descriptor, under mu so it is not closed
+// meanwhile; no allocation).
+func (c *fileCache) cachedPages(x *ixFile, off, n int64) (uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, err := c.fileLocked(x)
+	if err != nil {
+		return 0, err
+	}
+	var cs unix.Cachestat_t
+	err = unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{Off: uint64(off), Len: uint64(n)}, &cs, 0)
+	return cs.Cache, err
+}
+
 // zeroFrom empties [off, size) of x: truncate down to off then back to size,
 // which frees the blocks (a hole reads as zeros).
 func (c *fileCache) zeroFrom(x *ixFile, off, size int64) error {

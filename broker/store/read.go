@@ -171,7 +171,7 @@ func (s *Store) read(topic string, partition int32, offset int64, maxBytes int, 
 	if r.lastBuf != nil && r.Bytes >= maxBytes/2 && r.NextOffset < readable {
 		// A cold stream with more to read: its next window, while this
 		// reply is written (coldread.go).
-		s.readAheadDirect(r.lastSeg, r.lastEnd-r.lastSeg.base, s.clog.writePos())
+		s.readAheadDirect(r.lastSeg, r.lastEnd-r.lastSeg.base, s.clog.writePos(), r.lastBuf.end)
 	}
 	return r, nil
 }

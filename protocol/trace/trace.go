@@ -289,27 +289,39 @@ func contNum(dst []byte, n int, key string, v int64) []byte {
 }
 
 // appendInt is strconv.AppendInt(dst, v, 10), written in place for the
-// small numbers of continuation lines.
+// small numbers of continuation lines (two digits per table lookup).
 func appendInt(dst []byte, v int64) []byte {
 	switch {
-	case v < 0 || v >= 1000000:
+	case v < 0 || v >= 100000000:
 		return strconv.AppendInt(dst, v, 10)
 	case v < 10:
 		return append(dst, byte('0'+v))
+	case v < 100:
+		return append(dst, digits2[2*v], digits2[2*v+1])
+	case v < 10000:
+		return append4(dst, v, false)
 	}
-	n := 2
-	for t := int64(100); v >= t; t *= 10 {
-		n++
-	}
-	dst = slices.Grow(dst, n)
-	end := len(dst) + n
-	dst = dst[:end]
-	for i := end - 1; i >= end-n; i-- {
-		dst[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return dst
+	return append4(append4(dst, v/10000, false), v%10000, true)
 }
+
+// append4 appends v < 10000: its digits, or with pad exactly four.
+func append4(dst []byte, v int64, pad bool) []byte {
+	hi, lo := v/100, v%100
+	switch {
+	case pad || hi >= 10:
+		dst = append(dst, digits2[2*hi], digits2[2*hi+1])
+	case hi > 0:
+		dst = append(dst, byte('0'+hi))
+	}
+	if !pad && hi == 0 && lo < 10 {
+		return append(dst, byte('0'+lo))
+	}
+	return append(dst, digits2[2*lo], digits2[2*lo+1])
+}
+
+const digits2 = "00010203040506070809" + "10111213141516171819" + "20212223242526272829" + "30313233343536373839" +
+	"40414243444546474849" + "50515253545556575859" + "60616263646566676869" + "70717273747576777879" +
+	"80818283848586878889" + "90919293949596979899"
 
 // normRID is the record id as a reader sees it (0 = the message's own).
 func normRID(e *Event) int64 {
@@ -597,7 +609,7 @@ func (b *Batch) AddMoved(msgID, at, cost int64, partition int, offset int64) boo
 	if !ok1 || !ok2 || !ok3 {
 		return false
 	}
-	d := append(b.Data, '+')
+	d := append(slices.Grow(b.Data, 5*24+2), '+') // five fields of at most 24 bytes: one growth check
 	n := len(d)
 	if did != 0 {
 		d = contNum(d, n, "id=", did)
@@ -624,6 +636,9 @@ func (b *Batch) AddMoved(msgID, at, cost int64, partition int, offset int64) boo
 // addBucket adds a bucket key unless it is among the last ones added (a
 // repeat further back only costs a duplicate key).
 func (b *Batch) addBucket(k int64) {
+	if n := len(b.buckets); n > 0 && b.buckets[n-1] == k { // the common case: the same as the event before
+		return
+	}
 	if slices.Contains(b.buckets[max(0, len(b.buckets)-8):], k) {
 		return
 	}

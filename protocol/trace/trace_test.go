@@ -3,6 +3,7 @@ package trace
 import (
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -260,4 +261,47 @@ func TestAddMoved(t *testing.T) {
 	if r.AddMoved(c.MsgID+1, c.Time, 0, 0, 0) {
 		t.Fatal("AddMoved after a copy's event")
 	}
+}
+
+// TestAppendInt: appendInt writes what strconv does, around every boundary of its fast paths.
+func TestAppendInt(t *testing.T) {
+	var vs []int64
+	for p := int64(1); p <= 1e12; p *= 10 {
+		vs = append(vs, p-1, p, p+1, 2*p-1, 5*p+7)
+	}
+	vs = append(vs, 0, -1, -10, 100000009, 12345678, 99990001, 10000, 10001, 10010, 10100, 1<<62, -1<<63)
+	for v := int64(0); v < 20000; v++ {
+		vs = append(vs, v)
+	}
+	for _, v := range vs {
+		if got, want := string(appendInt([]byte("x"), v)), "x"+strconv.FormatInt(v, 10); got != want {
+			t.Fatalf("appendInt(%d) = %q, want %q", v, got, want)
+		}
+	}
+}
+
+// FuzzAddMoved: for any step from an event, AddMoved writes exactly what Add writes (or declines,
+// and then Add is what a writer uses).
+func FuzzAddMoved(f *testing.F) {
+	f.Add(int64(1<<48), int64(1767225600000), int64(812), 3, int64(41), int64(140), int64(0), int64(790), 0, int64(1))
+	f.Add(int64(5), int64(0), int64(0), -1, int64(0), int64(-5), int64(-3), int64(1000000), 2, int64(-1))
+	f.Fuzz(func(t *testing.T, id, at, cost int64, part int, off, did, dat, cost2 int64, part2 int, doff int64) {
+		base := Event{Type: Produce, MsgID: id, Topic: "q", Time: at, Cost: cost, OK: true, Host: "h", Broker: 1,
+			Partition: part, Offset: off, Attempt: 1, Size: 100}
+		if base.MsgID < 0 || base.Partition < -1 {
+			return
+		}
+		var a, b Batch
+		a.Add(&base)
+		b.Add(&base)
+		e := base
+		e.MsgID, e.Time, e.Cost, e.Partition, e.Offset = id+did, at+dat, cost2, part2, off+doff
+		if !b.AddMoved(e.MsgID, e.Time, e.Cost, e.Partition, e.Offset) {
+			return
+		}
+		a.Add(&e)
+		if string(a.Data) != string(b.Data) || string(a.Props) != string(b.Props) || a.N != b.N {
+			t.Fatalf("Add      %q %q\nAddMoved %q %q", a.Data, a.Props, b.Data, b.Props)
+		}
+	})
 }
