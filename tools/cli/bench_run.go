@@ -1002,7 +1002,8 @@ func (b *bencher) spread(ctx context.Context, r benchkit.Result, one, many []*cl
 		return r
 	}
 	d, limit := b.limits()
-	base := b.publishPhase(ctx, r.Workload+" (1)", one, d, limit, nil, nil)
+	var baseCPU benchkit.Result // the baseline phase's CPU per message, for the notes
+	base := b.publishPhase(ctx, r.Workload+" (1)", one, d, limit, b.startCPU, &baseCPU)
 	if base.err != nil {
 		r.Error = "baseline: " + base.err.Error()
 		return r
@@ -1027,8 +1028,21 @@ func (b *bencher) spread(ctx context.Context, r benchkit.Result, one, many []*cl
 	r.SetBaseline(float64(base.n) / base.el.Seconds())
 	b.notes(&r, desc, fmt.Sprintf("Producer.SendAsync, %d producer connection(s), window %d", len(b.prods), b.o.window),
 		fmt.Sprintf("one put to each and waiting for the broker to index them (not measured) took %s", primed.Round(time.Millisecond)),
-		"broker flush_mode "+b.flushMode(ctx))
+		"broker flush_mode "+b.flushMode(ctx), baseCPUNote(baseCPU))
 	return r
+}
+
+// baseCPUNote describes the baseline phase's CPU per message (server and client), so a run
+// shows where a spread phase's extra cost is, not only its rate.
+func baseCPUNote(base benchkit.Result) string {
+	s := "baseline phase:"
+	if base.ServerCPUusPerMsg > 0 {
+		s += " server CPU " + strconv.FormatFloat(base.ServerCPUusPerMsg, 'f', 2, 64) + " µs/msg"
+	}
+	if base.Notes != "" {
+		s += " " + base.Notes
+	}
+	return s
 }
 
 // topicsExist reports whether <topic>-0 and <topic>-(N-1) are served (for `all`).
