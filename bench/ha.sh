@@ -133,6 +133,11 @@ masterAddr=127.0.0.1:$mp"
 	m1=$(cputicks "$mpid")
 	[[ -n $spid ]] && s1=$(cputicks "$spid")
 	if [[ -n $sampler ]]; then kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true; fi
+	if [[ -n $spid ]]; then
+		# The slave's fdatasyncs over the run (count, mean µs): the F in the lag's bound
+		# (docs/replication.md, "The slave's lag").
+		"$BIN" stats "127.0.0.1:$sp" 2>/dev/null | awk '$1=="fsyncs"{f=$2} $1=="avg_fsync_us"{a=$2} END{if (f!="") print f, a}' >>"$T/fsync-$mode" || true
+	fi
 	stop_all
 	OUT="$out" python3 -c "
 import json, os, re
@@ -189,4 +194,5 @@ for mode in ('async', 'sync'):
 EOF
 for mode in $MODES; do
 	echo "$mode: slave lag p99 in the replicated runs: $(p99 "$T/lag-$mode") ms   (goal <= 50 ms; $(lagdist "$T/lag-$mode"))"
+	[[ -s "$T/fsync-$mode" ]] && echo "$mode: the slave's fdatasyncs per run (count, mean µs): $(tr '\n' ';' <"$T/fsync-$mode")"
 done

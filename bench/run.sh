@@ -28,7 +28,8 @@ options:
                       topics-1000,partitions-10000,publish-batch,publish-batch-durable (default all)
   --batch N           publish-batch: messages per batch (default 1000: 100 KB of payload)
   --batch-inflight N  publish-batch: batches in flight on the one connection (default 5)
-  --repeat N          run each system×workload N times; the table takes the median (default 1)
+  --repeat N          run each system×workload N times, the systems in turn (metaq, peer,
+                      metaq, peer …); the table takes the median (default 1)
   --no-build          use the binaries already in bench/bin
   --no-metaq          skip metaq even if its binary exists
   --build-metaq       rebuild ../bin/metaq from ../tools/metaq even if it exists

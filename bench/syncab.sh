@@ -42,7 +42,7 @@ run() { # which -> prints "msgs/s cpu"
 	INI
 	"$bin" broker -c "$d/server.ini" >"$d/log" 2>&1 &
 	local pid=$!
-	for _ in $(seq 100); do "$client" --server 127.0.0.1:$port version >/dev/null 2>&1 && break; sleep 0.1; done
+	for _ in $(seq 100); do "$client" version --broker 127.0.0.1:$port >/dev/null 2>&1 && break; sleep 0.1; done
 	local out
 	out=$("$client" bench tx --sync --conns 4 --window 64 --tx-phases plain --duration "$dur" \
 		--server 127.0.0.1:$port --server-pid $pid --topic bench --json 2>/dev/null | grep '"tx-plain"' || true)

@@ -46,7 +46,7 @@ INI
 "$BIN" broker -c "$T/server.ini" >"$T/broker.log" 2>&1 &
 PID=$!
 for _ in $(seq 100); do
-	"$BIN" --server "127.0.0.1:$PORT" version >/dev/null 2>&1 && break
+	"$BIN" version --broker "127.0.0.1:$PORT" >/dev/null 2>&1 && break
 	sleep 0.2
 done
 "$BIN" bench trace --server "127.0.0.1:$PORT" --server-pid "$PID" --duration "$DUR" --trace-runs "$RUNS"

@@ -214,6 +214,25 @@ func (l *link) readAcks() {
 // does not linger. Replication lags by at most this much more.
 var asyncLinger = 5 * time.Millisecond
 
+// commitLinger: a high watermark that moved while nothing was left to send
+// waits this long for the next data send to carry it (in the same writev),
+// before a heartbeat carries it alone: in sync-flush mode a round's
+// watermark moves after its fsync (and its slaves' acks), and the next round
+// is usually shipped within a millisecond or two, so one write per round
+// instead of two on the master and one read instead of two on the slave.
+// Reads on a slave lag by at most this much more.
+var commitLinger = 2 * time.Millisecond
+
+// stopTimer stops t and drains its channel.
+func stopTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+}
+
 // stream sends the log from pos until stopped.
 func (l *link) stream(pos int64) error {
 	st := l.n.st
@@ -225,6 +244,10 @@ func (l *link) stream(pos int64) error {
 		linger.Stop()
 		defer linger.Stop()
 	}
+	commitT := time.NewTimer(time.Hour)
+	stopTimer(commitT)
+	defer commitT.Stop()
+	lingering := false // commitT runs: a moved high watermark waits for a data send
 	var (
 		hdrs   []byte
 		chunks []store.RawChunk
@@ -249,9 +272,7 @@ func (l *link) stream(pos int64) error {
 	}
 	defer release()
 	for {
-		// Gather what is written, up to writeBatch bytes; what it
-		// acknowledged before (so at most what is gathered).
-		committed := l.n.committedPos()
+		// Gather what is written, up to writeBatch bytes.
 		gathered := time.Now()
 		hdrs = hdrs[:0]
 		size := 0
@@ -284,10 +305,18 @@ func (l *link) stream(pos int64) error {
 				putFrameHeader(hdrs[off:], frameHeader{kind: frameData, n: len(c.Buf), pos: c.Pos, end: max(end, c.Pos+int64(len(c.Buf))), time: now.UnixMilli()})
 				iov = append(iov, hdrs[off:off+frameHeaderSize], c.Buf)
 			}
-			if c := min(committed, pos); c > sent {
+			// The high watermark, read after the gather (async flush: it
+			// is the written end, so it covers all of it), capped at what
+			// is sent.
+			if c := min(l.n.committedPos(), pos); c > sent {
 				putFrameHeader(commit[:], frameHeader{kind: frameHeartbeat, pos: c, end: max(end, pos), time: now.UnixMilli()})
 				iov = append(iov, commit[:])
 				sent = c
+			}
+			if lingering {
+				// This send carries the high watermark the timer waited for.
+				stopTimer(commitT)
+				lingering = false
 			}
 			_ = l.nc.SetWriteDeadline(now.Add(max(10*l.n.cfg.Heartbeat, 10*time.Second)))
 			l.r.noteSent(pos, since)
@@ -318,12 +347,24 @@ func (l *link) stream(pos int64) error {
 		}
 		since = gathered // nothing new: what comes next is written after it
 		beat := false
+		var moved <-chan struct{}
+		if !lingering {
+			moved = l.n.waitCommitted(sent)
+		}
 		select {
 		case <-l.stop:
 			return nil
 		case <-st.WaitWritten(pos):
 			since = time.Now() // what it announced was written just now
-		case <-l.n.waitCommitted(sent):
+		case <-moved:
+			// It moved while nothing is to be sent: the next data send
+			// (the next round, in sync-flush mode usually within a
+			// millisecond or two) carries it in its writev, else the
+			// timer sends it alone.
+			commitT.Reset(commitLinger)
+			lingering = true
+		case <-commitT.C:
+			lingering = false
 			beat = true
 		case <-hb.C:
 			beat = true

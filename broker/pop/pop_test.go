@@ -181,9 +181,13 @@ func TestRedeliverRuns(t *testing.T) {
 		c.Put("test", 0, fmt.Sprintf("m%d", i), int32(i))
 	}
 	svc := b.PopService()
+	// The lock must outlast the receives and the 100 acks below, or a message meant to be
+	// acknowledged comes back (a loaded 2-core machine took longer than the 200 ms this once
+	// was); the wait for its end is the test's only wait.
+	const lock = 3 * time.Second
 	var ds []pop.Delivery
 	for len(ds) < 300 {
-		ds = append(ds, receive(t, svc, "g", "test", 300, 200*time.Millisecond)...)
+		ds = append(ds, receive(t, svc, "g", "test", 300, lock)...)
 	}
 	for _, d := range ds {
 		if d.QueueOffset%3 == 0 {

@@ -115,11 +115,10 @@ func (l *commitLog) appendBatch(msgs []Message, res []AppendResult, room, now in
 // the other, and what appendLocked does per record — the store time, the
 // published write position, the partition's next offset, the counters, the
 // zero-fill kick and the group-commit membership — is done once for the
-// run. It returns the run's flush round (sync mode) and whether to kick the
+// run, by the same appendedLocked. It returns the run's flush round (sync mode) and whether to kick the
 // flusher.
 func (l *commitLog) appendRunLocked(p *partition, msgs []Message, res []AppendResult, now int64) (*Flush, bool) {
-	st := max(now, l.lastStore)
-	l.lastStore = st
+	st := l.storeTimeLocked(now)
 	start := l.wpos
 	q := p.next.Load()
 	topic := unsafe.Slice(unsafe.StringData(msgs[0].Topic), len(msgs[0].Topic))
@@ -132,35 +131,7 @@ func (l *commitLog) appendRunLocked(p *partition, msgs []Message, res []AppendRe
 		l.wpos = phys + size
 		q++
 	}
-	n := len(msgs)
-	p.next.Store(q)
-	l.lastRecord = res[n-1].PhysicalOffset
-	l.written.Store(l.wpos)
-	if l.pre.ahead && (start^l.wpos)>>l.pre.shift != 0 {
-		kick(l.pre.fillc) // crossed into the next MiB: zero-fill ahead
-	}
-	l.puts += int64(n)
-	l.putBytes += l.wpos - start
-	p.topic.puts += int64(n)
-	var f *Flush
-	kickFlusher := false
-	if l.sync {
-		if f = l.pending; f == nil {
-			f = &Flush{done: make(chan struct{})}
-			l.pending = f
-			kickFlusher = true // the round's first member wakes the flusher
-		}
-		// Every message is a member (the flusher's goal counts messages).
-		before := f.n
-		f.n += n
-		if before < l.roundTarget && f.n >= l.roundTarget {
-			kick(l.roundFull)
-		}
-	} else if l.unflushed += n; l.unflushed >= l.cfg.UnflushThreshold {
-		l.unflushed = 0
-		kickFlusher = true
-	}
-	return f, kickFlusher
+	return l.appendedLocked(p, start, res[len(msgs)-1].PhysicalOffset, q, len(msgs))
 }
 
 // batchPartitionLocked finds (or creates) the partition m is appended to.

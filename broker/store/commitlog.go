@@ -323,23 +323,44 @@ func (l *commitLog) append(m *Message, size, now int64) (AppendResult, *Flush, e
 // append a run of records with nothing in between.
 func (l *commitLog) appendLocked(p *partition, m *Message, size, now int64) (AppendResult, *Flush, bool) {
 	phys := l.wpos
-	st := now
-	if st < l.lastStore {
-		st = l.lastStore
-	}
-	l.lastStore = st
+	st := l.storeTimeLocked(now)
 	q := p.next.Load()
 	id := l.encodeLocked(m, unsafe.Slice(unsafe.StringData(m.Topic), len(m.Topic)), phys, q, st, size)
-	p.next.Store(q + 1)
 	l.wpos = phys + size
-	l.lastRecord = phys
+	f, kickFlusher := l.appendedLocked(p, phys, phys, q+1, 1)
+	return AppendResult{
+		MsgID:          id,
+		QueueOffset:    q,
+		PhysicalOffset: phys,
+		StoreTime:      st,
+		Size:           int(size),
+	}, f, kickFlusher
+}
+
+// storeTimeLocked is the store time of the records appended now: never
+// before the previous append's.
+func (l *commitLog) storeTimeLocked(now int64) int64 {
+	st := max(now, l.lastStore)
+	l.lastStore = st
+	return st
+}
+
+// appendedLocked does what every append does once, after its n records
+// (the first at start, the last at last) are encoded up to l.wpos for
+// partition p, whose next queue offset is now next: the published write
+// position, the zero-fill kick, the counters and the group-commit
+// membership (appendLocked for one record, appendRunLocked for a run). It
+// returns the round (sync mode) and whether to kick the flusher.
+func (l *commitLog) appendedLocked(p *partition, start, last, next int64, n int) (*Flush, bool) {
+	p.next.Store(next)
+	l.lastRecord = last
 	l.written.Store(l.wpos)
-	if l.pre.ahead && (phys^l.wpos)>>l.pre.shift != 0 {
+	if l.pre.ahead && (start^l.wpos)>>l.pre.shift != 0 {
 		kick(l.pre.fillc) // crossed into the next MiB: zero-fill ahead
 	}
-	l.puts++
-	l.putBytes += size
-	p.topic.puts++
+	l.puts += int64(n)
+	l.putBytes += l.wpos - start
+	p.topic.puts += int64(n)
 	var f *Flush
 	kickFlusher := false
 	if l.sync {
@@ -348,20 +369,17 @@ func (l *commitLog) appendLocked(p *partition, m *Message, size, now int64) (App
 			l.pending = f
 			kickFlusher = true // the round's first member wakes the flusher
 		}
-		if f.n++; f.n == l.roundTarget {
+		// Every message is a member (the flusher's goal counts messages).
+		before := f.n
+		f.n += n
+		if before < l.roundTarget && f.n >= l.roundTarget {
 			kick(l.roundFull) // the flusher waits for this many (flush.go)
 		}
-	} else if l.unflushed++; l.unflushed >= l.cfg.UnflushThreshold {
+	} else if l.unflushed += n; l.unflushed >= l.cfg.UnflushThreshold {
 		l.unflushed = 0
 		kickFlusher = true
 	}
-	return AppendResult{
-		MsgID:          id,
-		QueueOffset:    q,
-		PhysicalOffset: phys,
-		StoreTime:      st,
-		Size:           int(size),
-	}, f, kickFlusher
+	return f, kickFlusher
 }
 
 // encodeLocked encodes m as the record at physical offset phys (size bytes,

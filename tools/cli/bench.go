@@ -149,7 +149,7 @@ Use a topic with one partition for the figures of docs/push.md. Each phase uses 
 	{use: "tx",
 		short: "Transactions: plain puts vs local transactions of --tx-size messages vs half message + txend commit",
 		long: `Three phases (--tx-phases), each its own result, over the raw protocol with --window units
-pipelined on each of --conns connections for --duration:
+pipelined on each of --conns connections for --duration (and at least until one unit is done):
   tx-plain        plain puts (the baseline)
   tx-local        BEGIN, --tx-size transactional puts, COMMIT_ONE_PHASE (many transactions in flight
                   on one connection); msgs/s counts messages, the note gives transactions/s

@@ -121,8 +121,9 @@ func (b *bencher) txPhase(ctx context.Context, name string, base *float64) bench
 	var errOnce sync.Once
 	var firstErr error
 	fail := func(err error) { errOnce.Do(func() { firstErr = err }) }
-	pctx, cancel := context.WithTimeout(ctx, d)
+	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go endPhase(pctx, cancel, d, units.Load)
 	prog := b.progress(u.name, units.Load)
 	m := b.startCPU()
 	start := time.Now()
@@ -166,6 +167,30 @@ func (b *bencher) txPhase(ctx context.Context, name string, base *float64) bench
 	}
 	b.notes(&r, fmt.Sprintf("%d connection(s), %d units in flight each, raw protocol; broker flush_mode %s", max(1, b.o.conns), b.o.window, b.flushMode(ctx)))
 	return r
+}
+
+// endPhase cancels a phase once d has passed and done() reports at least
+// one finished unit: a phase that finished nothing measured nothing (a
+// loaded machine can hold a short phase's first fsync past its end). It
+// returns when ctx ends.
+func endPhase(ctx context.Context, cancel context.CancelFunc, d time.Duration, done func() int64) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for done() == 0 {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+	cancel()
 }
 
 // txConn pipelines units of u on one connection until ctx ends, in one

@@ -49,7 +49,7 @@ func run() int {
 	flag.IntVar(&cfg.Batch, "batch", cfg.Batch, "publish-batch: messages per batch (metaq mput frame, NSQ MPUB, Redis pipeline)")
 	flag.IntVar(&cfg.BatchInflight, "batch-inflight", cfg.BatchInflight, "publish-batch: batches in flight on the one connection (Kafka's max.in.flight.requests.per.connection is 5)")
 	quick := flag.Bool("quick", false, "smoke run: -duration 2s -count 100000 unless given")
-	repeat := flag.Int("repeat", 1, "run each system×workload this many times (the table takes the median)")
+	repeat := flag.Int("repeat", 1, "run each system×workload this many times, the systems in turn (the table takes the median)")
 	flag.StringVar(&cfg.BinDir, "bin", "bin", "directory holding nats-server and nsqd")
 	flag.StringVar(&cfg.MetaqBin, "metaq", "../bin/metaq", "metaq binary (skipped when missing)")
 	flag.StringVar(&cfg.RedisBin, "redis-server", "", "redis-server binary (default: from PATH)")
@@ -132,12 +132,15 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "peerbench: "+format+"\n", args...)
 	}
 	failed := 0
+	// Repeats go round the systems (metaq, peer, metaq, peer …) rather
+	// than one system's runs back to back, so that a swing of the machine's
+	// load falls on every system of a workload alike.
 	for _, wl := range wls {
-		for _, s := range syss {
-			if !s.Runs(wl) {
-				continue
-			}
-			for range *repeat {
+		for range *repeat {
+			for _, s := range syss {
+				if !s.Runs(wl) {
+					continue
+				}
 				if ctx.Err() != nil {
 					fmt.Fprintln(os.Stderr, "peerbench: interrupted")
 					return 130
