@@ -1,10 +1,5 @@
 package ha
 
-import (
-	"sync"
-	"sync/atomic"
-)
-
 // The high watermark (docs/replication.md, "Reads from a slave"). A master
 // ships what it has written before it is acknowledged (before its own fsync
 // in sync-flush mode, before enough slaves confirmed it under
@@ -43,11 +38,7 @@ func (n *Node) waitCommitted(pos int64) <-chan struct{} {
 	if !n.gated() {
 		return n.st.WaitVisible(pos)
 	}
-	ch := n.commitWait.wait() // armed before the position is read again
-	if n.committedPos() > pos {
-		return closedChan
-	}
-	return ch
+	return n.commitWait.Wait(pos, n.committedPos)
 }
 
 // CommittedPos is, on a master, the position it has acknowledged (its high
@@ -63,37 +54,3 @@ func (n *Node) CommittedPos() int64 {
 // limitReads makes this node's store serve only what it serves now until
 // its master says more is acknowledged (a node becoming a slave).
 func (n *Node) limitReads() { n.st.SetReadLimit(n.st.VisiblePos()) }
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// notifier wakes the goroutines waiting for a position to advance: wait
-// returns the current round's channel, wake closes it (a leaf lock; cheap
-// when nobody waits).
-type notifier struct {
-	mu    sync.Mutex
-	ch    chan struct{}
-	armed atomic.Bool
-}
-
-func (w *notifier) wait() <-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.ch == nil {
-		w.ch = make(chan struct{})
-		w.armed.Store(true)
-	}
-	return w.ch
-}
-
-func (w *notifier) wake() {
-	if !w.armed.Load() {
-		return
-	}
-	w.mu.Lock()
-	if w.ch != nil {
-		close(w.ch)
-		w.ch = nil
-		w.armed.Store(false)
-	}
-	w.mu.Unlock()
-}

@@ -54,7 +54,7 @@ func (g *gate) Hold(end int64, release func(error)) {
 	}
 	if end <= g.quorum.Load() {
 		release(nil)
-		g.n.commitWait.wake() // the high watermark reached end (commit.go)
+		g.n.commitWait.Wake() // the high watermark reached end (commit.go)
 		return
 	}
 	g.mu.Lock()
@@ -149,7 +149,7 @@ func (g *gate) check(now time.Time) {
 	}
 	if quorum > g.quorum.Load() {
 		g.quorum.Store(quorum)
-		n.commitWait.wake() // the high watermark may have moved (commit.go)
+		n.commitWait.Wake() // the high watermark may have moved (commit.go)
 	}
 	g.mu.Lock()
 	i := 0

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/internal/poswait"
 )
 
 // Config configures a Node.
@@ -87,7 +88,7 @@ type Node struct {
 	// its high watermark never lies below it (commit.go). commitWait wakes
 	// the streams when the gate's quorum moves it (gated masters).
 	commitFloor atomic.Int64
-	commitWait  notifier
+	commitWait  poswait.Waiters
 
 	gate *gate
 	wg   sync.WaitGroup

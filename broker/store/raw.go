@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/metaqgo/metaq/protocol"
@@ -522,7 +520,7 @@ func (f *Flush) complete(err error) {
 // (already closed if it has). Cheap when nobody waits: onVisible only takes
 // the lock while a waiter is armed.
 func (s *Store) WaitVisible(pos int64) <-chan struct{} {
-	return s.visWait.wait(pos, s.clog.visibleLimit)
+	return s.visWait.Wait(pos, s.clog.visibleLimit)
 }
 
 // WaitWritten returns a channel closed once WrittenPos passes pos (already
@@ -532,47 +530,7 @@ func (s *Store) WaitWritten(pos int64) <-chan struct{} {
 	if !s.clog.sync {
 		return s.WaitVisible(pos)
 	}
-	return s.wrWait.wait(pos, s.WrittenPos)
-}
-
-// visibleWaiters wakes WaitVisible (and WaitWritten) callers (a leaf lock).
-type visibleWaiters struct {
-	mu    sync.Mutex
-	ch    chan struct{}
-	armed atomic.Bool
-}
-
-// wait returns a channel closed once at() passes pos: closed already when
-// it has, else the current round's channel, armed before at() is read again
-// so that a wake between the two reads is not missed.
-func (w *visibleWaiters) wait(pos int64, at func() int64) <-chan struct{} {
-	if at() > pos {
-		return closedChan
-	}
-	w.mu.Lock()
-	if w.ch == nil {
-		w.ch = make(chan struct{})
-		w.armed.Store(true)
-	}
-	ch := w.ch
-	w.mu.Unlock()
-	if at() > pos {
-		return closedChan
-	}
-	return ch
-}
-
-func (w *visibleWaiters) wake() {
-	if !w.armed.Load() {
-		return
-	}
-	w.mu.Lock()
-	if w.ch != nil {
-		close(w.ch)
-		w.ch = nil
-		w.armed.Store(false)
-	}
-	w.mu.Unlock()
+	return s.wrWait.Wait(pos, s.WrittenPos)
 }
 
 // Dir is the store's data directory.

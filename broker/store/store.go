@@ -81,6 +81,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/metaqgo/metaq/internal/poswait"
 )
 
 // Schedule tells when retention runs next (deleteWhen).
@@ -223,9 +225,9 @@ type Store struct {
 
 	counters counters
 
-	visWait visibleWaiters // WaitVisible (raw.go)
-	wrWait  visibleWaiters // WaitWritten (raw.go)
-	openEnd int64          // the commit log's end once Open recovered it (OpenPos)
+	visWait poswait.Waiters // WaitVisible (raw.go)
+	wrWait  poswait.Waiters // WaitWritten (raw.go)
+	openEnd int64           // the commit log's end once Open recovered it (OpenPos)
 }
 
 // topicState is one topic's partitions.
@@ -266,9 +268,9 @@ func Open(cfg Config) (*Store, error) {
 		if !s.dispatchInline() {
 			s.wakeDispatcher()
 		}
-		s.visWait.wake()
+		s.visWait.Wake()
 	}
-	s.clog.onWritten = s.wrWait.wake
+	s.clog.onWritten = s.wrWait.Wake
 	s.disp = newDispatcher(s)
 	for _, d := range []string{cfg.Dir, s.logDir, s.indexDir, s.keyDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
