@@ -824,7 +824,14 @@ func TestConsumersFallBackToSlave(t *testing.T) {
 		bs, err := zc.Brokers(context.Background())
 		return err == nil && len(bs) == 1 && bs[0].Master == "" && bs[0].Slaves[0] == nodes[1].addr
 	}
-	// The slave must hold all 200 before the master goes (sync replication: it does once acked).
+	// The slave must hold all 200 before the master goes (sync replication: it does once acked),
+	// and must have heard that the master acknowledged them: a slave serves reads only below the
+	// master's high watermark as last heard (docs/replication.md), which follows an ack by a
+	// heartbeat, so a kill right after the last ack could leave the last puts unserved.
+	waitFor(t, foMaxRoundTO, func() bool {
+		c := statInt(nodes[0].addr, "replication_committed_position")
+		return c > 0 && statInt(nodes[1].addr, "replication_committed_position") >= c
+	}, "the slave has heard the master's high watermark for all 200")
 	nodes[0].kill9()
 	waitFor(t, foMaxRoundTO, masterGone, "the master's node gone, the slave's still there")
 
