@@ -223,16 +223,6 @@ var asyncLinger = 5 * time.Millisecond
 // Reads on a slave lag by at most this much more.
 var commitLinger = 2 * time.Millisecond
 
-// stopTimer stops t and drains its channel.
-func stopTimer(t *time.Timer) {
-	if !t.Stop() {
-		select {
-		case <-t.C:
-		default:
-		}
-	}
-}
-
 // stream sends the log from pos until stopped.
 func (l *link) stream(pos int64) error {
 	st := l.n.st
@@ -245,7 +235,7 @@ func (l *link) stream(pos int64) error {
 		defer linger.Stop()
 	}
 	commitT := time.NewTimer(time.Hour)
-	stopTimer(commitT)
+	commitT.Stop() // Go ≥ 1.23: a stopped timer's channel holds no stale tick
 	defer commitT.Stop()
 	lingering := false // commitT runs: a moved high watermark waits for a data send
 	var (
@@ -315,7 +305,7 @@ func (l *link) stream(pos int64) error {
 			}
 			if lingering {
 				// This send carries the high watermark the timer waited for.
-				stopTimer(commitT)
+				commitT.Stop()
 				lingering = false
 			}
 			_ = l.nc.SetWriteDeadline(now.Add(max(10*l.n.cfg.Heartbeat, 10*time.Second)))
