@@ -28,38 +28,17 @@ cleanup() {
 	rm -rf "$T"
 }
 trap cleanup EXIT
+. "$(dirname "${BASH_SOURCE[0]}")/standalone.sh"
 
 # phase BIN: one broker of BIN, one run of the workload with BIN's client; prints
 # "<msgs/s> <broker µs/msg> <client µs/msg>".
 phase() {
 	local bin="$1" port
 	shift
-	port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')"
+	port="$(free_port)"
 	rm -rf "$T/data"
-	local flush=$'unflushThreshold=1000\nunflushInterval=1000'
-	[[ "$SYNC" == 1 ]] && flush="unflushThreshold=0"
-	cat >"$T/server.ini" <<INI
-[system]
-brokerId=0
-serverPort=$port
-dashboardHttpPort=0
-hostName=127.0.0.1
-bindHost=127.0.0.1
-dataPath=$T/data
-$flush
-
-[zookeeper]
-zk.zkEnable=false
-
-[topic=bench]
-numPartitions=1
-INI
-	"$bin" broker -c "$T/server.ini" >"$T/broker.log" 2>&1 &
-	PID=$!
-	for _ in $(seq 200); do
-		"$bin" version --broker "127.0.0.1:$port" >/dev/null 2>&1 && break
-		sleep 0.1
-	done
+	standalone_broker "$bin" "$T" "$port" "$SYNC" 1
+	PID=$BROKER_PID
 	local out
 	out="$("$bin" bench "$WL" --json --server "127.0.0.1:$port" --server-pid "$PID" --topic bench "$@" 2>/dev/null || true)"
 	kill "$PID" 2>/dev/null || true

@@ -19,30 +19,13 @@ git -C "$root" worktree add -q --detach "$work/old-src" "$old_rev"
 (cd "$work/old-src" && go build -o "$work/metaq.old" ./tools/metaq)
 (cd "$root" && go build -o "$work/metaq.new" ./tools/metaq)
 client="$work/metaq.new"
+. "$root/bench/standalone.sh"
 
 run() { # which -> prints "msgs/s cpu"
 	local bin="$work/metaq.$1" d="$work/b"
-	rm -rf "$d"; mkdir -p "$d"
-	cat >"$d/server.ini" <<-INI
-	[system]
-	brokerId=0
-	serverPort=$port
-	dashboardHttpPort=0
-	hostName=127.0.0.1
-	bindHost=127.0.0.1
-	numPartitions=1
-	dataPath=$d/data
-	unflushThreshold=0
-
-	[zookeeper]
-	zk.zkEnable=false
-
-	[topic=bench]
-	numPartitions=1
-	INI
-	"$bin" broker -c "$d/server.ini" >"$d/log" 2>&1 &
-	local pid=$!
-	for _ in $(seq 100); do "$client" version --broker 127.0.0.1:$port >/dev/null 2>&1 && break; sleep 0.1; done
+	rm -rf "$d"
+	PROBE_BIN="$client" standalone_broker "$bin" "$d" "$port" 1 1
+	local pid=$BROKER_PID
 	local out
 	out=$("$client" bench tx --sync --conns 4 --window 64 --tx-phases plain --duration "$dur" \
 		--server 127.0.0.1:$port --server-pid $pid --topic bench --json 2>/dev/null | grep '"tx-plain"' || true)

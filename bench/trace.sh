@@ -25,28 +25,8 @@ trap cleanup EXIT
 
 [[ -x "$BIN" ]] || (cd "$ROOT" && go build -o "$BIN" ./tools/metaq)
 
-PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')"
-cat >"$T/server.ini" <<INI
-[system]
-brokerId=0
-serverPort=$PORT
-dashboardHttpPort=0
-hostName=127.0.0.1
-bindHost=127.0.0.1
-dataPath=$T/data
-unflushThreshold=1000
-unflushInterval=1000
-
-[zookeeper]
-zk.zkEnable=false
-
-[topic=bench]
-numPartitions=4
-INI
-"$BIN" broker -c "$T/server.ini" >"$T/broker.log" 2>&1 &
-PID=$!
-for _ in $(seq 100); do
-	"$BIN" version --broker "127.0.0.1:$PORT" >/dev/null 2>&1 && break
-	sleep 0.2
-done
+. "$ROOT/bench/standalone.sh"
+PORT="$(free_port)"
+standalone_broker "$BIN" "$T" "$PORT" 0 4
+PID=$BROKER_PID
 "$BIN" bench trace --server "127.0.0.1:$PORT" --server-pid "$PID" --duration "$DUR" --trace-runs "$RUNS"

@@ -1,0 +1,42 @@
+# bench/standalone.sh — sourced by the bench scripts that run a broker of their own.
+#
+# standalone_broker BIN DIR PORT SYNC PARTITIONS writes DIR/server.ini for a standalone broker
+# (no ZooKeeper, 127.0.0.1:PORT, topic `bench` with PARTITIONS partitions; SYNC=1 sync flush, else
+# MetaQ's default async flush), starts BIN's broker with its log in DIR/broker.log, sets
+# BROKER_PID, and waits until it answers `version` (asked with $PROBE_BIN, default BIN: an old
+# broker's own CLI may not have `version --broker`).
+# free_port prints a free TCP port on 127.0.0.1.
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+standalone_broker() {
+	local bin="$1" dir="$2" port="$3" sync="$4" parts="$5"
+	local probe="${PROBE_BIN:-$bin}" flush=$'unflushThreshold=1000\nunflushInterval=1000'
+	[[ "$sync" == 1 ]] && flush="unflushThreshold=0"
+	mkdir -p "$dir"
+	cat >"$dir/server.ini" <<INI
+[system]
+brokerId=0
+serverPort=$port
+dashboardHttpPort=0
+hostName=127.0.0.1
+bindHost=127.0.0.1
+dataPath=$dir/data
+$flush
+
+[zookeeper]
+zk.zkEnable=false
+
+[topic=bench]
+numPartitions=$parts
+INI
+	"$bin" broker -c "$dir/server.ini" >"$dir/broker.log" 2>&1 &
+	BROKER_PID=$!
+	for _ in $(seq 200); do
+		"$probe" version --broker "127.0.0.1:$port" >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	echo "standalone_broker: $bin does not answer on 127.0.0.1:$port (log: $dir/broker.log)" >&2
+}
