@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -75,9 +76,9 @@ func (r *routeMap) loadOrAddLocked(topic string, nr *topicRoute) (_ *topicRoute,
 	if v := old[topic]; v != nil {
 		return v, false
 	}
-	m := make(map[string]*topicRoute, len(old)+1)
-	for k, v := range old {
-		m[k] = v
+	m := maps.Clone(old)
+	if m == nil {
+		m = make(map[string]*topicRoute, 1)
 	}
 	m[topic] = nr
 	r.m.Store(&m)
