@@ -110,6 +110,10 @@ type call struct {
 
 	bodyBuf *bytebufferpool.ByteBuffer // holds body (kindOther), back to its pool on reset
 
+	// selfg: the caller took g's read side for this call and reads its own
+	// reply (register, selfread.go); cleared by wait.
+	selfg *generation
+
 	// kindGet: the value block is read from the socket straight into dst
 	// (FetchInto's reused buffer, fetch.go), or, when dst is nil, into a
 	// fresh buffer of the body's size when that is at most hint (the get's
@@ -140,7 +144,7 @@ func putCall(cl *call) {
 func (cl *call) reset() {
 	cl.code, cl.value, cl.err, cl.onDone = 0, false, nil, nil
 	cl.msgID, cl.partition, cl.offset = 0, 0, 0
-	cl.stamp, cl.by = 0, nil
+	cl.stamp, cl.by, cl.selfg = 0, nil, nil
 	cl.ids = cl.ids[:0]
 	cl.body, cl.dst, cl.hint, cl.own = nil, nil, 0, false
 	if cl.bodyBuf != nil {
@@ -306,6 +310,11 @@ type generation struct {
 	raw    syscall.RawConn // nc for a lone async send's non-blocking write; nil: TLS (asyncwrite.go)
 	failed bool            // guarded by brokerConn.mu
 	wg     sync.WaitGroup
+
+	rs    *readSide    // the reply reader and who reads it (selfread.go)
+	rint  atomic.Bool  // a caller reading was interrupted (selfread.go)
+	stamp *stampReader // a traced producer's: stamps the time of each read (trace.go)
+	fail  func(error)  // ends the generation with a read or write error
 }
 
 type brokerConn struct {
@@ -343,6 +352,7 @@ type brokerConn struct {
 	spare    []byte
 	writing  bool // the write side is taken: the writer or a synchronous caller writes (endSync)
 	closeErr error
+	syncMode bool // the last request registered was one its caller waits for (selfread.go)
 
 	tl *produceRing // a traced producer's: produce events its reader completed (trace.go)
 }
@@ -436,8 +446,9 @@ func (c *brokerConn) register(ctx context.Context, cl *call, deadline int64) err
 	}
 	cl.opaque = c.nextOp
 	cl.deadline = deadline
-	cl.stamp, cl.by = 0, nil
+	cl.stamp, cl.by, cl.selfg = 0, nil, nil
 	c.pending.put(cl)
+	c.onRegisterLocked(c.cur, cl) // selfread.go
 	return nil
 }
 
@@ -523,8 +534,13 @@ func (c *brokerConn) abandon(cl *call) bool {
 	return true
 }
 
-// wait waits for a call registered without onDone.
+// wait waits for a call registered without onDone (reading its reply
+// itself when it took the read side: selfread.go).
 func (c *brokerConn) wait(ctx context.Context, cl *call) error {
+	if g := cl.selfg; g != nil {
+		cl.selfg = nil
+		return c.selfWait(ctx, cl, g)
+	}
 	select {
 	case <-cl.done:
 	case <-ctx.Done():
@@ -708,6 +724,13 @@ func (c *brokerConn) setDown(err error) {
 // serve runs one connection until it fails or the brokerConn closes.
 func (c *brokerConn) serve(nc net.Conn) error {
 	g := &generation{nc: nc, dead: make(chan struct{}), wkick: make(chan struct{}, 1), raw: rawConn(nc)}
+	g.rs = newReadSide(c, g) // selfread.go
+	var src io.Reader = &g.rs.sr
+	if c.tl != nil {
+		g.stamp = &stampReader{r: src} // trace.go
+		src = g.stamp
+	}
+	g.rs.rr = protocol.NewReplyReader(src, c.cfg.maxReplyBody)
 	c.mu.Lock()
 	if c.state == stateClosed {
 		c.mu.Unlock()
@@ -736,8 +759,9 @@ func (c *brokerConn) serve(nc net.Conn) error {
 			failErr.Store(err)
 		}
 	}
+	g.fail = fail
 	g.wg.Add(2)
-	go c.reader(g, fail)
+	go c.reader(g)
 	go c.writer(g, fail)
 
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -806,6 +830,9 @@ func (c *brokerConn) sweep(now int64) {
 	var expired []*call
 	c.mu.Lock()
 	expired = c.pending.takeExpired(expired, now)
+	if g := c.cur; g != nil && g.rs.rcall != nil && c.pending.get(g.rs.rcall.opaque) != g.rs.rcall {
+		c.interruptLocked(g, g.rs.rcall) // its caller reads: stop it (selfread.go)
+	}
 	c.mu.Unlock()
 	for _, cl := range expired {
 		c.releaseFor(cl)
@@ -849,63 +876,26 @@ func (c *brokerConn) heartbeatDone(cl *call) {
 	}
 }
 
-func (c *brokerConn) reader(g *generation, fail func(error)) {
+// reader reads replies while it owns g's read side (selfread.go).
+func (c *brokerConn) reader(g *generation) {
 	defer g.wg.Done()
-	var src io.Reader = g.nc
-	var st *stampReader
 	if c.tl != nil {
-		st = &stampReader{r: g.nc} // trace.go
-		src = st
 		defer c.tl.publish()
 	}
-	rr := protocol.NewReplyReader(src, c.cfg.maxReplyBody)
-	var cl *call // a get whose value block is being read into its own buffer
-	into := func(rep protocol.Reply, n int) []byte {
-		if rep.Kind != protocol.ReplyValue {
-			return nil
-		}
-		c.mu.Lock()
-		cl = c.pending.take(rep.Opaque)
-		c.mu.Unlock()
-		return cl.valueBuffer(n)
-	}
+	rs := g.rs
 	for {
-		if c.tl != nil && rr.Buffered() == 0 {
-			c.tl.publish() // the read batch is done: its produce events go to the writer
-		}
-		cl = nil
-		rep, err := rr.NextInto(into)
-		if err != nil {
-			if cl != nil { // taken from pending: fail it here
-				c.releaseFor(cl)
-				cl.err = &ConnError{Addr: c.addr, Err: err}
-				cl.finish()
+		if rs.rr.Buffered() == 0 {
+			if c.tl != nil {
+				c.tl.publish() // the read batch is done: its produce events go to the writer
 			}
-			fail(err)
+			if rs.lazy && !c.parkReader(g) {
+				return
+			}
+		}
+		if _, err := c.readReply(g); err != nil {
+			c.readFailed(g, err)
 			return
 		}
-		c.activity.Store(true)
-		if rep.Kind == protocol.ReplyCheck { // a request from the broker, not a reply
-			c.handleCheck(rep.Body)
-			continue
-		}
-		if rep.Kind != protocol.ReplyValue {
-			c.mu.Lock()
-			cl = c.pending.take(rep.Opaque)
-			c.mu.Unlock()
-		}
-		if cl == nil {
-			continue // timed out or abandoned: a late reply
-		}
-		c.releaseFor(cl)
-		cl.setReply(c.addr, &rep)
-		if st != nil {
-			cl.stamp = st.at
-			if cl.onDone != nil {
-				cl.by = c // completed right here, on this goroutine
-			}
-		}
-		cl.finish()
 	}
 }
 
