@@ -207,11 +207,8 @@ func (l *commitLog) appendRunLocked(p *partition, msgs []Message, res []AppendRe
 
 // batchPartitionLocked finds (or creates) the partition m is appended to.
 func (l *commitLog) batchPartitionLocked(m *Message) (*partition, error) {
-	p := l.appendParts.get(m.Topic, m.Partition)
-	if p == nil {
-		if p = l.appendPartitionLocked(m.Topic, m.Partition); p == nil {
-			return nil, ErrBadTopic
-		}
+	if p := l.appendPartLocked(m); p != nil {
+		return p, nil
 	}
-	return p, nil
+	return nil, ErrBadTopic
 }

@@ -44,6 +44,7 @@ type benchOpts struct {
 	shared     sharedBenchOpts // bench_shared.go
 	trace      bool            // producers write trace records (bench_trace.go)
 	traceRuns  int             // trace workload: on/off pairs
+	pairs      int             // topics/partitions: alternating phase pairs
 	tx         txBenchOpts     // bench_tx.go
 
 	batchInflight int // publish-batch: frames in flight per producer (bench_batch.go)
@@ -89,17 +90,19 @@ intended send time; one long-polling reader per partition (gets with a 1 s wait)
 latency from that intended time to delivery. The first tenth of the run (at most 1 s) is warm-up.`},
 	{use: "topics", aliases: []string{benchkit.WorkloadTopics1000},
 		short: "Asynchronous publish spread over --topics topics vs 1 topic",
-		long: `Publish to --topic for --duration, then round-robin over the topics <topic>-0 … <topic>-(N-1)
-(N = --topics) for --duration, and report the spread rate and its ratio to the 1-topic rate.
+		long: `Publish to --topic and round-robin over the topics <topic>-0 … <topic>-(N-1) (N = --topics)
+in --pairs alternating pairs of phases (1, N | N, 1 | …), each --duration / --pairs long, and
+report the spread rate and the median of the pairs' ratios to the 1-topic rate.
 The topics must be accepted by the broker ([topic=bench-0] … sections). One put to each topic
-before the spread phase (creating its files) is not measured.`},
+before the first phase (creating its files) is not measured.`},
 	{use: "partitions", aliases: []string{benchkit.WorkloadPartitions10000},
 		short: "Asynchronous publish over --partitions partitions of one topic vs 1 partition",
-		long: `Publish to --topic (1 partition) for --duration, then over the --partitions partitions of
-<topic>-p for --duration, and report the spread rate and its ratio to the 1-partition rate.
+		long: `Publish to --topic (1 partition) and over the --partitions partitions of <topic>-p in --pairs
+alternating pairs of phases (1, N | N, 1 | …), each --duration / --pairs long, and report the
+spread rate and the median of the pairs' ratios to the 1-partition rate.
 <topic>-p must have exactly --partitions partitions ([topic=bench-p] numPartitions=10000).
 With --server the broker spreads the puts round-robin (partition -1); through ZooKeeper the
-producer's round-robin selector does. One put to each partition before the spread phase is not
+producer's round-robin selector does. One put to each partition before the first phase is not
 measured.`},
 	{use: benchkit.WorkloadPublishBatch, aliases: []string{benchkit.WorkloadPublishBatchDurable, "batch"},
 		short: "Batched publish: Producer.SendBatchAsync, --batch messages per mput frame",
@@ -215,6 +218,7 @@ workload succeeded.`,
 	pf.Float64Var(&o.rate, "rate", 1000, "e2e: messages per second")
 	pf.IntVar(&o.topics, "topics", 1000, "topics: number of topics of the spread phase")
 	pf.IntVar(&o.partitions, "partitions", 10000, "partitions: number of partitions of <topic>-p")
+	pf.IntVar(&o.pairs, "pairs", 5, "topics/partitions: alternating pairs of phases (1 vs many), each --duration / --pairs long")
 	pf.StringVar(&o.tag, "tag", "", "tag of the messages (consumers fetch with this tag filter)")
 	pf.StringVar(&o.where, "where", "", "consume: fetch with this filter expression; the backlog's messages carry bench=0…9 (\"bench = 0\" keeps 10%)")
 	pf.BoolVar(&o.sync, "sync", false, "expect sync flush (durable at ack): fail unless every broker reports flush_mode sync")
