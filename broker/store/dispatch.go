@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/metaqgo/metaq/protocol"
@@ -301,9 +302,11 @@ func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, props []by
 	if len(p.pend) == cap(p.pend) && cap(p.pend) == unitSize {
 		p.pend = append(p.spill[:0], p.pend...) // the run outgrows first: move it to spill
 	}
-	var u [unitSize]byte
-	putRecordUnit(u[:], phys, size, props)
-	p.pend = append(p.pend, u[:]...)
+	// The unit is written in place (no temporary and no append's copy: this
+	// runs once per record of the log).
+	n := len(p.pend)
+	p.pend = slices.Grow(p.pend, unitSize)[:n+unitSize]
+	putRecordUnit(p.pend[n:], phys, size, props)
 }
 
 // resetPend empties p's pending run, its next unit going to p.first (the
