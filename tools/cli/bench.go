@@ -37,6 +37,7 @@ type benchOpts struct {
 	fetchDepth int
 	fetchInto  bool // consume: Admin.FetchInto instead of FetchWith
 	cpuProfile string
+	stallProbe bool            // run a benchkit.StallProbe beside each workload
 	batch      int             // publish-batch: messages per mput frame (bench_batch.go)
 	accum      accumOpts       // accumulation (bench_accum.go)
 	zk         zkBenchOpts     // zk-offsets (bench_zk.go)
@@ -226,6 +227,7 @@ workload succeeded.`,
 	pf.IntVar(&o.fetchDepth, "fetch-depth", 4, "consume: gets in flight per partition")
 	pf.BoolVar(&o.fetchInto, "fetch-into", false, "consume: read with Admin.FetchInto (a reused buffer, records iterated in place) instead of FetchWith (accumulation always does)")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark client's CPU profile to this file")
+	pf.BoolVar(&o.stallProbe, "stall-probe", false, "run a thread that only sleeps beside each workload and report how late it woke (stall_p99_us, stall_max_us): the machine's stalls, next to the workload's figures")
 	pf.IntVar(&o.batch, "batch", 1000, "publish-batch: messages per mput frame (1 … 10000)")
 	pf.IntVar(&o.batchInflight, "batch-inflight", 5, "publish-batch: mput frames in flight per producer connection (Kafka's max.in.flight.requests.per.connection is 5)")
 	pf.IntVar(&o.zk.inflight, "zk-inflight", 64, "zk-offsets: requests in flight on the ZooKeeper session")
@@ -402,6 +404,9 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		if ctx.Err() != nil {
 			break
 		}
+		if o.stallProbe {
+			run = withStallProbe(run)
+		}
 		if err := emit(run(ctx)); err != nil {
 			return err
 		}
@@ -423,6 +428,17 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		return silentExit{ExitFailure}
 	}
 	return nil
+}
+
+// withStallProbe runs a benchkit.StallProbe during run and puts its
+// overruns into the result (stall_p99_us, stall_max_us).
+func withStallProbe(run func(context.Context) benchkit.Result) func(context.Context) benchkit.Result {
+	return func(ctx context.Context) benchkit.Result {
+		p := benchkit.StartStallProbe()
+		r := run(ctx)
+		r.SetStall(p.Stop())
+		return r
+	}
 }
 
 // writeBenchTable prints the results for people: one row per workload, then the notes.
