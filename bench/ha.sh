@@ -211,7 +211,7 @@ for mode in ('async', 'sync'):
 EOF
 for mode in $MODES; do
 	python3 - "$mode" "$T/lathist-$mode" "$T/stall-$mode" <<'EOF'
-import sys
+import os, sys
 mode, hist, stall = sys.argv[1:4]
 counts, mx = {}, 0
 try:
@@ -235,8 +235,8 @@ def q(p):
 if n:
     print(f"{mode}: replication latency of every send, write -> durable on the slave (all replicated runs merged, {n} sends):"
           f" p50 {q(.5)} / p90 {q(.9)} / p99 {q(.99)} / p99.9 {q(.999)} / max {mx} ms   (goal: p99 <= 50 ms)")
-    st = [l.split() for l in open(stall) if l.strip()]
-    if st:
+    st = [l.split() for l in open(stall) if l.strip()] if os.path.exists(stall) else []
+    if st and any(float(a) > 0 for a, b in st):
         print(f"{mode}: stall probe (a thread that only sleeps 1.3 ms, beside each replicated run): woke late by p99 "
               + ' '.join(f"{float(a)/1000:.1f}" for a, b in st) + " ms, max " + ' '.join(f"{float(b)/1000:.0f}" for a, b in st) + " ms per run")
 EOF
