@@ -11,10 +11,13 @@
 # Usage: bench/ab.sh A_BIN B_BIN WORKLOAD [metaq bench flags…]
 #   e.g. bench/ab.sh /tmp/metaq-main /tmp/metaq-new publish-batch --duration 5s
 #        ROUNDS=5 bench/ab.sh /tmp/metaq-main /tmp/metaq-new produce --window 1000 --duration 5s
-# Environment: ROUNDS (3), SYNC (0).
+#   topics-1000 / partitions-10000 get their topics' sections, and print the degradation ratio:
+#        CLIENT_BIN=bin/metaq bench/ab.sh /tmp/metaq-main bin/metaq partitions-10000 --duration 5s
+# Environment: ROUNDS (3), SYNC (0), CLIENT_BIN (the client for both brokers; default each
+# binary's own — set it when the two clients measure differently).
 set -euo pipefail
 
-[[ $# -ge 3 ]] || { sed -n '2,15p' "$0"; exit 2; }
+[[ $# -ge 3 ]] || { sed -n '2,18p' "$0"; exit 2; }
 A="$1" B="$2" WL="$3"
 shift 3
 ROUNDS="${ROUNDS:-3}"
@@ -37,10 +40,10 @@ phase() {
 	shift
 	port="$(free_port)"
 	rm -rf "$T/data"
-	standalone_broker "$bin" "$T" "$port" "$SYNC" 1
+	STANDALONE_INI="$(spread_ini "$WL")" standalone_broker "$bin" "$T" "$port" "$SYNC" 1
 	PID=$BROKER_PID
 	local out
-	out="$("$bin" bench "$WL" --json --server "127.0.0.1:$port" --server-pid "$PID" --topic bench "$@" 2>/dev/null || true)"
+	out="$("${CLIENT_BIN:-$bin}" bench "$WL" --json --server "127.0.0.1:$port" --server-pid "$PID" --topic bench "$@" 2>/dev/null || true)"
 	kill "$PID" 2>/dev/null || true
 	for _ in $(seq 300); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
 	kill -9 "$PID" 2>/dev/null || true
@@ -60,23 +63,27 @@ def us(k):
     v = r.get(k)
     return "%.3f" % v if isinstance(v, (int, float)) and v > 0 else "-"
 m = re.search(r"client CPU ([0-9.]+)", r.get("notes", ""))
-print("%.0f %s %s" % (r.get("msgs_per_sec", 0), us("server_cpu_us_per_msg"), m.group(1) if m else "-"))
+print("%.0f %s %s %s" % (r.get("msgs_per_sec", 0), us("server_cpu_us_per_msg"), m.group(1) if m else "-", us("degradation_ratio")))
 ' <<<"$out"
 }
 
-printf '%-5s %-3s %12s %10s %10s\n' round bin msgs/s broker-µs client-µs
-ra=() rb=()
+printf '%-5s %-3s %12s %10s %10s %8s\n' round bin msgs/s broker-µs client-µs ratio
+ra=() rb=() da=() db=()
 for i in $(seq "$ROUNDS"); do
-	read -r a sa ca _ < <(phase "$A" "$@")
-	printf '%-5s %-3s %12s %10s %10s\n' "$i" A "$a" "$sa" "$ca"
-	read -r b sb cb _ < <(phase "$B" "$@")
-	printf '%-5s %-3s %12s %10s %10s\n' "$i" B "$b" "$sb" "$cb"
-	ra+=("$a") rb+=("$b")
+	read -r a sa ca xa _ < <(phase "$A" "$@")
+	printf '%-5s %-3s %12s %10s %10s %8s\n' "$i" A "$a" "$sa" "$ca" "$xa"
+	read -r b sb cb xb _ < <(phase "$B" "$@")
+	printf '%-5s %-3s %12s %10s %10s %8s\n' "$i" B "$b" "$sb" "$cb" "$xb"
+	ra+=("$a") rb+=("$b") da+=("$xa") db+=("$xb")
 done
-python3 - "${ra[*]}" "${rb[*]}" <<'PY'
+python3 - "${ra[*]}" "${rb[*]}" "${da[*]}" "${db[*]}" <<'PY'
 import statistics, sys
 a = [float(x) for x in sys.argv[1].split() if x != "-"]
 b = [float(x) for x in sys.argv[2].split() if x != "-"]
+da = [float(x) for x in sys.argv[3].split() if x != "-"]
+db = [float(x) for x in sys.argv[4].split() if x != "-"]
+if da and db:
+    print("median degradation ratio A %.3f, B %.3f" % (statistics.median(da), statistics.median(db)))
 if a and b:
     print("median A %.0f msgs/s, B %.0f msgs/s; median of round ratios B/A %.3f"
           % (statistics.median(a), statistics.median(b),

@@ -21,7 +21,6 @@ import (
 // (reader only). Bounded by protocol.MaxBatchCount entries.
 type batchBufs struct {
 	msgs []store.Message
-	res  []store.AppendResult
 }
 
 func (c *conn) handleBatchPut(cmd *protocol.Command) {
@@ -44,13 +43,10 @@ func (c *conn) handleBatchPut(cmd *protocol.Command) {
 		c.failPut(ts, protocol.StatusBadRequest, s.putError(cmd.Topic, partition, bad), cmd.Opaque)
 		return
 	}
-	if cap(c.batch.res) < n {
-		c.batch.res = make([]store.AppendResult, n)
-	}
-	res := c.batch.res[:n]
-	flush, err := s.appendBatch(msgs, res)
-	clear(msgs) // drop the references into the read buffer
+	var run store.RunResult
+	flush, err := s.appendRun(msgs, &run)
 	if err != nil {
+		clear(msgs) // drop the references into the read buffer
 		code := protocol.StatusInternalServerError
 		switch {
 		case errors.Is(err, store.ErrMessageTooLarge), errors.Is(err, store.ErrBadTopic):
@@ -64,9 +60,10 @@ func (c *conn) handleBatchPut(cmd *protocol.Command) {
 		return
 	}
 	ts.putBytes.Add(int64(bytes))
-	c.rq.addBatchPut(flush, partition, res, cmd.BatchRuns, cmd.Opaque)
+	c.rq.addBatchPut(flush, partition, &run, msgs, cmd.BatchRuns, cmd.Opaque)
+	clear(msgs) // drop the references into the read buffer
 	c.rq.replies[len(c.rq.replies)-1].t0 = sampled
-	c.own.note(ts, partition, res[n-1].QueueOffset, flush)
+	c.own.note(ts, partition, run.FirstOffset+int64(n-1), flush)
 	if !ts.notified.Load() && ts.notified.CompareAndSwap(false, true) && s.opts.OnTopic != nil {
 		go s.opts.OnTopic(ts.name, ts.settings.NumPartitions)
 	}
@@ -120,40 +117,44 @@ func (c *conn) splitBatch(ts *topicState, partition int32, block []byte, n int) 
 	return msgs, bytes, ""
 }
 
-// appendBatch is store.AppendBatch behind the broker's fault hook (faults.go).
-func (s *Server) appendBatch(msgs []store.Message, res []store.AppendResult) (*store.Flush, error) {
+// appendRun is store.AppendRun behind the broker's fault hook (faults.go).
+func (s *Server) appendRun(msgs []store.Message, run *store.RunResult) (*store.Flush, error) {
 	if f := s.appendFault.Load(); f != nil {
 		if err := (*f)(msgs[0].Topic); err != nil {
 			return nil, err
 		}
 	}
-	return s.store.AppendBatch(msgs, res)
+	return s.store.AppendRun(msgs, run)
 }
 
 // addBatchPut queues an mput's success reply, rendered now into the arena:
 // `<partition> <firstOffset> <msgId>…`, or with runs (the compact form)
 // `<partition> <firstOffset> <firstMsgId> <size>[x<n>]…` — a frame is one
 // run of consecutive records, so each id is the previous one plus its
-// record's size (protocol/batch.go). The writer sends it once f, if any,
-// succeeded; in async mode failUnflushedPuts may still turn it into a 500.
-func (q *outQueue) addBatchPut(f *store.Flush, partition int32, res []store.AppendResult, runs bool, opaque int32) {
+// record's size (protocol/batch.go); the sizes come from the stored msgs.
+// The writer sends it once f, if any, succeeded; in async mode
+// failUnflushedPuts may still turn it into a 500.
+func (q *outQueue) addBatchPut(f *store.Flush, partition int32, run *store.RunResult, msgs []store.Message, runs bool, opaque int32) {
 	start := len(q.arena)
+	tl := len(msgs[0].Topic)
 	if runs {
-		q.arena = protocol.AppendBatchRunsStart(q.arena, partition, res[0].QueueOffset, res[0].MsgID)
-		size, n := res[0].Size, 1
-		for i := 1; i < len(res); i++ {
-			if res[i].Size == size {
-				n++
+		q.arena = protocol.AppendBatchRunsStart(q.arena, partition, run.FirstOffset, run.FirstMsgID)
+		size, n := protocol.RecordSize(tl, len(msgs[0].Properties), len(msgs[0].Data)), 1
+		for i := 1; i < len(msgs); i++ {
+			if sz := protocol.RecordSize(tl, len(msgs[i].Properties), len(msgs[i].Data)); sz != size {
+				q.arena = protocol.AppendBatchRun(q.arena, size, n)
+				size, n = sz, 1
 				continue
 			}
-			q.arena = protocol.AppendBatchRun(q.arena, size, n)
-			size, n = res[i].Size, 1
+			n++
 		}
 		q.arena = protocol.AppendBatchRun(q.arena, size, n)
 	} else {
-		q.arena = protocol.AppendBatchResultStart(q.arena, partition, res[0].QueueOffset)
-		for i := range res {
-			q.arena = protocol.AppendBatchResultID(q.arena, res[i].MsgID)
+		q.arena = protocol.AppendBatchResultStart(q.arena, partition, run.FirstOffset)
+		id := run.FirstMsgID
+		for i := range msgs {
+			q.arena = protocol.AppendBatchResultID(q.arena, id)
+			id += int64(protocol.RecordSize(tl, len(msgs[i].Properties), len(msgs[i].Data)))
 		}
 	}
 	q.bytes += replyHeaderEstimate + len(q.arena) - start

@@ -137,7 +137,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 		return
 	}
 	msg := store.Message{Topic: ts.name, Partition: partition, Flag: flag, Properties: props, Data: data, StoreTime: c.readMs,
-		SysFlag: c.traceMark}
+		SysFlag: c.traceMark, Ref: s.storeRef(ts)}
 	if grp, half := tx.HalfGroupRaw(props); half {
 		c.halfPut(ts, grp, &msg, cmd.Opaque) // txconn.go
 		return

@@ -64,6 +64,18 @@ func (s *Server) putPartition(ts *topicState, partition int32) (int32, *PutError
 	return partition, nil
 }
 
+// storeRef is the store's handle on ts (store.TopicRef), made at the topic's
+// first put: the append finds the partition through it instead of looking the
+// topic's name up once more.
+func (s *Server) storeRef(ts *topicState) *store.TopicRef {
+	r := ts.ref.Load()
+	if r == nil {
+		r = s.store.TopicRef(ts.name)
+		ts.ref.Store(r)
+	}
+	return r
+}
+
 // planDelay rewrites a message carrying delay=<level> or deliverAt=<unix ms>
 // into its %SCHEDULE% record (docs/delay.md); buf is scratch space for the
 // rewritten message and is returned for reuse.

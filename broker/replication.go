@@ -84,6 +84,7 @@ func (s *Server) appendReplicationStats(b []byte) []byte {
 		b = protocol.AppendStatInt(b, k+"acked_position", r.Acked)
 		b = protocol.AppendStatInt(b, k+"lag_bytes", r.LagBytes)
 		b = protocol.AppendStatInt(b, k+"lag_ms", r.Lag.Milliseconds())
+		b = appendLatencyStats(b, k, r.Latency)
 	}
 	return b
 }
@@ -97,4 +98,16 @@ func (c *conn) handOff() {
 	req := c.handoff
 	_ = c.nc.SetDeadline(time.Time{})
 	c.srv.opts.HA.HandOff(c.nc, *req)
+}
+
+// appendLatencyStats adds a slave's replication latency (each send's write
+// here → durable on the slave, docs/replication.md "The slave's lag"):
+// sample count, quantiles and the histogram as "ms:count,…" for merging.
+func appendLatencyStats(b []byte, k string, l ha.LagStats) []byte {
+	b = protocol.AppendStatInt(b, k+"latency_samples", int64(l.Samples))
+	b = protocol.AppendStatInt(b, k+"latency_p50_ms", l.P50)
+	b = protocol.AppendStatInt(b, k+"latency_p99_ms", l.P99)
+	b = protocol.AppendStatInt(b, k+"latency_p999_ms", l.P999)
+	b = protocol.AppendStatInt(b, k+"latency_max_ms", l.Max)
+	return protocol.AppendStat(b, k+"latency_hist", l.Hist)
 }

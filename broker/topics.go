@@ -3,6 +3,8 @@ package broker
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/metaqgo/metaq/broker/store"
 )
 
 // TopicSettings are what the broker needs to know about an accepted topic.
@@ -23,8 +25,9 @@ type TopicPolicy interface {
 type topicState struct {
 	name     string
 	settings TopicSettings
-	rr       atomic.Uint32 // partition -1: round-robin choice
-	notified atomic.Bool   // OnTopic fired
+	rr       atomic.Uint32                  // partition -1: round-robin choice
+	notified atomic.Bool                    // OnTopic fired
+	ref      atomic.Pointer[store.TopicRef] // the store's handle on the topic (storeRef), set at its first put
 
 	puts      atomic.Int64
 	putBytes  atomic.Int64

@@ -167,6 +167,15 @@ func TestReplicaLogsIdentical(t *testing.T) {
 			if !bytes.Contains(r.Body, []byte("replication_role master")) || !bytes.Contains(r.Body, []byte("replication_slave1_in_sync")) {
 				t.Fatalf("master stats: %s", r.Body)
 			}
+			// One latency sample per send the slaves acked (lathist.go).
+			if !bytes.Contains(r.Body, []byte("replication_slave1_latency_hist ")) {
+				t.Fatalf("master stats: %s", r.Body)
+			}
+			for _, ri := range g.master.HA.Replicas() {
+				if ri.Latency.Samples == 0 || ri.Latency.Hist == "-" {
+					t.Fatalf("slave %d: no latency samples after catching up: %+v", ri.SlaveID, ri.Latency)
+				}
+			}
 			if g.slaves[0].HA.Role() != ha.RoleSlave || g.master.HA.Role() != ha.RoleMaster {
 				t.Fatal("roles")
 			}

@@ -437,9 +437,10 @@ type replica struct {
 	connected atomic.Bool
 	addr      atomic.Pointer[string]
 
-	mu     sync.Mutex // leaf: sent
+	mu     sync.Mutex // leaf: sent, behind, hist
 	sent   []sentMark // ends of data sent and not yet acked, with their time
 	behind time.Time  // since when acked < visible (zero: caught up)
+	hist   ackLatency // per send: its mark to the ack covering it (lathist.go)
 }
 
 type sentMark struct {
@@ -461,9 +462,11 @@ func (r *replica) noteSent(end int64, t time.Time) {
 // noteAck records a durable position.
 func (r *replica) noteAck(pos int64) {
 	r.acked.Store(pos)
+	now := time.Now()
 	r.mu.Lock()
 	i := 0
 	for i < len(r.sent) && r.sent[i].end <= pos {
+		r.hist.record(now.Sub(r.sent[i].at))
 		i++
 	}
 	r.sent = append(r.sent[:0], r.sent[i:]...)
@@ -488,6 +491,14 @@ func (r *replica) lag(visible int64, now time.Time) (bytes int64, d time.Duratio
 		r.behind = now
 	}
 	return bytes, now.Sub(r.behind)
+}
+
+// LagStats summarises the slave's replication latency since this master
+// started (lathist.go): one sample per send, acked.
+func (r *replica) lagStats() LagStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hist.stats()
 }
 
 // inSync: connected and within slaveMaxDelayInMills.
@@ -520,6 +531,9 @@ type ReplicaInfo struct {
 	Acked     int64 // durable position (-1 never reported)
 	LagBytes  int64
 	Lag       time.Duration
+	// Latency: each send's time from its write here to the slave's ack
+	// making all of it durable, since this master started (lathist.go).
+	Latency LagStats
 }
 
 // Replicas lists the slaves this master has seen, by slave id.
@@ -535,7 +549,8 @@ func (n *Node) Replicas() []ReplicaInfo {
 	out := make([]ReplicaInfo, 0, len(rs))
 	for _, r := range rs {
 		b, d := r.lag(vis, now)
-		ri := ReplicaInfo{SlaveID: r.id, Connected: r.connected.Load(), Acked: r.acked.Load(), LagBytes: b, Lag: d}
+		ri := ReplicaInfo{SlaveID: r.id, Connected: r.connected.Load(), Acked: r.acked.Load(), LagBytes: b, Lag: d,
+			Latency: r.lagStats()}
 		ri.InSync = n.replicaInSync(r, vis, now)
 		if a := r.addr.Load(); a != nil {
 			ri.Addr = *a

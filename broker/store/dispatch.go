@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/metaqgo/metaq/protocol"
@@ -298,9 +299,11 @@ func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, props []by
 		p.pend = p.pend[:0]
 		d.batch = append(d.batch, p)
 	}
-	var u [unitSize]byte
-	putRecordUnit(u[:], phys, size, props)
-	p.pend = append(p.pend, u[:]...)
+	// The unit is written in place (no temporary and no append's copy: this
+	// runs once per record of the log).
+	n := len(p.pend)
+	p.pend = slices.Grow(p.pend, unitSize)[:n+unitSize]
+	putRecordUnit(p.pend[n:], phys, size, props)
 }
 
 func (d *dispatcher) warnOffset(p *partition, want, got int64) {

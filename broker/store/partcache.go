@@ -59,14 +59,19 @@ func (t *partSet) get(id int32) *partition {
 	return nil
 }
 
-// put caches p.
-func (c *partCache) put(p *partition) {
-	name := p.topic.name
+// set returns the topic's partSet, created empty if it is not cached yet.
+func (c *partCache) set(name string) *partSet {
 	t := c.topics[name]
 	if t == nil {
 		t = &partSet{name: name}
 		c.topics[name] = t
 	}
+	return t
+}
+
+// put caches p.
+func (c *partCache) put(p *partition) {
+	t := c.set(p.topic.name)
 	c.last = t
 	id := p.id
 	if id < denseParts {
@@ -84,4 +89,43 @@ func (c *partCache) put(p *partition) {
 		t.sparse = make(map[int32]*partition)
 	}
 	t.sparse[id] = p
+}
+
+// TopicRef is a handle on one topic in the appender's partition cache. A
+// caller that appends to many topics in turn (a broker taking puts for 1,000
+// topics round-robin, where the one-entry "last topic" cache always misses)
+// resolves each topic once with Store.TopicRef and passes the handle in
+// Message.Ref: the appender then indexes the topic's partition slice instead
+// of hashing the topic's name into a map for every message. A handle is only
+// used for the store that made it and for the topic it names (an append whose
+// Topic differs, e.g. a put rewritten into a system topic, ignores it), so a
+// stale or wrong handle costs the lookup it was meant to save, nothing else.
+type TopicRef struct {
+	l   *commitLog
+	set *partSet // guarded by l.mu, as the appender's cache it belongs to
+}
+
+// TopicRef returns the handle on topic (nil for a name the store refuses).
+func (s *Store) TopicRef(topic string) *TopicRef {
+	if !validTopic(topic) {
+		return nil
+	}
+	l := s.clog
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return &TopicRef{l: l, set: l.appendParts.set(topic)}
+}
+
+// appendPartLocked finds the partition m is appended to (l.mu held): through
+// m.Ref when it is this log's handle on m.Topic, else the cache's topic
+// lookup; the first append to a partition creates it (nil: a bad topic).
+func (l *commitLog) appendPartLocked(m *Message) *partition {
+	if r := m.Ref; r != nil && r.l == l && r.set.name == m.Topic {
+		if p := r.set.get(m.Partition); p != nil {
+			return p
+		}
+	} else if p := l.appendParts.get(m.Topic, m.Partition); p != nil {
+		return p
+	}
+	return l.appendPartitionLocked(m.Topic, m.Partition)
 }

@@ -37,6 +37,7 @@ type benchOpts struct {
 	fetchDepth int
 	fetchInto  bool // consume: Admin.FetchInto instead of FetchWith
 	cpuProfile string
+	stallProbe bool            // run a benchkit.StallProbe beside each workload
 	batch      int             // publish-batch: messages per mput frame (bench_batch.go)
 	accum      accumOpts       // accumulation (bench_accum.go)
 	zk         zkBenchOpts     // zk-offsets (bench_zk.go)
@@ -44,6 +45,7 @@ type benchOpts struct {
 	shared     sharedBenchOpts // bench_shared.go
 	trace      bool            // producers write trace records (bench_trace.go)
 	traceRuns  int             // trace workload: on/off pairs
+	pairs      int             // topics/partitions: alternating phase pairs
 	tx         txBenchOpts     // bench_tx.go
 
 	batchInflight int // publish-batch: frames in flight per producer (bench_batch.go)
@@ -89,17 +91,19 @@ intended send time; one long-polling reader per partition (gets with a 1 s wait)
 latency from that intended time to delivery. The first tenth of the run (at most 1 s) is warm-up.`},
 	{use: "topics", aliases: []string{benchkit.WorkloadTopics1000},
 		short: "Asynchronous publish spread over --topics topics vs 1 topic",
-		long: `Publish to --topic for --duration, then round-robin over the topics <topic>-0 … <topic>-(N-1)
-(N = --topics) for --duration, and report the spread rate and its ratio to the 1-topic rate.
+		long: `Publish to --topic and round-robin over the topics <topic>-0 … <topic>-(N-1) (N = --topics)
+in --pairs alternating pairs of phases (1, N | N, 1 | …), each --duration / --pairs long, and
+report the spread rate and the median of the pairs' ratios to the 1-topic rate.
 The topics must be accepted by the broker ([topic=bench-0] … sections). One put to each topic
-before the spread phase (creating its files) is not measured.`},
+before the first phase (creating its files) is not measured.`},
 	{use: "partitions", aliases: []string{benchkit.WorkloadPartitions10000},
 		short: "Asynchronous publish over --partitions partitions of one topic vs 1 partition",
-		long: `Publish to --topic (1 partition) for --duration, then over the --partitions partitions of
-<topic>-p for --duration, and report the spread rate and its ratio to the 1-partition rate.
+		long: `Publish to --topic (1 partition) and over the --partitions partitions of <topic>-p in --pairs
+alternating pairs of phases (1, N | N, 1 | …), each --duration / --pairs long, and report the
+spread rate and the median of the pairs' ratios to the 1-partition rate.
 <topic>-p must have exactly --partitions partitions ([topic=bench-p] numPartitions=10000).
 With --server the broker spreads the puts round-robin (partition -1); through ZooKeeper the
-producer's round-robin selector does. One put to each partition before the spread phase is not
+producer's round-robin selector does. One put to each partition before the first phase is not
 measured.`},
 	{use: benchkit.WorkloadPublishBatch, aliases: []string{benchkit.WorkloadPublishBatchDurable, "batch"},
 		short: "Batched publish: Producer.SendBatchAsync, --batch messages per mput frame",
@@ -215,6 +219,7 @@ workload succeeded.`,
 	pf.Float64Var(&o.rate, "rate", 1000, "e2e: messages per second")
 	pf.IntVar(&o.topics, "topics", 1000, "topics: number of topics of the spread phase")
 	pf.IntVar(&o.partitions, "partitions", 10000, "partitions: number of partitions of <topic>-p")
+	pf.IntVar(&o.pairs, "pairs", 5, "topics/partitions: alternating pairs of phases (1 vs many), each --duration / --pairs long")
 	pf.StringVar(&o.tag, "tag", "", "tag of the messages (consumers fetch with this tag filter)")
 	pf.StringVar(&o.where, "where", "", "consume: fetch with this filter expression; the backlog's messages carry bench=0…9 (\"bench = 0\" keeps 10%)")
 	pf.BoolVar(&o.sync, "sync", false, "expect sync flush (durable at ack): fail unless every broker reports flush_mode sync")
@@ -222,6 +227,7 @@ workload succeeded.`,
 	pf.IntVar(&o.fetchDepth, "fetch-depth", 4, "consume: gets in flight per partition")
 	pf.BoolVar(&o.fetchInto, "fetch-into", false, "consume: read with Admin.FetchInto (a reused buffer, records iterated in place) instead of FetchWith (accumulation always does)")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark client's CPU profile to this file")
+	pf.BoolVar(&o.stallProbe, "stall-probe", false, "run a thread that only sleeps beside each workload and report how late it woke (stall_p99_us, stall_max_us): the machine's stalls, next to the workload's figures")
 	pf.IntVar(&o.batch, "batch", 1000, "publish-batch: messages per mput frame (1 … 10000)")
 	pf.IntVar(&o.batchInflight, "batch-inflight", 5, "publish-batch: mput frames in flight per producer connection (Kafka's max.in.flight.requests.per.connection is 5)")
 	pf.IntVar(&o.zk.inflight, "zk-inflight", 64, "zk-offsets: requests in flight on the ZooKeeper session")
@@ -398,6 +404,9 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		if ctx.Err() != nil {
 			break
 		}
+		if o.stallProbe {
+			run = withStallProbe(run)
+		}
 		if err := emit(run(ctx)); err != nil {
 			return err
 		}
@@ -419,6 +428,17 @@ func (a *App) bench(ctx context.Context, o *benchOpts, name string) error {
 		return silentExit{ExitFailure}
 	}
 	return nil
+}
+
+// withStallProbe runs a benchkit.StallProbe during run and puts its
+// overruns into the result (stall_p99_us, stall_max_us).
+func withStallProbe(run func(context.Context) benchkit.Result) func(context.Context) benchkit.Result {
+	return func(ctx context.Context) benchkit.Result {
+		p := benchkit.StartStallProbe()
+		r := run(ctx)
+		r.SetStall(p.Stop())
+		return r
+	}
 }
 
 // writeBenchTable prints the results for people: one row per workload, then the notes.

@@ -968,7 +968,7 @@ func (b *bencher) spreadTopics(ctx context.Context) benchkit.Result {
 		many[i] = b.message(b.o.topic + "-" + strconv.Itoa(i))
 	}
 	return b.spread(ctx, r, one, many, func(r *benchkit.Result) { r.Topics = len(many) },
-		fmt.Sprintf("1 topic (%s), then round-robin over %d topics %s-0 … %s-%d", b.o.topic, len(many), b.o.topic, b.o.topic, len(many)-1))
+		fmt.Sprintf("1 topic (%s) alternating with round-robin over %d topics %s-0 … %s-%d", b.o.topic, len(many), b.o.topic, b.o.topic, len(many)-1))
 }
 
 // spreadPartitions: --topic (1 partition) for --duration, then <topic>-p's partitions.
@@ -991,21 +991,16 @@ func (b *bencher) spreadPartitions(ctx context.Context) benchkit.Result {
 	}
 	return b.spread(ctx, r, []*client.Message{b.message(b.o.topic)}, []*client.Message{b.message(topic)},
 		func(r *benchkit.Result) { r.Partitions = len(parts) },
-		fmt.Sprintf("1 partition (%s), then %d partitions of %s: %s", b.o.topic, len(parts), topic, how))
+		fmt.Sprintf("1 partition (%s) alternating with %d partitions of %s: %s", b.o.topic, len(parts), topic, how))
 }
 
-// spread measures one phase on one, then one on many (after priming them), and reports the
-// second with the first as its baseline.
+// spread measures --pairs alternating pairs of phases on one and on many (benchkit.Alternate:
+// one, many | many, one | …, each phase --duration / --pairs, so each side gets --duration in
+// total) after priming both, and reports the many side with the one side as its baseline and the
+// median of the pairs' ratios as the degradation ratio.
 func (b *bencher) spread(ctx context.Context, r benchkit.Result, one, many []*client.Message, fill func(*benchkit.Result), desc string) benchkit.Result {
 	if err := b.prime(ctx, r.Workload, one, int64(len(b.prods))); err != nil {
 		r.Error = "first put: " + err.Error()
-		return r
-	}
-	d, limit := b.limits()
-	var baseCPU benchkit.Result // the baseline phase's CPU per message, for the notes
-	base := b.publishPhase(ctx, r.Workload+" (1)", one, d, limit, b.startCPU, &baseCPU)
-	if base.err != nil {
-		r.Error = "baseline: " + base.err.Error()
 		return r
 	}
 	primeN := int64(len(many))
@@ -1018,31 +1013,50 @@ func (b *bencher) spread(ctx context.Context, r benchkit.Result, one, many []*cl
 		return r
 	}
 	primed := time.Since(t0)
-	ph := b.publishPhase(ctx, r.Workload, many, d, limit, b.startCPU, &r)
-	if ph.err != nil {
-		r.Error = ph.err.Error()
+	d, limit := b.limits()
+	pairs := max(b.o.pairs, 1)
+	d = benchkit.PhaseLength(d, pairs)
+	if limit > 0 {
+		limit = max(limit/int64(pairs), 1)
+	}
+	var cli [2]time.Duration // client CPU of the one and the many side
+	a, err := benchkit.Alternate(pairs, func(spread bool, i int) (benchkit.PhaseRun, error) {
+		msgs, label, side := one, r.Workload+" (1)", 0
+		if spread {
+			msgs, label, side = many, r.Workload, 1
+		}
+		m := b.startCPU()
+		ph := b.publishPhase(ctx, fmt.Sprintf("%s %d/%d", label, i+1, pairs), msgs, d, limit, nil, nil)
+		run := benchkit.PhaseRun{Msgs: ph.n, Elapsed: ph.el}
+		if m.m != nil {
+			run.ServerCPU, _ = m.m.Elapsed()
+		}
+		if m.self != nil {
+			used, _ := m.self.Elapsed()
+			cli[side] += used
+		}
+		b.settle(ctx) // the next phase does not inherit this one's indexing backlog
+		if ph.err != nil && side == 0 {
+			return run, fmt.Errorf("baseline: %w", ph.err)
+		}
+		return run, ph.err
+	})
+	if err != nil {
+		r.Error = err.Error()
 		return r
 	}
-	r.SetThroughput(ph.n, ph.el)
 	fill(&r)
-	r.SetBaseline(float64(base.n) / base.el.Seconds())
 	b.notes(&r, desc, fmt.Sprintf("Producer.SendAsync, %d producer connection(s), window %d", len(b.prods), b.o.window),
 		fmt.Sprintf("one put to each and waiting for the broker to index them (not measured) took %s", primed.Round(time.Millisecond)),
-		"broker flush_mode "+b.flushMode(ctx), baseCPUNote(baseCPU))
+		"broker flush_mode "+b.flushMode(ctx))
+	r.SetAlternation(a)
+	bt, st := a.BaseTotal(), a.SpreadTotal()
+	cpu := fmt.Sprintf("client CPU %.2f µs/msg (base %.2f)", benchkit.CPUPerMsgUS(cli[1], st.Msgs), benchkit.CPUPerMsgUS(cli[0], bt.Msgs))
+	if bt.ServerCPU > 0 || st.ServerCPU > 0 {
+		cpu += fmt.Sprintf("; server CPU %.2f µs/msg (base %.2f)", benchkit.CPUPerMsgUS(st.ServerCPU, st.Msgs), benchkit.CPUPerMsgUS(bt.ServerCPU, bt.Msgs))
+	}
+	r.Notes += "; " + cpu
 	return r
-}
-
-// baseCPUNote describes the baseline phase's CPU per message (server and client), so a run
-// shows where a spread phase's extra cost is, not only its rate.
-func baseCPUNote(base benchkit.Result) string {
-	s := "baseline phase:"
-	if base.ServerCPUusPerMsg > 0 {
-		s += " server CPU " + strconv.FormatFloat(base.ServerCPUusPerMsg, 'f', 2, 64) + " µs/msg"
-	}
-	if base.Notes != "" {
-		s += " " + base.Notes
-	}
-	return s
 }
 
 // topicsExist reports whether <topic>-0 and <topic>-(N-1) are served (for `all`).

@@ -135,11 +135,11 @@ func TestBenchWorkloads(t *testing.T) {
 					t.Fatalf("e2e delivered %d messages", r.Msgs)
 				}
 			case benchkit.WorkloadTopics1000:
-				if r.Topics != 10 || r.BaselineMsgsPerSec <= 0 || r.DegradationRatio <= 0 {
+				if r.Topics != 10 || r.BaselineMsgsPerSec <= 0 || r.DegradationRatio <= 0 || !strings.Contains(r.Notes, "5 alternating pairs") {
 					t.Fatalf("topics: %+v", r)
 				}
 			case benchkit.WorkloadPartitions10000:
-				if r.Partitions != 20 || r.BaselineMsgsPerSec <= 0 || r.DegradationRatio <= 0 {
+				if r.Partitions != 20 || r.BaselineMsgsPerSec <= 0 || r.DegradationRatio <= 0 || !strings.Contains(r.Notes, "5 alternating pairs") {
 					t.Fatalf("partitions: %+v", r)
 				}
 			}

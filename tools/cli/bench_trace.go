@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -115,28 +114,16 @@ func (b *bencher) traceCost(ctx context.Context) benchkit.Result {
 		st.Failed += s.Failed
 		st.Written += s.Written
 	}
-	mOn, mOff := median(rOn), median(rOff)
+	mOn, mOff := benchkit.Median(rOn), benchkit.Median(rOff)
 	r.SetThroughput(int64(mOn*d.Seconds()), d)
 	r.SetBaseline(mOff)
 	b.notes(&r, fmt.Sprintf("trace on/off = %.3f (median %.0f vs %.0f msgs/s; goal >= 0.90); median of the pairs' ratios %.3f %v",
-		mOn/mOff, mOn, mOff, median(pairs), roundRatios(pairs)),
+		mOn/mOff, mOn, mOff, benchkit.Median(pairs), roundRatios(pairs)),
 		cpuNote(cOn, cOff, sOn, sOff),
 		"phases (CPU in µs/msg): "+fmt.Sprint(notes),
 		fmt.Sprintf("trace events: %d queued, %d written, %d dropped (queue full), %d lost", st.Queued, st.Written, st.Dropped, st.Failed),
 		fmt.Sprintf("Producer.SendAsync, %d producer connection(s), window %d, %s per phase", len(off), b.o.window, d.Round(time.Millisecond)))
 	return r
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // perMsg is the client's and the broker's CPU µs per message since the meter started (0 when
@@ -162,12 +149,12 @@ func (c cpuMeter) perMsg(msgs int64) (cli, srv float64) {
 // loaded machine it predicts the quiet ratio better than the rates (client and broker share
 // the cores, so the ratio is about (client+broker off) / (client+broker on)).
 func cpuNote(cOn, cOff, sOn, sOff []float64) string {
-	on, off := median(cOn)+median(sOn), median(cOff)+median(sOff)
+	on, off := benchkit.Median(cOn)+benchkit.Median(sOn), benchkit.Median(cOff)+benchkit.Median(sOff)
 	if on <= 0 || off <= 0 {
 		return "CPU per message not measured"
 	}
 	return fmt.Sprintf("CPU µs/msg on/off: client %.2f/%.2f, broker %.2f/%.2f, total %.2f/%.2f (CPU ratio off/on = %.3f)",
-		median(cOn), median(cOff), median(sOn), median(sOff), on, off, off/on)
+		benchkit.Median(cOn), benchkit.Median(cOff), benchkit.Median(sOn), benchkit.Median(sOff), on, off, off/on)
 }
 
 // roundRatios rounds ratios to 3 decimals for a note.

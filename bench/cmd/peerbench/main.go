@@ -46,6 +46,7 @@ func run() int {
 	flag.Float64Var(&cfg.Rate, "rate", cfg.Rate, "e2e: messages per second")
 	flag.IntVar(&cfg.Topics, "topics", cfg.Topics, "topics-1000: number of topics in the spread phase")
 	flag.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "partitions-10000 (metaq): number of partitions")
+	flag.IntVar(&cfg.Pairs, "pairs", cfg.Pairs, "topics-1000, partitions-10000: alternating pairs of phases (1 vs many), each -duration / -pairs long; the ratio is the median of the pairs'")
 	flag.IntVar(&cfg.Batch, "batch", cfg.Batch, "publish-batch: messages per batch (metaq mput frame, NSQ MPUB, Redis pipeline)")
 	flag.IntVar(&cfg.BatchInflight, "batch-inflight", cfg.BatchInflight, "publish-batch: batches in flight on the one connection (Kafka's max.in.flight.requests.per.connection is 5)")
 	quick := flag.Bool("quick", false, "smoke run: -duration 2s -count 100000 unless given")
@@ -77,8 +78,8 @@ func run() int {
 			cfg.Count = 100_000
 		}
 	}
-	if cfg.MsgSize < benchkit.StampSize || cfg.Window < 1 || cfg.Duration <= 0 || cfg.Count < 1 || cfg.Rate <= 0 || cfg.Topics < 1 || cfg.Partitions < 1 || cfg.Batch < 1 || cfg.Batch > 10000 || cfg.BatchInflight < 1 {
-		fmt.Fprintln(os.Stderr, "peerbench: invalid parameters (msg-size >= 8, window/count/topics/partitions >= 1, duration/rate > 0)")
+	if cfg.MsgSize < benchkit.StampSize || cfg.Window < 1 || cfg.Duration <= 0 || cfg.Count < 1 || cfg.Rate <= 0 || cfg.Topics < 1 || cfg.Partitions < 1 || cfg.Pairs < 1 || cfg.Batch < 1 || cfg.Batch > 10000 || cfg.BatchInflight < 1 {
+		fmt.Fprintln(os.Stderr, "peerbench: invalid parameters (msg-size >= 8, window/count/topics/partitions/pairs >= 1, duration/rate > 0)")
 		return 2
 	}
 

@@ -59,6 +59,7 @@ func MetaqBenchArgs(cfg Config, workload, server string, serverPID int) []string
 		"--conns", "1",
 		"--window", strconv.Itoa(cfg.Window),
 		"--duration", cfg.Duration.String(),
+		"--pairs", strconv.Itoa(max(cfg.Pairs, 1)),
 		"--count", strconv.FormatInt(cfg.Count, 10),
 		"--rate", strconv.FormatFloat(cfg.Rate, 'f', -1, 64),
 		"--topics", strconv.Itoa(cfg.Topics),

@@ -80,6 +80,7 @@ func fakeMetaq(args []string) int {
 		fs.Float64("rate", 0, "")
 		fs.Int("topics", 0, "")
 		fs.Int("partitions", 0, "")
+		fs.Int("pairs", 0, "")
 		fs.Int("batch", 0, "")
 		fs.Int("batch-inflight", 0, "")
 		if err := fs.Parse(args[2:]); err != nil || !*jsonOut || *pid == 0 || *dur == 0 {
@@ -118,7 +119,7 @@ func TestMetaqINI(t *testing.T) {
 		t.Errorf("partitions ini:\n%s", ini)
 	}
 	args := strings.Join(MetaqBenchArgs(cfg, wE2E, "127.0.0.1:9", 42), " ")
-	if args != "bench e2e --json --server 127.0.0.1:9 --server-pid 42 --topic bench --msg-size 100 --conns 1 --window 1000 --duration 10s --count 1000000 --rate 1000 --topics 3 --partitions 10000 --batch 1000 --batch-inflight 5" {
+	if args != "bench e2e --json --server 127.0.0.1:9 --server-pid 42 --topic bench --msg-size 100 --conns 1 --window 1000 --duration 10s --pairs 5 --count 1000000 --rate 1000 --topics 3 --partitions 10000 --batch 1000 --batch-inflight 5" {
 		t.Errorf("args: %s", args)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,7 +61,7 @@ func TestPeersSmoke(t *testing.T) {
 						t.Fatalf("drained %d of %d", r.Msgs, cfg.Count)
 					}
 				case benchkit.WorkloadTopics1000:
-					if r.Topics != cfg.Topics || r.DegradationRatio <= 0 {
+					if r.Topics != cfg.Topics || r.DegradationRatio <= 0 || r.BaselineMsgsPerSec <= 0 || !strings.Contains(r.Notes, "5 alternating pairs") {
 						t.Fatalf("topics %+v", r)
 					}
 				}

@@ -22,6 +22,7 @@ type Config struct {
 	Rate          float64       // e2e: messages per second (1,000)
 	Topics        int           // topics-1000: topics in the spread phase (1,000)
 	Partitions    int           // partitions-10000 (metaq only): partitions (10,000)
+	Pairs         int           // topics-1000, partitions-10000: alternating phase pairs, each phase Duration / Pairs (5)
 	Batch         int           // publish-batch: messages per batch (1,000: 100 KB of payload, inside Kafka's 16 KB–1 MB)
 	BatchInflight int           // publish-batch: batches in flight per connection (5, Kafka's max.in.flight.requests.per.connection)
 	Progress      *os.File      // live progress line goes here when it is a terminal; nil = none
@@ -31,7 +32,7 @@ type Config struct {
 // DefaultConfig returns the issue-7 workload parameters with 10 s phases.
 func DefaultConfig() Config {
 	return Config{MsgSize: 100, Window: 1000, Duration: 10 * time.Second, Count: 1_000_000,
-		Rate: 1000, Topics: 1000, Partitions: 10000, Batch: 1000, BatchInflight: 5}
+		Rate: 1000, Topics: 1000, Partitions: 10000, Pairs: 5, Batch: 1000, BatchInflight: 5}
 }
 
 func (c *Config) logf(format string, args ...any) {
@@ -165,9 +166,13 @@ func (w *run) measured(label string, f func(n *atomic.Int64) error) (int64, time
 }
 
 func (w *run) publishPhase(topics []string, label string) (int64, time.Duration, time.Duration, error) {
+	return w.publishFor(topics, label, w.cfg.Duration)
+}
+
+func (w *run) publishFor(topics []string, label string, d time.Duration) (int64, time.Duration, time.Duration, error) {
 	msg := w.msg()
 	return w.measured(label, func(n *atomic.Int64) error {
-		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Duration)
+		ctx, cancel := context.WithTimeout(w.ctx, d)
 		defer cancel()
 		return w.drv.Publish(ctx, topics, msg, w.cfg.Window, 0, n)
 	})
@@ -301,9 +306,9 @@ func (w *run) e2e() error {
 	return nil
 }
 
-// topics publishes to 1 topic, then spread round-robin over cfg.Topics
-// topics (same duration each), and reports the spread phase with its
-// degradation ratio.
+// topics publishes to 1 topic and spread round-robin over cfg.Topics
+// topics in cfg.Pairs alternating pairs of phases (each side cfg.Duration in
+// total), and reports the spread side with the median of the pairs' ratios.
 func (w *run) topics() error {
 	bg := w.ctx
 	many := make([]string, w.cfg.Topics)
@@ -315,18 +320,26 @@ func (w *run) topics() error {
 		return err
 	}
 	setup := time.Since(t0)
-	n1, el1, _, err := w.publishPhase([]string{"bench"}, w.label+" (1 topic)")
-	if err != nil {
-		return fmt.Errorf("1 topic: %w", err)
-	}
-	n, el, cpu, err := w.publishPhase(many, w.label)
+	// Alternating short phases, as metaq's own row (benchkit.Alternate): 1 topic and the
+	// 1,000 topics in turn, each side Duration in total, ratio = median of the pairs.
+	pairs := max(w.cfg.Pairs, 1)
+	d := benchkit.PhaseLength(w.cfg.Duration, pairs)
+	a, err := benchkit.Alternate(pairs, func(spread bool, i int) (benchkit.PhaseRun, error) {
+		topics, label := []string{"bench"}, fmt.Sprintf("%s (1 topic) %d/%d", w.label, i+1, pairs)
+		if spread {
+			topics, label = many, fmt.Sprintf("%s %d/%d", w.label, i+1, pairs)
+		}
+		n, el, cpu, err := w.publishFor(topics, label, d)
+		if err != nil && !spread {
+			err = fmt.Errorf("1 topic: %w", err)
+		}
+		return benchkit.PhaseRun{Msgs: n, Elapsed: el, ServerCPU: cpu}, err
+	})
 	if err != nil {
 		return err
 	}
-	w.res.SetThroughput(n, el)
-	w.res.SetServerCPU(cpu, n)
 	w.res.Topics = len(many)
-	w.res.SetBaseline(float64(n1) / el1.Seconds())
+	w.res.SetAlternation(a)
 	w.res.Notes += fmt.Sprintf("; window %d; creating %d topics took %s", w.cfg.Window, len(many)+1, setup.Round(time.Millisecond))
 	return nil
 }
