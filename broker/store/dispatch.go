@@ -288,7 +288,7 @@ func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, props []by
 		d.warnOffset(p, p.pendStart+int64(len(p.pend)/unitSize), q)
 		_ = d.writeRun(p)
 		p.pendStart = q
-		p.pend = p.pend[:0]
+		p.resetPend()
 	}
 	if !p.inBatch {
 		if exp := p.indexed.Load(); q != exp && q >= p.min.Load() {
@@ -296,14 +296,27 @@ func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, props []by
 		}
 		p.inBatch = true
 		p.pendStart = q
-		p.pend = p.pend[:0]
+		p.resetPend()
 		d.batch = append(d.batch, p)
+	}
+	if len(p.pend) == cap(p.pend) && cap(p.pend) == unitSize {
+		p.pend = append(p.spill[:0], p.pend...) // the run outgrows first: move it to spill
 	}
 	// The unit is written in place (no temporary and no append's copy: this
 	// runs once per record of the log).
 	n := len(p.pend)
 	p.pend = slices.Grow(p.pend, unitSize)[:n+unitSize]
 	putRecordUnit(p.pend[n:], phys, size, props)
+}
+
+// resetPend empties p's pending run, its next unit going to p.first (the
+// partition's own cache lines) and any further ones to p.spill, which keeps
+// the largest buffer a run needed.
+func (p *partition) resetPend() {
+	if cap(p.pend) > unitSize {
+		p.spill = p.pend[:0]
+	}
+	p.pend = p.first[:0:unitSize]
 }
 
 func (d *dispatcher) warnOffset(p *partition, want, got int64) {
@@ -340,7 +353,7 @@ func (d *dispatcher) flush() error {
 			}
 		}
 		p.inBatch = false
-		p.pend = p.pend[:0]
+		p.resetPend()
 	}
 	clear(d.batch)
 	d.batch = d.batch[:0]
@@ -353,7 +366,7 @@ func (d *dispatcher) flush() error {
 func (d *dispatcher) reset() {
 	for _, p := range d.batch {
 		p.inBatch = false
-		p.pend = p.pend[:0]
+		p.resetPend()
 	}
 	clear(d.batch)
 	d.batch = d.batch[:0]
