@@ -199,21 +199,18 @@ func (pg *parkedGet) answer(res *store.ReadResult, err error) {
 }
 
 // stopParked answers every parked get of the connection 404 (the reader
-// stopped).
+// stopped). The reader parks no more, so one snapshot of the list holds
+// them all; expire is a no-op for a get answered meanwhile. (Rescanning
+// the list from its head after each expire was quadratic when many gets
+// stayed linked, being answered by their wakers.)
 func (c *conn) stopParked() {
-	for {
-		c.pk.mu.Lock()
-		var pg *parkedGet
-		for p := c.pk.list; p != nil; p = p.next {
-			if !p.expired.Load() {
-				pg = p
-				break
-			}
-		}
-		c.pk.mu.Unlock()
-		if pg == nil {
-			return
-		}
+	c.pk.mu.Lock()
+	pgs := make([]*parkedGet, 0, max(c.parked.Load(), 0))
+	for p := c.pk.list; p != nil; p = p.next {
+		pgs = append(pgs, p)
+	}
+	c.pk.mu.Unlock()
+	for _, pg := range pgs {
 		pg.expire()
 	}
 }

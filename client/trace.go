@@ -302,8 +302,11 @@ func (r *produceRing) add(it *produceItem, at time.Duration) {
 // add does for most events, without building the item. False: it did
 // nothing, use add.
 func (r *produceRing) addMoved(m *Message, res *SendResult, t0, end time.Duration, attempts int) bool {
+	if !r.held {
+		return false // r.p is the trace writer's unless the reader holds r.mu
+	}
 	p := r.p
-	if !r.held || p == nil || !r.plain || r.w.stopped.Load() ||
+	if p == nil || !r.plain || r.w.stopped.Load() ||
 		(produceKey{topic: m.Topic, tag: m.Tag, broker: int32(res.Partition.BrokerID), attempts: int32(attempts), size: int32(len(m.Body))}) != r.last ||
 		!p.batch.AddMoved(res.MsgID, r.w.wallMs(t0), int64((end-t0)/time.Microsecond), res.Partition.Partition, res.Offset) {
 		return false

@@ -200,16 +200,14 @@ func DecodeRecord(b []byte, maxSize int) (Record, int, error) {
 	if ok && magic == RecordMagic && maxSize > 0 && size > maxSize {
 		return r, 0, ErrBadSize
 	}
-	rec, _, _, err := SplitRecord(b, true)
+	rec, topic, props, data, err := splitRecord(b, true)
 	if err != nil {
 		if err == ErrBlank {
 			return r, size, err
 		}
 		return r, 0, err
 	}
-	if err := decodeFieldsInto(&r, rec); err != nil {
-		return r, 0, err // not reached: SplitRecord checked the layout
-	}
+	fillRecord(&r, rec, topic, props, data) // the layout was checked once, by splitRecord
 	return r, size, nil
 }
 
@@ -220,35 +218,42 @@ func DecodeRecord(b []byte, maxSize int) (Record, int, error) {
 // A BLANK filler returns ErrBlank with rec covering the filler (skip
 // len(rec) bytes), clipped to b.
 func SplitRecord(b []byte, crc bool) (rec, props []byte, data int, err error) {
+	rec, _, props, data, err = splitRecord(b, crc)
+	return rec, props, data, err
+}
+
+// splitRecord is SplitRecord returning the topic too (DecodeRecord fills
+// a Record from it without checking the layout again).
+func splitRecord(b []byte, crc bool) (rec, topic, props []byte, data int, err error) {
 	size, magic, ok := PeekRecord(b)
 	if !ok {
-		return nil, nil, 0, ErrShortRecord
+		return nil, nil, nil, 0, ErrShortRecord
 	}
 	switch magic {
 	case RecordMagic:
 	case BlankMagic:
 		if size < BlankMinSize {
-			return nil, nil, 0, ErrBadSize
+			return nil, nil, nil, 0, ErrBadSize
 		}
-		return b[:min(size, len(b))], nil, 0, ErrBlank
+		return b[:min(size, len(b))], nil, nil, 0, ErrBlank
 	default:
-		return nil, nil, 0, ErrBadMagic
+		return nil, nil, nil, 0, ErrBadMagic
 	}
 	if size < RecordOverhead+1 || size > 1<<31-1 {
-		return nil, nil, 0, ErrBadSize
+		return nil, nil, nil, 0, ErrBadSize
 	}
 	if len(b) < size {
-		return nil, nil, 0, ErrShortRecord
+		return nil, nil, nil, 0, ErrShortRecord
 	}
 	rec = b[:size:size]
-	_, props, data, err = RecordLayout(rec)
+	topic, props, data, err = RecordLayout(rec)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, 0, err
 	}
 	if crc && binary.BigEndian.Uint32(rec[OffCRC:]) != CRC32C(rec[OffMsgID:]) {
-		return nil, nil, 0, ErrBadCRC
+		return nil, nil, nil, 0, ErrBadCRC
 	}
-	return rec, props, data, nil
+	return rec, topic, props, data, nil
 }
 
 // DecodeRecordNoCRC decodes like DecodeRecord but skips the checksum; for
@@ -310,12 +315,19 @@ func RecordLayout(rec []byte) (topic, props []byte, data int, err error) {
 }
 
 func decodeFieldsInto(r *Record, rec []byte) error {
-	be := binary.BigEndian
-	size := len(rec)
 	topic, props, p, err := RecordLayout(rec)
 	if err != nil {
 		return err
 	}
+	fillRecord(r, rec, topic, props, p)
+	return nil
+}
+
+// fillRecord sets r from a record whose layout RecordLayout checked (topic,
+// props and data p are what it returned).
+func fillRecord(r *Record, rec, topic, props []byte, p int) {
+	be := binary.BigEndian
+	size := len(rec)
 	*r = Record{
 		Size:           int32(size),
 		MsgID:          int64(be.Uint64(rec[OffMsgID:])),
@@ -331,7 +343,6 @@ func decodeFieldsInto(r *Record, rec []byte) error {
 		Properties:     props,
 		Data:           rec[p:size:size],
 	}
-	return nil
 }
 
 // RecordIterator walks the records of a `value` block.

@@ -259,12 +259,23 @@ func (e *elector) step() {
 	default:
 		if e.isMaster() && !e.rechecked {
 			// Maybe a stale event (from before our own claim): look again before fencing.
-			if fresh, err := e.readGroup(); err == nil && fresh.Master != "" {
+			fresh, err := e.readGroup()
+			if err != nil {
+				// The stale view is all we have: do not decide on it. A read fails when the
+				// connection drops (fenceLoop fences for that on its own goroutine) or the server
+				// is slow; the retry timer reads again. Deciding here fenced a master that had only
+				// lost its connection as if its master node had vanished, and started an election
+				// on a view ZooKeeper never confirmed.
+				e.log.Info("ha election: could not confirm a group without master; deciding on the next read", "err", err)
+				return
+			}
+			if fresh.Master != "" {
 				e.group, e.rechecked = fresh, true
 				e.step()
 				e.rechecked = false
 				return
 			}
+			e.group = fresh
 		}
 		if e.seenMaster != "" || e.lostAt.IsZero() {
 			if e.seenMaster != "" {

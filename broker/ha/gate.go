@@ -2,7 +2,7 @@ package ha
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -127,17 +127,18 @@ func (g *gate) check(now time.Time) {
 	}
 	vis := n.st.VisiblePos()
 	n.mu.Lock()
-	acks := make([]int64, 0, len(n.replicas))
+	var ackBuf [8]int64 // on the stack for up to 8 slaves (check runs every 20 ms and per ack)
+	acks := ackBuf[:0]
 	for _, r := range n.replicas {
 		if n.replicaInSync(r, vis, now) {
 			acks = append(acks, r.acked.Load())
 		}
 	}
 	n.mu.Unlock()
-	sort.Slice(acks, func(i, j int) bool { return acks[i] > acks[j] })
+	slices.Sort(acks) // ascending: the need-th highest is need from the end
 	quorum := int64(-1)
 	if len(acks) >= need {
-		quorum = acks[need-1]
+		quorum = acks[len(acks)-need]
 		g.lastInSync = now
 		g.oos.Store(nil)
 	} else if now.Sub(g.lastInSync) >= n.cfg.ReplicaTimeout {

@@ -319,9 +319,11 @@ func (n *Node) Promote(ctx context.Context, epoch int64) error {
 	n.startEpoch = true // this run's epoch is the one just written
 	n.epochMu.Unlock()
 	n.master.Store(nil)
-	n.role.Store(int32(RoleMaster))
 	n.fenced.Store(nil)
+	// The gate first: a put taken once the role says master must find it
+	// (store rounds take the gate they were opened under).
 	n.becomeMasterLocked()
+	n.role.Store(int32(RoleMaster))
 	if n.cfg.OnRole != nil {
 		n.cfg.OnRole(RoleMaster, -1)
 	}

@@ -1,14 +1,17 @@
 package httpapi_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/metaqgo/metaq/broker/brokertest"
+	"github.com/metaqgo/metaq/zkmeta/zktest"
 )
 
 // The browser's own WebSocket (headless Chromium) publishes with fetch,
@@ -50,8 +53,13 @@ func TestWSInBrowser(t *testing.T) {
 	if _, err := chromedp.Run(br.ctx, chromedp.Evaluate[bool](script, chromedp.EvalAwaitPromise)); err != nil {
 		t.Fatalf("page script: %v", err)
 	}
-	if _, err := chromedp.Run(br.ctx, chromedp.Poll[bool](fmt.Sprintf(`window.acked === %d || window.errs.length > 0`, n))); err != nil {
-		t.Fatalf("waiting for the acks: %v", err)
+	// Bounded well inside the browser's own deadline, so that a timeout reports what the page had.
+	pctx, cancelPoll := context.WithTimeout(br.ctx, 90*time.Second)
+	_, err := chromedp.Run(pctx, chromedp.Poll[bool](fmt.Sprintf(`window.acked === %d || window.errs.length > 0`, n)))
+	cancelPoll()
+	if err != nil {
+		state, _ := chromedp.Run(br.ctx, chromedp.Evaluate[string](`JSON.stringify({acked: window.acked, got: window.got, errs: window.errs, readyState: window.ws && window.ws.readyState})`))
+		t.Fatalf("waiting for the page to have %d messages acknowledged: %v; the page has %s; browser errors %q", n, err, state, br.errors())
 	}
 	got, err := chromedp.Run(br.ctx, chromedp.Evaluate[[]string](`window.got`))
 	if err != nil {
@@ -86,13 +94,22 @@ func TestWSInBrowser(t *testing.T) {
 	if _, err := chromedp.Run(br.ctx, chromedp.Evaluate[bool](`window.ws.close(); true`)); err != nil {
 		t.Fatal(err)
 	}
+	// ws.close() only starts the closing handshake. Until the gateway has ended the page's
+	// connection, the page's receiver may still be long-polling for the group, and a marker it
+	// took then would stay invisible for the page's invisibleMs (10 minutes): wait for the
+	// gateway to drop it before the marker is published.
+	zktest.Eventually(t, 60*time.Second, func() bool { return hs.WSConnections() == 0 },
+		"waiting for the gateway to end the page's WebSocket after ws.close() (%d open)", hs.WSConnections())
 	// Everything was acknowledged: the next message of the group is the next one published.
 	w := wsDial(t, hs, "web", "test", "max=10")
 	if st, _, raw := publish(t, hs.URL(), "test", "", nil, strings.NewReader("marker")); st != 200 {
 		t.Fatalf("publish: %d %s", st, raw)
 	}
 	for {
-		m := w.next()
+		m, err := w.read()
+		if err != nil {
+			t.Fatalf("waiting for the marker on a fresh connection of group web (the page acked everything): %v", err)
+		}
 		if m.Type != "message" {
 			continue
 		}

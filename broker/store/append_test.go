@@ -420,3 +420,50 @@ func TestRollWaitsForSlowPreallocation(t *testing.T) {
 		}
 	}
 }
+
+// refusingGate fails every round it is given (like a demoted master's).
+type refusingGate struct{ held atomic.Int32 }
+
+func (g *refusingGate) Hold(end int64, release func(error)) {
+	g.held.Add(1)
+	release(errors.New("not replicated"))
+}
+
+// A round opened while the replication gate was installed is held by it
+// even when the gate is removed (demotion) before the round's fsync ends:
+// the flusher must not answer it as durable-and-replicated.
+func TestRoundKeepsGateRemovedDuringFsync(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.UnflushThreshold = 0
+	release := make(chan struct{})
+	var block atomic.Bool
+	cfg.hooks = &faultHooks{onFdatasync: func(string) error {
+		if block.Load() {
+			<-release
+		}
+		return nil
+	}}
+	s := mustOpen(t, cfg)
+	defer mustClose(t, s)
+	g := &refusingGate{}
+	s.SetReplicationGate(g)
+	block.Store(true)
+	_, f, err := s.AppendAsync(&Message{Topic: "v", Data: []byte("one")})
+	if err != nil || f == nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the round taken by the flusher", func() bool {
+		s.clog.mu.Lock()
+		defer s.clog.mu.Unlock()
+		return s.clog.pending == nil
+	})
+	s.SetReplicationGate(nil) // demoted while the round syncs
+	block.Store(false)
+	close(release)
+	if err := f.Wait(); err == nil {
+		t.Fatal("a round opened under the gate completed without it after the gate was removed")
+	}
+	if g.held.Load() != 1 {
+		t.Fatalf("gate held %d rounds, want 1", g.held.Load())
+	}
+}

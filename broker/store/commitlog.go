@@ -366,7 +366,7 @@ func (l *commitLog) appendedLocked(p *partition, start, last, next int64, n int)
 	kickFlusher := false
 	if l.sync {
 		if f = l.pending; f == nil {
-			f = &Flush{done: make(chan struct{})}
+			f = &Flush{done: make(chan struct{}), gate: l.gate.Load()}
 			l.pending = f
 			kickFlusher = true // the round's first member wakes the flusher
 		}

@@ -35,6 +35,11 @@ type Flush struct {
 	done chan struct{}
 	err  error // set before done is closed
 	n    int   // members; guarded by l.mu until the round is swapped out
+	// gate is the replication gate installed when the round was opened.
+	// A round opened on a sync-replicated master is held even if the gate
+	// is removed (demotion) before its fsync ends: removing the gate must
+	// never turn an unconfirmed round into a 200.
+	gate *ReplicationGate
 }
 
 // Done is closed once the round is durable (or failed).
@@ -160,7 +165,11 @@ func (l *commitLog) flushOnce() error {
 		}
 		l.mu.Unlock()
 		l.ctr.rounds.Add(1)
-		if g := l.gate.Load(); g != nil && err == nil {
+		g := f.gate
+		if g == nil {
+			g = l.gate.Load() // installed after the round opened (promotion)
+		}
+		if g != nil && err == nil {
 			// Sync replication: the round completes once enough slaves
 			// have it durable too (raw.go, broker/ha).
 			(*g).Hold(end, f.complete)
