@@ -106,7 +106,7 @@ func (l *commitLog) appendRun(msgs []Message, run *RunResult, room, now int64) (
 	run.FirstPhys, run.FirstOffset = l.wpos, p.next.Load()
 	run.FirstMsgID = protocol.MakeMsgID(l.cfg.BrokerID, l.wpos)
 	run.StoreTime = l.storeTimeLocked(now)
-	flush, kickFlusher := l.appendRunLocked(p, msgs, nil, now)
+	flush, kickFlusher := l.appendRunLocked(p, msgs, nil, run.StoreTime)
 	l.mu.Unlock()
 	if kickFlusher {
 		kick(l.flushKick)
@@ -149,7 +149,7 @@ func (l *commitLog) appendBatch(msgs []Message, res []AppendResult, room, now in
 		return nil, err
 	}
 	if parts == nil {
-		flush, kickFlusher := l.appendRunLocked(first, msgs, res, now)
+		flush, kickFlusher := l.appendRunLocked(first, msgs, res, l.storeTimeLocked(now))
 		l.mu.Unlock()
 		if kickFlusher {
 			kick(l.flushKick)
@@ -161,11 +161,7 @@ func (l *commitLog) appendBatch(msgs []Message, res []AppendResult, room, now in
 	for i := range msgs {
 		m := &msgs[i]
 		size := int64(protocol.RecordSize(len(m.Topic), len(m.Properties), len(m.Data)))
-		p := first
-		if parts != nil {
-			p = parts[i]
-		}
-		r, f, k := l.appendLocked(p, m, size, now)
+		r, f, k := l.appendLocked(parts[i], m, size, now)
 		res[i] = r
 		if f != nil {
 			flush = f
@@ -185,9 +181,9 @@ func (l *commitLog) appendBatch(msgs []Message, res []AppendResult, room, now in
 // published write position, the partition's next offset, the counters, the
 // zero-fill kick and the group-commit membership — is done once for the
 // run, by the same appendedLocked. res may be nil (AppendRun). It returns
-// the run's flush round (sync mode) and whether to kick the flusher.
-func (l *commitLog) appendRunLocked(p *partition, msgs []Message, res []AppendResult, now int64) (*Flush, bool) {
-	st := l.storeTimeLocked(now)
+// the run's flush round (sync mode) and whether to kick the flusher. st is
+// the run's store time (storeTimeLocked, taken once by the caller).
+func (l *commitLog) appendRunLocked(p *partition, msgs []Message, res []AppendResult, st int64) (*Flush, bool) {
 	start, last := l.wpos, l.wpos
 	q := p.next.Load()
 	topic := unsafe.Slice(unsafe.StringData(msgs[0].Topic), len(msgs[0].Topic))
