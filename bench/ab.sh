@@ -44,10 +44,7 @@ phase() {
 	PID=$BROKER_PID
 	local out
 	out="$("${CLIENT_BIN:-$bin}" bench "$WL" --json --server "127.0.0.1:$port" --server-pid "$PID" --topic bench "$@" 2>/dev/null || true)"
-	kill "$PID" 2>/dev/null || true
-	for _ in $(seq 300); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-	kill -9 "$PID" 2>/dev/null || true
-	wait "$PID" 2>/dev/null || true
+	stop_broker "$PID"
 	PID=""
 	python3 -c '
 import json, re, sys

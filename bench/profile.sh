@@ -32,8 +32,7 @@ BROKER_ARGS="--cpuprofile $OUT/broker.prof" standalone_broker "$BIN" "$OUT" "$po
 PID=$BROKER_PID
 out="$("$BIN" bench "$WL" --json --server "127.0.0.1:$port" --server-pid "$PID" --topic bench \
 	--cpuprofile "$OUT/client.prof" "$@" 2>/dev/null || true)"
-kill "$PID" 2>/dev/null || true
-for _ in $(seq 300); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+stop_broker "$PID"
 PID=""
 python3 -c '
 import json, re, sys

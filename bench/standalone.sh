@@ -10,6 +10,8 @@
 # spread_ini WORKLOAD prints the sections topics-1000 / partitions-10000 need (bench-0 … bench-999,
 # bench-p with 10,000 partitions), nothing for the other workloads.
 # free_port prints a free TCP port on 127.0.0.1.
+# stop_broker PID stops a broker started here: SIGTERM, up to 30 s for it to exit (a broker run
+# with --cpuprofile writes its profile then), SIGKILL if it has not, and reaps it.
 
 spread_ini() {
 	case "$1" in
@@ -20,6 +22,14 @@ spread_ini() {
 
 free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+stop_broker() {
+	local pid="$1"
+	kill "$pid" 2>/dev/null || true
+	for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	kill -9 "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
 }
 
 standalone_broker() {
