@@ -232,7 +232,7 @@ func (d *dispatcher) batchTo(limit int64) error {
 	}
 	s.counters.dispatchedRecords.Add(int64(n))
 	s.dispatched.Store(pos)
-	s.notifyProgress()
+	s.progWait.Wake() // catchUp (wait.go)
 	d.unmapBehind(pos)
 	return nil
 }

@@ -66,7 +66,7 @@
 //     across the pwrite that writes them out).
 //  10. p.ixMu (a partition's index file list; held while creating a file).
 //  11. leaf locks, never held while taking another: s.files.mu (open index
-//     file LRU), s.tails.mu, p.waitMu, s.progMu, l.pre.mu, s.keys.mu.
+//     file LRU), s.tails.mu, p.waitMu, s.progWait (poswait), l.pre.mu, s.keys.mu.
 package store
 
 import (
@@ -214,11 +214,9 @@ type Store struct {
 	waitParts atomic.Int32
 
 	// Dispatch progress notification for catchUp (wait.go).
-	progMu      sync.Mutex
-	progCh      chan struct{}
-	progWaiting atomic.Bool
-	stop        chan struct{}
-	wg          sync.WaitGroup
+	progWait poswait.Waiters
+	stop     chan struct{}
+	wg       sync.WaitGroup
 
 	repairMu sync.Mutex // serialises index repairs on the read path (repair.go)
 	logLimit logLimiter // rate-limits log lines readers can trigger (repair.go)

@@ -209,9 +209,9 @@ func (s *Store) closeAllWaiters() {
 // while it reports one or the target is not visible, catchUpMax otherwise — a healthy dispatcher indexes
 // what is there within a millisecond, but on a loaded machine it may not be
 // scheduled for tens of milliseconds, and giving up then answers "no
-// message" for a message whose put was acknowledged). The dispatcher closes
-// s.progCh after every batch when someone waits (s.progWaiting), the same
-// way as partition waiters.
+// message" for a message whose put was acknowledged). The dispatcher wakes
+// s.progWait (poswait) after every batch; Wake is one atomic load while
+// nobody waits.
 
 const (
 	catchUpTimeout = 50 * time.Millisecond
@@ -229,16 +229,7 @@ func (s *Store) catchUp(target int64) {
 	defer timer.Stop()
 	waited := time.Duration(0)
 	for s.dispatched.Load() < target {
-		s.progMu.Lock()
-		if s.progCh == nil {
-			s.progCh = make(chan struct{})
-		}
-		ch := s.progCh
-		s.progWaiting.Store(true)
-		s.progMu.Unlock()
-		if s.dispatched.Load() >= target {
-			return
-		}
+		ch := s.progWait.Wait(target-1, s.dispatched.Load) // closed once dispatched >= target
 		select {
 		case <-ch:
 		case <-timer.C:
@@ -252,19 +243,4 @@ func (s *Store) catchUp(target int64) {
 			return
 		}
 	}
-}
-
-// notifyProgress wakes catchUp waiters (dispatcher, after publishing
-// s.dispatched).
-func (s *Store) notifyProgress() {
-	if !s.progWaiting.Load() {
-		return
-	}
-	s.progMu.Lock()
-	if s.progCh != nil {
-		close(s.progCh)
-		s.progCh = nil
-	}
-	s.progWaiting.Store(false)
-	s.progMu.Unlock()
 }

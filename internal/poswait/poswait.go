@@ -1,7 +1,7 @@
 // Package poswait wakes goroutines waiting for a position to pass a point:
-// the store's visible and written limits, a master's high watermark. A
-// waiter gets the current round's channel; Wake closes it and starts the
-// next round. Wake costs one atomic load while nobody waits, so it can sit
+// the store's visible and written limits and its dispatcher's progress, a
+// master's high watermark. A waiter gets the current round's channel; Wake
+// closes it and starts the next round. Wake costs one atomic load while nobody waits, so it can sit
 // on a path that runs for every append.
 package poswait
 
