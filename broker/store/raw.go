@@ -138,6 +138,10 @@ func (s *Store) readRaw(pos int64, max int, lim int64) (c RawChunk, ok bool, err
 	return RawChunk{Pos: pos, Buf: b[:n], Next: pos + int64(n), seg: g}, true, nil
 }
 
+// IndexedPos is the position below which every record is indexed (the
+// dispatcher's progress; on a replica it stops at the read limit).
+func (s *Store) IndexedPos() int64 { return s.dispatched.Load() }
+
 // WritePos is the commit log's write position (the end of what is appended).
 func (s *Store) WritePos() int64 { return s.clog.writePos() }
 
