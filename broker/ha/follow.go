@@ -404,9 +404,10 @@ func (s *syncer) run() {
 	defer close(s.done)
 	st := s.f.n.st
 	var (
-		ack   [ackSize]byte
-		last  time.Time // start of the last fdatasync
-		timer *time.Timer
+		ack       [ackSize]byte
+		last      time.Time // start of the last fdatasync
+		timer     *time.Timer
+		wmFailing bool // the last SaveReadLimit failed (logged once)
 	)
 	defer func() {
 		if timer != nil {
@@ -450,6 +451,18 @@ func (s *syncer) run() {
 		if _, err := s.nc.Write(ack[:]); err != nil {
 			s.fail(err)
 			return
+		}
+		// The read limit on disk, after the ack (not on the master's wait):
+		// one pwrite when it rose since the last ack, not fsynced
+		// (store/watermark.go: it may only under-state).
+		if err := st.SaveReadLimit(); err != nil {
+			if !wmFailing {
+				s.f.n.log.Warn("replication: the high watermark could not be saved; a restart of this slave serves less until its master speaks",
+					"err", err)
+			}
+			wmFailing = true
+		} else {
+			wmFailing = false
 		}
 	}
 }

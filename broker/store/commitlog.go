@@ -129,6 +129,7 @@ func newCommitLog(cfg *Config, log *slog.Logger, dir string, ctr *counters, stop
 		cfg: cfg, log: log, hooks: cfg.hooks, sync: cfg.UnflushThreshold <= 0, dir: dir, ctr: ctr,
 		stop: stop, wg: wg,
 		lastRecord:  -1,
+		replica:     cfg.Replica,
 		fillFence:   math.MaxInt64,
 		appendParts: newPartCache(),
 		hints:       new(partHints),

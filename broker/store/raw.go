@@ -138,6 +138,10 @@ func (s *Store) readRaw(pos int64, max int, lim int64) (c RawChunk, ok bool, err
 	return RawChunk{Pos: pos, Buf: b[:n], Next: pos + int64(n), seg: g}, true, nil
 }
 
+// IndexedPos is the position below which every record is indexed (the
+// dispatcher's progress; on a replica it stops at the read limit).
+func (s *Store) IndexedPos() int64 { return s.dispatched.Load() }
+
 // WritePos is the commit log's write position (the end of what is appended).
 func (s *Store) WritePos() int64 { return s.clog.writePos() }
 
@@ -179,14 +183,20 @@ func (s *Store) SetReplica(on bool) {
 // position its master has acknowledged (the master's high watermark, carried
 // by the replication stream; docs/replication.md, "Reads from a slave"), so
 // that a consumer reading from the slave never sees a round the master may
-// still lose. pos < 0 removes the limit (a master). The limit may be set
-// below what is dispatched already; that stays readable.
+// still lose. pos < 0 removes the limit (a master) and the watermark file
+// that kept it (watermark.go). The limit may be set below what is
+// dispatched already; that stays readable.
 func (s *Store) SetReadLimit(pos int64) {
 	if pos < 0 {
 		pos = math.MaxInt64
 	}
 	if s.clog.readLimit.Swap(pos) < pos {
 		s.clog.onVisible()
+	}
+	if pos == math.MaxInt64 {
+		if err := s.dropWatermark(); err != nil {
+			s.log.Warn("replication: removing the high watermark file", "err", err)
+		}
 	}
 }
 
@@ -335,16 +345,8 @@ func (l *commitLog) writeRaw(pos int64, b []byte) error {
 func (l *commitLog) publishRawLocked(pos, n int64, run *rawRun) {
 	for i := range run.parts {
 		rp := &run.parts[i]
-		p := rp.p
-		if p.next.Load() == 0 && rp.first > 0 && p.min.Load() == 0 {
-			// A partition whose first records were deleted by the master's
-			// retention before this copy began (a reset replica): it
-			// starts where the master's oldest segment does.
-			p.min.Store(rp.first)
-			p.indexed.Store(rp.first)
-		}
-		p.next.Store(rp.last + 1)
-		p.topic.puts += rp.count
+		rp.p.noteRaw(rp.first, rp.last)
+		rp.p.topic.puts += rp.count
 		rp.p = nil
 	}
 	l.wpos = pos + n
@@ -358,6 +360,20 @@ func (l *commitLog) publishRawLocked(pos, n int64, run *rawRun) {
 	}
 	l.puts += run.count
 	l.putBytes += n
+}
+
+// noteRaw records that the queue offsets first..last of p are in the log:
+// records copied from the master (AppendRaw), or found past a replica's read
+// limit at Open (nextPastIndex). Their units are written by the dispatcher.
+func (p *partition) noteRaw(first, last int64) {
+	if p.next.Load() == 0 && first > 0 && p.min.Load() == 0 {
+		// A partition whose first records were deleted by the master's
+		// retention before this copy began (a reset replica): it starts
+		// where the master's oldest segment does.
+		p.min.Store(first)
+		p.indexed.Store(first)
+	}
+	p.next.Store(last + 1)
 }
 
 // rawRun is what checkRawLocked found in a run of records: the partitions
