@@ -25,6 +25,7 @@ import (
 type dispatcher struct {
 	s      *Store
 	parts  partCache    // private partition cache (partcache.go)
+	hints  hintReader   // the appender's partition of each record (parthint.go)
 	batch  []*partition // partitions with pending units
 	warned int          // offset-mismatch warnings logged
 	fired  *Waiter      // WaitFunc waiters made readable, to call after dispMu (wait.go)
@@ -45,7 +46,7 @@ func (d *dispatcher) takeFired() *Waiter {
 const dispatchBatchBytes = 16 << 20
 
 func newDispatcher(s *Store) *dispatcher {
-	return &dispatcher{s: s, parts: newPartCache()}
+	return &dispatcher{s: s, parts: newPartCache(), hints: hintReader{h: s.clog.hints}}
 }
 
 // dispatchLoop is the dispatcher goroutine.
@@ -191,7 +192,9 @@ func (d *dispatcher) batchTo(limit int64, src []RawSpan) error {
 	pos := s.dispatched.Load()
 	stop := min(limit, pos+dispatchBatchBytes)
 	var g *segment
+	d.hints.begin()
 	defer func() {
+		d.hints.end()
 		if g != nil {
 			g.release()
 		}
@@ -227,7 +230,10 @@ func (d *dispatcher) batchTo(limit int64, src []RawSpan) error {
 			d.reset()
 			return fmt.Errorf("%w: record at %d: %v", ErrCorrupt, pos, err)
 		}
-		p := d.partition(rec.topic, rec.partition)
+		p := d.hints.partition(pos, rec.topic, rec.partition)
+		if p == nil {
+			p = d.partition(rec.topic, rec.partition)
+		}
 		d.addUnit(p, rec.queueOffset, pos, int32(size), rec.props)
 		if s.keys != nil && len(rec.props) > 0 {
 			s.keys.add(rec.topic, rec.props, pos, rec.storeTime)
