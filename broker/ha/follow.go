@@ -290,6 +290,9 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 	idle := max(10*f.n.cfg.Heartbeat, 5*time.Second)
 	fr := frameReader{}
 	commit := int64(-1) // the master's high watermark as last heard
+	// The runs this read appended, still in buf: what becomes readable is
+	// indexed from them (store.RaiseReadLimitFrom), before buf is reused.
+	var spans []store.RawSpan
 	for {
 		if have == 0 || !complete(buf[:have]) {
 			_ = nc.SetReadDeadline(time.Now().Add(idle))
@@ -304,6 +307,7 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 		}
 		fr.buf = buf[:have]
 		appended := false
+		spans = spans[:0]
 		for {
 			h, payload, ok, err := fr.next()
 			if err != nil {
@@ -329,9 +333,18 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 			pos = h.pos + int64(len(payload))
 			if len(payload) == protocol.BlankMinSize && isBlank(payload) {
 				pos = st.WritePos() // rolled: the next segment's base
+			} else {
+				spans = append(spans, store.RawSpan{Pos: h.pos, Buf: payload})
 			}
 			appended = true
 		}
+		if appended {
+			if err := st.WriteOut(); err != nil {
+				return err
+			}
+		}
+		st.RaiseReadLimitFrom(commit, spans)
+		clear(spans) // drop the references into buf
 		// Keep the partial frame at the start of the buffer.
 		rest := len(fr.buf)
 		copy(buf, fr.buf)
@@ -341,12 +354,6 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 			copy(nb, buf[:have])
 			buf = nb
 		}
-		if appended {
-			if err := st.WriteOut(); err != nil {
-				return err
-			}
-		}
-		st.RaiseReadLimit(commit)
 		sy.kick()
 	}
 }
