@@ -111,7 +111,7 @@ func TestAppendValidation(t *testing.T) {
 // from offset 0, then a BLANK to the end (full segments) or zeros (active).
 func checkSegments(t *testing.T, s *Store) (records int) {
 	t.Helper()
-	if err := s.clog.writeStaged(s.clog.written.Load()); err != nil { // everything staged into the files
+	if _, err := s.clog.writeStaged(s.clog.written.Load()); err != nil { // everything staged into the files
 		t.Fatal(err)
 	}
 	segs := s.clog.segs.Load().segs

@@ -73,7 +73,7 @@ type commitLog struct {
 
 	partitionFor func(topic string, part int32) *partition // the Store's shared partition state
 	onVisible    func()                                    // records became visible (wakes the dispatcher)
-	onWritten    func()                                    // sync mode: staged records reached the files (WaitWritten)
+	onWritten    func() bool                               // sync mode: staged records reached the files (WaitWritten); true: it woke a waiter
 
 	// The append lock and what it guards (see the lock rules in store.go).
 	mu          sync.Mutex
