@@ -4,7 +4,8 @@
 # Each round starts a fresh standalone broker (no ZooKeeper, 1 partition, MetaQ's default async
 # flush, or sync flush with SYNC=1) from binary A, runs the workload with A's own client, stops
 # it, then does the same with B; ROUNDS rounds (A,B,A,B…). It prints each phase's rate and the
-# broker's and the client's CPU µs per message, then the median rate of each binary and the
+# broker's and the client's CPU µs per message (topics-1000 / partitions-10000: of the spread side,
+# then the ratio and the base side's broker and client CPU), then the median rate of each binary and the
 # median of the rounds' B/A ratios. On a loaded machine compare the CPU columns (they barely
 # move with load); the rates only mean something on a quiet one.
 #
@@ -59,22 +60,37 @@ if not r or r.get("error"):
 def us(k):
     v = r.get(k)
     return "%.3f" % v if isinstance(v, (int, float)) and v > 0 else "-"
-m = re.search(r"client CPU ([0-9.]+)", r.get("notes", ""))
-print("%.0f %s %s %s" % (r.get("msgs_per_sec", 0), us("server_cpu_us_per_msg"), m.group(1) if m else "-", us("degradation_ratio")))
+notes = r.get("notes", "")
+m = re.search(r"client CPU ([0-9.]+)", notes)
+# topics-1000 / partitions-10000: the CPU of the base side (1 topic / 1 partition) too
+bs = re.search(r"server CPU [0-9.]+ µs/msg \(base ([0-9.]+)\)", notes)
+bc = re.search(r"client CPU [0-9.]+ µs/msg \(base ([0-9.]+)\)", notes)
+print("%.0f %s %s %s %s %s" % (r.get("msgs_per_sec", 0), us("server_cpu_us_per_msg"), m.group(1) if m else "-", us("degradation_ratio"),
+      bs.group(1) if bs else "-", bc.group(1) if bc else "-"))
 ' <<<"$out"
 }
 
-printf '%-5s %-3s %12s %10s %10s %8s\n' round bin msgs/s broker-µs client-µs ratio
+printf '%-5s %-3s %12s %10s %10s %8s %10s %10s\n' round bin msgs/s broker-µs client-µs ratio base-brkr base-cli
 ra=() rb=() da=() db=()
 for i in $(seq "$ROUNDS"); do
-	read -r a sa ca xa _ < <(phase "$A" "$@")
-	printf '%-5s %-3s %12s %10s %10s %8s\n' "$i" A "$a" "$sa" "$ca" "$xa"
-	read -r b sb cb xb _ < <(phase "$B" "$@")
-	printf '%-5s %-3s %12s %10s %10s %8s\n' "$i" B "$b" "$sb" "$cb" "$xb"
+	read -r a sa ca xa bsa bca _ < <(phase "$A" "$@")
+	printf '%-5s %-3s %12s %10s %10s %8s %10s %10s\n' "$i" A "$a" "$sa" "$ca" "$xa" "$bsa" "$bca"
+	read -r b sb cb xb bsb bcb _ < <(phase "$B" "$@")
+	printf '%-5s %-3s %12s %10s %10s %8s %10s %10s\n' "$i" B "$b" "$sb" "$cb" "$xb" "$bsb" "$bcb"
 	ra+=("$a") rb+=("$b") da+=("$xa") db+=("$xb")
+	printf 'A %s %s %s %s\nB %s %s %s %s\n' "$sa" "$ca" "$bsa" "$bca" "$sb" "$cb" "$bsb" "$bcb" >>"$T/cpu"
 done
-python3 - "${ra[*]}" "${rb[*]}" "${da[*]}" "${db[*]}" <<'PY'
+python3 - "${ra[*]}" "${rb[*]}" "${da[*]}" "${db[*]}" "$T/cpu" <<'PY'
 import statistics, sys
+extra = {"A": ([], []), "B": ([], [])}  # spread - base CPU µs/msg: broker, client
+for line in open(sys.argv[5]):
+    f = line.split()
+    for k, (s, b) in enumerate(((f[1], f[3]), (f[2], f[4]))):
+        if "-" not in (s, b):
+            extra[f[0]][k].append(float(s) - float(b))
+if all(extra[x][0] and extra[x][1] for x in "AB"):
+    print("median extra CPU of the spread side (µs/msg): broker A %+.3f, B %+.3f; client A %+.3f, B %+.3f"
+          % tuple(statistics.median(extra[x][k]) for k in (0, 1) for x in "AB"))
 a = [float(x) for x in sys.argv[1].split() if x != "-"]
 b = [float(x) for x in sys.argv[2].split() if x != "-"]
 da = [float(x) for x in sys.argv[3].split() if x != "-"]

@@ -18,8 +18,13 @@ import (
 )
 
 // replicationStoreConfig: syncReplicas > 0 needs group-commit rounds, i.e.
-// sync flush (docs/replication.md).
+// sync flush (docs/replication.md); a node that does not start as master
+// opens its store as a replica: it refuses local appends from the start,
+// before any service could write, and serves only up to the high watermark
+// its master last acknowledged, kept in the data directory
+// (store.Config.Replica).
 func replicationStoreConfig(c *conf.Config, sc *store.Config, log *slog.Logger) {
+	sc.Replica = !startsAsMaster(c)
 	if c.Replication.SyncReplicas > 0 && sc.UnflushThreshold > 0 {
 		log.Warn("config: [replication] syncReplicas > 0 needs sync flush: unflushThreshold is taken as 0",
 			"unflushThreshold", sc.UnflushThreshold)
@@ -145,15 +150,6 @@ func startsAsMaster(c *conf.Config) bool { return c.Slave.ID < 0 && !c.Replicati
 
 // delayService is the running delay service (nil on a slave).
 func (s *Server) delayService() *delay.Service { return s.dly.Load() }
-
-// replicaFromStart: a node that does not start as master refuses local
-// appends from the moment its store is open, before any service could
-// write (ha.Node.Start says so again).
-func replicaFromStart(c *conf.Config, st *store.Store) {
-	if !startsAsMaster(c) {
-		st.SetReplica(true)
-	}
-}
 
 // replicationServerOptions: a slave's transaction table is in standby (it
 // checks nothing and writes nothing until a promotion; broker/tx/standby.go).

@@ -82,7 +82,6 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		lim.Stop()
 		return nil, fmt.Errorf("opening store at %s: %w", c.System.DataPath, err)
 	}
-	replicaFromStart(c, st) // a slave's log takes no local write, not even now (replication_run.go)
 	opts := ServerOptions(c, log)
 	opts.Store = st
 	replicationServerOptions(c, &opts) // replication_run.go

@@ -40,35 +40,80 @@ type epochRec struct {
 }
 
 // readEpochs returns the epoch records of st, oldest first (a few per
-// failover: they are read whole).
+// failover: they are read whole). The %HA% index covers the log only up to
+// what the dispatcher has indexed, which on a slave stops at its read limit
+// (the master's high watermark, commit.go): a slave restarted with an epoch
+// record past its limit would report an older epoch and be told to
+// truncate. So the records below the indexed position come from the index,
+// the rest from a scan of the log's tail up to its written end — on a slave
+// the bytes its master has not acknowledged yet, on a master what its
+// dispatcher has not reached: small.
 func readEpochs(st *store.Store) ([]epochRec, error) {
+	indexed := st.IndexedPos()
 	var out []epochRec
+	add := func(r *protocol.Record) {
+		if e, start, ok := parseEpochData(r.Data); ok {
+			if start < 0 || start > r.PhysicalOffset {
+				start = r.PhysicalOffset
+			}
+			out = append(out, epochRec{epoch: e, start: start})
+		}
+	}
 	off := st.MinOffset(EpochTopic, 0)
-	for {
+	for done := false; !done; {
 		res, err := st.Read(EpochTopic, 0, off, 64<<10, nil)
 		if err != nil {
 			return out, err
 		}
 		if res.Status != store.ReadFound {
 			res.Release()
-			return out, nil
+			break
 		}
 		for _, b := range res.Bufs {
 			it := protocol.NewRecordIterator(b)
 			for it.Next() {
-				r := it.Record()
-				e, start, ok := parseEpochData(r.Data)
-				if ok {
-					if start < 0 || start > r.PhysicalOffset {
-						start = r.PhysicalOffset
-					}
-					out = append(out, epochRec{epoch: e, start: start})
+				if r := it.Record(); r.PhysicalOffset < indexed {
+					add(r)
+				} else {
+					done = true // the tail scan below has it
 				}
 			}
 		}
 		off = res.NextOffset
 		res.Release()
 	}
+	for pos := max(indexed, st.MinPos()); ; {
+		c, ok, err := st.ReadRawWritten(pos, 1<<20)
+		if err != nil || !ok {
+			return out, err
+		}
+		for b := c.Buf; len(b) > 0; {
+			size, magic, _ := protocol.PeekRecord(b)
+			if magic != protocol.RecordMagic {
+				break // a segment's BLANK
+			}
+			if isEpochRecord(b[:size]) {
+				r, _, err := protocol.DecodeRecord(b[:size], 0)
+				if err != nil {
+					c.Release()
+					return out, fmt.Errorf("ha: the epoch record at %d: %w", c.Pos+int64(len(c.Buf)-len(b)), err)
+				}
+				if r.Partition == 0 {
+					add(&r)
+				}
+			}
+			b = b[size:]
+		}
+		pos = c.Next
+		c.Release()
+	}
+}
+
+// isEpochRecord: rec (one whole record) is of EpochTopic.
+func isEpochRecord(rec []byte) bool {
+	const n = len(EpochTopic)
+	o := protocol.OffTopicLen
+	return len(rec) > o+n && int(rec[o]) == n && string(rec[o+1:o+1+n]) == EpochTopic
 }
 
 // parseEpochData parses "epoch=<n>" (start -1: the record's position) or

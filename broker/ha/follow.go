@@ -290,6 +290,9 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 	idle := max(10*f.n.cfg.Heartbeat, 5*time.Second)
 	fr := frameReader{}
 	commit := int64(-1) // the master's high watermark as last heard
+	// The runs this read appended, still in buf: what becomes readable is
+	// indexed from them (store.RaiseReadLimitFrom), before buf is reused.
+	var spans []store.RawSpan
 	for {
 		if have == 0 || !complete(buf[:have]) {
 			_ = nc.SetReadDeadline(time.Now().Add(idle))
@@ -303,7 +306,8 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 			}
 		}
 		fr.buf = buf[:have]
-		appended := false
+		appended, beat := false, false
+		spans = spans[:0]
 		for {
 			h, payload, ok, err := fr.next()
 			if err != nil {
@@ -318,6 +322,7 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 				// below it (commit.go). Everything before this frame is
 				// appended already.
 				commit = max(commit, min(h.pos, pos))
+				beat = true
 				continue
 			}
 			if h.pos != pos {
@@ -329,9 +334,18 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 			pos = h.pos + int64(len(payload))
 			if len(payload) == protocol.BlankMinSize && isBlank(payload) {
 				pos = st.WritePos() // rolled: the next segment's base
+			} else {
+				spans = append(spans, store.RawSpan{Pos: h.pos, Buf: payload})
 			}
 			appended = true
 		}
+		if appended {
+			if err := st.WriteOut(); err != nil {
+				return err
+			}
+		}
+		st.RaiseReadLimitFrom(commit, spans)
+		clear(spans) // drop the references into buf
 		// Keep the partial frame at the start of the buffer.
 		rest := len(fr.buf)
 		copy(buf, fr.buf)
@@ -341,13 +355,14 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 			copy(nb, buf[:have])
 			buf = nb
 		}
-		if appended {
-			if err := st.WriteOut(); err != nil {
-				return err
-			}
+		if appended || beat {
+			// A read that only brought part of a frame (a send larger than
+			// one read returns: a 176 KB round sometimes comes in three)
+			// gives the syncer nothing to sync or report: it used to wake
+			// it anyway, for an ack of the same position and a gate check
+			// on the master.
+			sy.kick()
 		}
-		st.RaiseReadLimit(commit)
-		sy.kick()
 	}
 }
 
@@ -369,8 +384,9 @@ var asyncSyncEvery = 20 * time.Millisecond
 // write-out and one fdatasync for everything appended so far) and acks the
 // durable position to the master: at once after every batch when the master
 // waits for durable acks, at most every asyncSyncEvery otherwise. It owns
-// the link's write side. The receive loop kicks it after every read (a
-// heartbeat too: the ack keeps the master's read side alive).
+// the link's write side. The receive loop kicks it after every read that
+// appended records or brought a heartbeat (whose ack keeps the master's read
+// side alive).
 type syncer struct {
 	f           *follower
 	nc          net.Conn
@@ -404,9 +420,10 @@ func (s *syncer) run() {
 	defer close(s.done)
 	st := s.f.n.st
 	var (
-		ack   [ackSize]byte
-		last  time.Time // start of the last fdatasync
-		timer *time.Timer
+		ack       [ackSize]byte
+		last      time.Time // start of the last fdatasync
+		timer     *time.Timer
+		wmFailing bool // the last SaveReadLimit failed (logged once)
 	)
 	defer func() {
 		if timer != nil {
@@ -450,6 +467,18 @@ func (s *syncer) run() {
 		if _, err := s.nc.Write(ack[:]); err != nil {
 			s.fail(err)
 			return
+		}
+		// The read limit on disk, after the ack (not on the master's wait):
+		// one pwrite when it rose since the last ack, not fsynced
+		// (store/watermark.go: it may only under-state).
+		if err := st.SaveReadLimit(); err != nil {
+			if !wmFailing {
+				s.f.n.log.Warn("replication: the high watermark could not be saved; a restart of this slave serves less until its master speaks",
+					"err", err)
+			}
+			wmFailing = true
+		} else {
+			wmFailing = false
 		}
 	}
 }

@@ -73,7 +73,7 @@ type commitLog struct {
 
 	partitionFor func(topic string, part int32) *partition // the Store's shared partition state
 	onVisible    func()                                    // records became visible (wakes the dispatcher)
-	onWritten    func()                                    // sync mode: staged records reached the files (WaitWritten)
+	onWritten    func() bool                               // sync mode: staged records reached the files (WaitWritten); true: it woke a waiter
 
 	// The append lock and what it guards (see the lock rules in store.go).
 	mu          sync.Mutex
@@ -91,9 +91,10 @@ type commitLog struct {
 	stage       stage // records staged for writing out (stage.go)
 	fillFence   int64 // appends stop below this while a zero-fill chunk is written, MaxInt64 none (prefill.go)
 	closed      bool
-	replica     bool      // a slave's copy: local appends refused (raw.go)
-	appendParts partCache // the appender's partition cache (partcache.go)
-	rawRun      rawRun    // AppendRaw's scratch (raw.go)
+	replica     bool       // a slave's copy: local appends refused (raw.go)
+	appendParts partCache  // the appender's partition cache (partcache.go)
+	hints       *partHints // each append's partition, for the dispatcher (parthint.go)
+	rawRun      rawRun     // AppendRaw's scratch (raw.go)
 	puts        int64
 	putBytes    int64
 	putErrors   int64
@@ -119,6 +120,7 @@ type commitLog struct {
 	pre       *preallocator
 	flushKick chan struct{}
 	roundFull chan struct{}
+	roundGrew chan struct{} // a gathering flusher has earlyWriteMin bytes staged to write out (flush.go)
 }
 
 // newCommitLog returns an empty commit log for dir (recovery fills it:
@@ -128,10 +130,13 @@ func newCommitLog(cfg *Config, log *slog.Logger, dir string, ctr *counters, stop
 		cfg: cfg, log: log, hooks: cfg.hooks, sync: cfg.UnflushThreshold <= 0, dir: dir, ctr: ctr,
 		stop: stop, wg: wg,
 		lastRecord:  -1,
+		replica:     cfg.Replica,
 		fillFence:   math.MaxInt64,
 		appendParts: newPartCache(),
+		hints:       new(partHints),
 		flushKick:   make(chan struct{}, 1),
 		roundFull:   make(chan struct{}, 1),
+		roundGrew:   make(chan struct{}, 1),
 	}
 	l.segs.Store(&segList{})
 	l.readLimit.Store(math.MaxInt64)
@@ -354,6 +359,7 @@ func (l *commitLog) storeTimeLocked(now int64) int64 {
 // returns the round (sync mode) and whether to kick the flusher.
 func (l *commitLog) appendedLocked(p *partition, start, last, next int64, n int) (*Flush, bool) {
 	p.next.Store(next)
+	l.hints.addLocked(start, p)
 	l.lastRecord = last
 	l.written.Store(l.wpos)
 	if l.pre.ahead && (start^l.wpos)>>l.pre.shift != 0 {
@@ -373,8 +379,11 @@ func (l *commitLog) appendedLocked(p *partition, start, last, next int64, n int)
 		// Every message is a member (the flusher's goal counts messages).
 		before := f.n
 		f.n += n
-		if before < l.roundTarget && f.n >= l.roundTarget {
+		switch {
+		case before < l.roundTarget && f.n >= l.roundTarget:
 			kick(l.roundFull) // the flusher waits for this many (flush.go)
+		case f.n < l.roundTarget && l.wpos-l.stage.written.Load() >= earlyWriteMin:
+			kick(l.roundGrew) // the waiting flusher writes out what is staged
 		}
 	} else if l.unflushed += n; l.unflushed >= l.cfg.UnflushThreshold {
 		l.unflushed = 0

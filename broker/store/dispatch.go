@@ -25,6 +25,7 @@ import (
 type dispatcher struct {
 	s      *Store
 	parts  partCache    // private partition cache (partcache.go)
+	hints  hintReader   // the appender's partition of each record (parthint.go)
 	batch  []*partition // partitions with pending units
 	warned int          // offset-mismatch warnings logged
 	fired  *Waiter      // WaitFunc waiters made readable, to call after dispMu (wait.go)
@@ -45,7 +46,7 @@ func (d *dispatcher) takeFired() *Waiter {
 const dispatchBatchBytes = 16 << 20
 
 func newDispatcher(s *Store) *dispatcher {
-	return &dispatcher{s: s, parts: newPartCache()}
+	return &dispatcher{s: s, parts: newPartCache(), hints: hintReader{h: s.clog.hints}}
 }
 
 // dispatchLoop is the dispatcher goroutine.
@@ -56,7 +57,7 @@ func (s *Store) dispatchLoop() {
 		limit := s.clog.visibleLimit()
 		if s.dispatched.Load() < limit {
 			s.dispMu.Lock()
-			err := s.disp.batchTo(s.clog.visibleLimit())
+			err := s.disp.batchTo(s.clog.visibleLimit(), nil)
 			fired := s.disp.takeFired()
 			s.dispMu.Unlock()
 			runFired(fired)
@@ -133,9 +134,16 @@ func (s *Store) dispatchInline() bool {
 	if !s.dispMu.TryLock() {
 		return false
 	}
+	return s.dispatchUnlock(nil) == nil
+}
+
+// dispatchUnlock runs one dispatch batch up to the visible limit on the
+// caller's goroutine (src as for batchTo), releases dispMu, which the
+// caller took, and calls the waiters the batch made readable.
+func (s *Store) dispatchUnlock(src []RawSpan) error {
 	err := error(nil)
 	if limit := s.clog.visibleLimit(); s.dispatched.Load() < limit {
-		err = s.disp.batchTo(limit)
+		err = s.disp.batchTo(limit, src)
 	}
 	fired := s.disp.takeFired()
 	s.dispMu.Unlock()
@@ -143,7 +151,7 @@ func (s *Store) dispatchInline() bool {
 	if err == nil {
 		s.counters.inlineDispatches.Add(1)
 	}
-	return err == nil
+	return err
 }
 
 // wakeDispatcher wakes the dispatcher if it sleeps (cheap when it does not).
@@ -169,7 +177,7 @@ func (s *Store) setIndexErr(err error) {
 // dispatcher goroutine not running; dispMu held).
 func (d *dispatcher) run(limit int64) error {
 	for d.s.dispatched.Load() < limit {
-		if err := d.batchTo(limit); err != nil {
+		if err := d.batchTo(limit, nil); err != nil {
 			return err
 		}
 	}
@@ -177,28 +185,37 @@ func (d *dispatcher) run(limit int64) error {
 }
 
 // batchTo dispatches one batch of records from s.dispatched towards limit.
-func (d *dispatcher) batchTo(limit int64) error {
+// src (may be nil) holds copies of log bytes the caller still has in memory
+// (RaiseReadLimitFrom): records inside them are read there.
+func (d *dispatcher) batchTo(limit int64, src []RawSpan) error {
 	s := d.s
 	pos := s.dispatched.Load()
 	stop := min(limit, pos+dispatchBatchBytes)
 	var g *segment
+	d.hints.begin()
 	defer func() {
+		d.hints.end()
 		if g != nil {
 			g.release()
 		}
 	}()
 	n := 0
 	for pos < stop {
-		if g == nil || pos >= g.end() {
-			if g != nil {
-				g.release()
+		// A record the caller still holds (src: a replica's receive
+		// buffer) is read there; anything else, from the mapped log.
+		b := spanRecord(&src, pos)
+		if b == nil {
+			if g == nil || pos >= g.end() {
+				if g != nil {
+					g.release()
+				}
+				if g = s.clog.acquireSegment(pos); g == nil {
+					d.reset()
+					return fmt.Errorf("%w: dispatch at %d", errMissingSegment, pos)
+				}
 			}
-			if g = s.clog.acquireSegment(pos); g == nil {
-				d.reset()
-				return fmt.Errorf("%w: dispatch at %d", errMissingSegment, pos)
-			}
+			b = g.data[pos-g.base:]
 		}
-		b := g.data[pos-g.base:]
 		size, magic, ok := protocol.PeekRecord(b)
 		if ok && magic == protocol.BlankMagic {
 			pos = g.end()
@@ -213,7 +230,10 @@ func (d *dispatcher) batchTo(limit int64) error {
 			d.reset()
 			return fmt.Errorf("%w: record at %d: %v", ErrCorrupt, pos, err)
 		}
-		p := d.partition(rec.topic, rec.partition)
+		p := d.hints.partition(pos, rec.topic, rec.partition)
+		if p == nil {
+			p = d.partition(rec.topic, rec.partition)
+		}
 		d.addUnit(p, rec.queueOffset, pos, int32(size), rec.props)
 		if s.keys != nil && len(rec.props) > 0 {
 			s.keys.add(rec.topic, rec.props, pos, rec.storeTime)
@@ -235,6 +255,27 @@ func (d *dispatcher) batchTo(limit int64) error {
 	s.progWait.Wake() // catchUp (wait.go)
 	d.unmapBehind(pos)
 	return nil
+}
+
+// spanRecord returns the bytes from pos to the end of the span of *src
+// holding pos when that span starts a whole record there (nil otherwise:
+// the record is read from the log), dropping the spans that end at or
+// before pos (positions only grow within a batch). A BLANK is never taken
+// from a span: skipping it needs its segment.
+func spanRecord(src *[]RawSpan, pos int64) []byte {
+	sp := *src
+	for len(sp) > 0 && pos >= sp[0].Pos+int64(len(sp[0].Buf)) {
+		sp = sp[1:]
+	}
+	*src = sp
+	if len(sp) == 0 || pos < sp[0].Pos {
+		return nil
+	}
+	b := sp[0].Buf[pos-sp[0].Pos:]
+	if size, magic, ok := protocol.PeekRecord(b); !ok || magic != protocol.RecordMagic || size > len(b) {
+		return nil
+	}
+	return b
 }
 
 // dispatchRecord is what the dispatcher needs of a record.

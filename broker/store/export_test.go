@@ -28,6 +28,7 @@ func (s *Store) crash() {
 	}
 	s.clog.pre.mu.Unlock()
 	s.closeFiles()
+	s.wm.close()
 	s.unlockDir()
 }
 

@@ -138,6 +138,10 @@ func (s *Store) readRaw(pos int64, max int, lim int64) (c RawChunk, ok bool, err
 	return RawChunk{Pos: pos, Buf: b[:n], Next: pos + int64(n), seg: g}, true, nil
 }
 
+// IndexedPos is the position below which every record is indexed (the
+// dispatcher's progress; on a replica it stops at the read limit).
+func (s *Store) IndexedPos() int64 { return s.dispatched.Load() }
+
 // WritePos is the commit log's write position (the end of what is appended).
 func (s *Store) WritePos() int64 { return s.clog.writePos() }
 
@@ -179,8 +183,9 @@ func (s *Store) SetReplica(on bool) {
 // position its master has acknowledged (the master's high watermark, carried
 // by the replication stream; docs/replication.md, "Reads from a slave"), so
 // that a consumer reading from the slave never sees a round the master may
-// still lose. pos < 0 removes the limit (a master). The limit may be set
-// below what is dispatched already; that stays readable.
+// still lose. pos < 0 removes the limit (a master) and the watermark file
+// that kept it (watermark.go). The limit may be set below what is
+// dispatched already; that stays readable.
 func (s *Store) SetReadLimit(pos int64) {
 	if pos < 0 {
 		pos = math.MaxInt64
@@ -188,22 +193,67 @@ func (s *Store) SetReadLimit(pos int64) {
 	if s.clog.readLimit.Swap(pos) < pos {
 		s.clog.onVisible()
 	}
+	if pos == math.MaxInt64 {
+		if err := s.dropWatermark(); err != nil {
+			s.log.Warn("replication: removing the high watermark file", "err", err)
+		}
+	}
 }
 
 // RaiseReadLimit moves the read limit up to pos (never down; nothing when
 // there is none): the master acknowledged everything below pos.
 func (s *Store) RaiseReadLimit(pos int64) {
-	l := s.clog
+	if s.clog.raiseReadLimit(pos) {
+		s.clog.onVisible()
+	}
+}
+
+// raiseReadLimit is RaiseReadLimit without the wake-ups: true when the
+// limit rose.
+func (l *commitLog) raiseReadLimit(pos int64) bool {
 	for {
 		cur := l.readLimit.Load()
 		if pos <= cur || cur == math.MaxInt64 {
-			return
+			return false
 		}
 		if l.readLimit.CompareAndSwap(cur, pos) {
-			l.onVisible()
-			return
+			return true
 		}
 	}
+}
+
+// RawSpan is a copy of the commit log's bytes at Pos that a caller still
+// holds in its own memory: a replica's receive buffer after AppendRaw(Pos,
+// Buf). Buf must not change while it is handed to the store.
+type RawSpan struct {
+	Pos int64
+	Buf []byte
+}
+
+// RaiseReadLimitFrom is RaiseReadLimit for a replica's receive loop that
+// still holds what it appended (spans, in log order; RawSpan): what became
+// readable is indexed on the calling goroutine, its records read from the
+// spans — just received, checked and written by this goroutine, so still in
+// its core's cache — instead of waking the dispatcher to read them back from
+// the mapped log (a cache miss per record, and the mapping's page faults:
+// the dispatcher was ~20% of a slave's CPU; docs/replication.md, "Cost of a
+// slave"). Records the spans do not hold are read from the log as usual.
+// When the dispatcher is busy or failing, or what became readable is more
+// than one dispatch batch, it is woken as RaiseReadLimit does. The spans are
+// not kept after it returns.
+func (s *Store) RaiseReadLimitFrom(pos int64, spans []RawSpan) {
+	l := s.clog
+	if !l.raiseReadLimit(pos) {
+		return
+	}
+	if s.dispFailing.Load() || s.isClosed.Load() || !s.dispMu.TryLock() {
+		l.onVisible()
+		return
+	}
+	if err := s.dispatchUnlock(spans); err != nil || s.dispatched.Load() < l.visibleLimit() {
+		s.wakeDispatcher() // a failed batch is retried there, with its backoff
+	}
+	s.visWait.Wake()
 }
 
 // ReadLimit is the read limit (-1: none).
@@ -335,16 +385,8 @@ func (l *commitLog) writeRaw(pos int64, b []byte) error {
 func (l *commitLog) publishRawLocked(pos, n int64, run *rawRun) {
 	for i := range run.parts {
 		rp := &run.parts[i]
-		p := rp.p
-		if p.next.Load() == 0 && rp.first > 0 && p.min.Load() == 0 {
-			// A partition whose first records were deleted by the master's
-			// retention before this copy began (a reset replica): it
-			// starts where the master's oldest segment does.
-			p.min.Store(rp.first)
-			p.indexed.Store(rp.first)
-		}
-		p.next.Store(rp.last + 1)
-		p.topic.puts += rp.count
+		rp.p.noteRaw(rp.first, rp.last)
+		rp.p.topic.puts += rp.count
 		rp.p = nil
 	}
 	l.wpos = pos + n
@@ -358,6 +400,20 @@ func (l *commitLog) publishRawLocked(pos, n int64, run *rawRun) {
 	}
 	l.puts += run.count
 	l.putBytes += n
+}
+
+// noteRaw records that the queue offsets first..last of p are in the log:
+// records copied from the master (AppendRaw), or found past a replica's read
+// limit at Open (nextPastIndex). Their units are written by the dispatcher.
+func (p *partition) noteRaw(first, last int64) {
+	if p.next.Load() == 0 && first > 0 && p.min.Load() == 0 {
+		// A partition whose first records were deleted by the master's
+		// retention before this copy began (a reset replica): it starts
+		// where the master's oldest segment does.
+		p.min.Store(first)
+		p.indexed.Store(first)
+	}
+	p.next.Store(last + 1)
 }
 
 // rawRun is what checkRawLocked found in a run of records: the partitions

@@ -1,8 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
 	"testing"
+
+	"github.com/metaqgo/metaq/protocol"
 )
 
 // A replica's read limit (SetReadLimit: its master's high watermark) hides
@@ -173,4 +177,127 @@ func BenchmarkCheckRaw(b *testing.B) {
 		recs += int(run.count)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(recs), "ns/record")
+}
+
+// RaiseReadLimitFrom indexes what becomes readable from the caller's copy of
+// the bytes (a slave's receive buffer), reused by the caller as soon as the
+// call returns: the replica serves exactly what a replica indexed from its
+// mapped log serves — the same records per partition and offset, the same
+// tag filtering (the units' tag hashes and signatures), the same key
+// lookups — with the limit inside a span, spans that do not cover what became
+// readable (read from the log), BLANK chunks among the spans, and segment
+// rolls; and the indexing ran on the caller's goroutine.
+func TestRawReadLimitFromSpans(t *testing.T) {
+	m, ra, rb := mustOpen(t, testConfig(t, "")), mustOpen(t, testConfig(t, "")), mustOpen(t, testConfig(t, ""))
+	defer mustClose(t, m)
+	defer mustClose(t, ra)
+	defer mustClose(t, rb)
+	for _, r := range []*Store{ra, rb} {
+		r.SetReplica(true)
+		r.SetReadLimit(0)
+	}
+	tags := []string{"a", "b", "", "a", "c%20d"}
+	var ends []int64            // the end of each record on the master
+	for i := 0; i < 1200; i++ { // ~ 8 segments of 64 KiB
+		props := fmt.Sprintf("keys=k%d", i)
+		if tag := tags[i%len(tags)]; tag != "" {
+			props = "tag=" + tag + "&" + props
+		}
+		if i%7 == 0 {
+			props = "x=1" // no tag: the unit holds the properties' signature
+		}
+		a := mustAppend(t, m, &Message{Topic: fmt.Sprintf("t%d", i%3), Partition: int32(i % 2),
+			Properties: []byte(props), Data: body("t", 0, i, 200+i%97)})
+		ends = append(ends, a.PhysicalOffset+int64(a.Size))
+	}
+	_ = m.WriteOut()
+	var (
+		pos    int64
+		spans  []RawSpan
+		inline = rb.counters.inlineDispatches.Load()
+		calls  int64
+	)
+	for k := 0; pos < m.VisiblePos(); k++ {
+		spans = spans[:0]
+		var bufs [][]byte
+		for n := 0; n < 1+k%3; n++ { // one to three chunks per "read"
+			c, ok, err := m.ReadRaw(pos, 3000+k*97%20000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			buf := bytes.Clone(c.Buf) // the receive buffer
+			for _, r := range []*Store{ra, rb} {
+				if err := r.AppendRaw(c.Pos, buf); err != nil {
+					t.Fatalf("AppendRaw %d: %v", c.Pos, err)
+				}
+			}
+			spans = append(spans, RawSpan{Pos: c.Pos, Buf: buf})
+			bufs = append(bufs, buf)
+			pos = c.Next
+			c.Release()
+		}
+		// The limit: the end of what was shipped, or a record end inside
+		// it, or (every fifth read) nothing new.
+		limit := pos
+		switch k % 5 {
+		case 1:
+			i, _ := slices.BinarySearch(ends, pos)
+			limit = ends[max(i-3, 0)]
+		case 4:
+			limit = rb.ReadLimit()
+		}
+		if k%6 == 5 {
+			spans = spans[:0] // nothing held: read from the log
+		}
+		ra.RaiseReadLimit(limit)
+		if limit > rb.ReadLimit() && len(spans) > 0 {
+			calls++
+		}
+		rb.RaiseReadLimitFrom(limit, spans)
+		for _, b := range bufs {
+			for i := range b {
+				b[i] = 0xa5 // the buffer is reused
+			}
+		}
+	}
+	ra.RaiseReadLimit(pos)
+	rb.RaiseReadLimitFrom(pos, nil)
+	if got := rb.counters.inlineDispatches.Load() - inline; got < calls/2 {
+		t.Fatalf("%d of %d raises with spans indexed on the caller's goroutine", got, calls)
+	}
+	if a, b := logBytes(t, m, pos), logBytes(t, rb, pos); !bytes.Equal(a, b) {
+		t.Fatal("the replica's log differs from the master's")
+	}
+	if len(rb.clog.segments()) < 5 {
+		t.Fatalf("only %d segments: the test did not roll", len(rb.clog.segments()))
+	}
+	for tp := 0; tp < 3; tp++ {
+		for p := int32(0); p < 2; p++ {
+			topic := fmt.Sprintf("t%d", tp)
+			want := m.MaxOffset(topic, p)
+			waitReadable(t, ra, topic, p, want)
+			waitReadable(t, rb, topic, p, want)
+			for _, expr := range []string{"*", "a", "b", "a||b", "c d"} {
+				f := protocol.ParseTagFilter(expr)
+				a, b := readAll(t, ra, topic, p, 0, f), readAll(t, rb, topic, p, 0, f)
+				if len(a) != len(b) || (expr == "*" && int64(len(b)) != want) {
+					t.Fatalf("%s/%d filter %q: %d records from the log's index, %d from the spans' (%d appended)", topic, p, expr, len(a), len(b), want)
+				}
+				for i := range a {
+					if a[i].MsgID != b[i].MsgID || a[i].QueueOffset != b[i].QueueOffset || !bytes.Equal(a[i].Data, b[i].Data) {
+						t.Fatalf("%s/%d filter %q: record %d differs", topic, p, expr, i)
+					}
+				}
+			}
+		}
+	}
+	for _, i := range []int{1, 3, 555, 1199} { // not multiples of 7: those have no key
+		topic, key := fmt.Sprintf("t%d", i%3), fmt.Sprintf("k%d", i)
+		if a, b := queryIDs(t, ra, topic, key, 10), queryIDs(t, rb, topic, key, 10); len(b) == 0 || !slices.Equal(a, b) {
+			t.Fatalf("key %s: %v from the log's index, %v from the spans'", key, a, b)
+		}
+	}
 }

@@ -43,6 +43,7 @@ func (s *Store) recover() error {
 		return err
 	}
 	ck, ckOK := s.readCheckpoint()
+	wm, wmOK := s.openWatermark(reset)
 	if !crashed {
 		f, err := os.OpenFile(s.abortPath(), os.O_CREATE|os.O_WRONLY, 0o644)
 		if err != nil {
@@ -131,8 +132,20 @@ func (s *Store) recover() error {
 		return err
 	}
 	s.dispatched.Store(cut)
+	limit := end
+	if s.cfg.Replica {
+		// A slave's read limit, before anything is indexed (watermark.go):
+		// what the indexes kept from the last run cover, or the stored
+		// watermark if higher, never past the log.
+		limit = cut
+		if wmOK {
+			limit = max(limit, wm)
+		}
+		limit = min(limit, end)
+		s.clog.readLimit.Store(limit)
+	}
 	s.dispMu.Lock() // uncontended: nothing else runs yet; disp's rule
-	err = s.disp.run(end)
+	err = s.disp.run(limit)
 	s.disp.takeFired() // nobody waits before Open returns
 	s.dispMu.Unlock()
 	if err != nil {
@@ -142,9 +155,14 @@ func (s *Store) recover() error {
 		s.refreshMin(p)
 		p.next.Store(p.indexed.Load())
 	}
+	if d := s.dispatched.Load(); d < end {
+		if err := s.nextPastIndex(d, end); err != nil {
+			return err
+		}
+	}
 	if redo > 0 || end > cut || scanned && end > logMin {
 		s.log.Info("recovery: done", "logEnd", end, "redispatchedFrom", cut, "indexUnitsRedone", redo,
-			"crashed", crashed)
+			"crashed", crashed, "readLimit", s.ReadLimit())
 	}
 	if err := s.checkpoint(); err != nil {
 		return err

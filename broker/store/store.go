@@ -10,7 +10,8 @@
 // dispatch.go (builds indexes), read.go (reads, lookups), repair.go (index
 // verification and repair on reads), wait.go (long-poll
 // notification), recovery.go, checkpoint.go, retention.go, keyindex.go,
-// stats.go, faults.go (error classification and test fault hooks).
+// stats.go, faults.go (error classification and test fault hooks),
+// watermark.go (a replica's read limit kept on disk).
 // docs/storage.md describes the on-disk format for operators.
 //
 // # Layers
@@ -66,7 +67,8 @@
 //     across the pwrite that writes them out).
 //  10. p.ixMu (a partition's index file list; held while creating a file).
 //  11. leaf locks, never held while taking another: s.files.mu (open index
-//     file LRU), s.tails.mu, p.waitMu, s.progWait (poswait), l.pre.mu, s.keys.mu.
+//     file LRU), s.tails.mu, p.waitMu, s.progWait (poswait), l.pre.mu, s.keys.mu,
+//     s.wm.mu (the watermark file; held across its pwrite).
 package store
 
 import (
@@ -124,6 +126,12 @@ type Config struct {
 	// units; default 64 MiB, enough for 16,384 partitions; negative = no
 	// buffering). Partitions beyond it write their units through.
 	IndexBufferSize int64
+	// Replica opens the store as a slave's copy (docs/replication.md,
+	// "Reads from a slave"): local appends are refused from the start
+	// (SetReplica(true)) and reads are limited (SetReadLimit) to the high
+	// watermark of the data directory's watermark file (watermark.go) before
+	// recovery indexes the log.
+	Replica bool
 	// ZeroFill selects when the commit log is zero-filled ahead of the
 	// writer so that group-commit fsyncs do not convert unwritten extents
 	// (prefill.go). Default ZeroFillAuto: in sync-flush mode only.
@@ -223,6 +231,7 @@ type Store struct {
 
 	counters counters
 
+	wm      watermark       // a replica's read limit on disk (watermark.go)
 	visWait poswait.Waiters // WaitVisible (raw.go)
 	wrWait  poswait.Waiters // WaitWritten (raw.go)
 	openEnd int64           // the commit log's end once Open recovered it (OpenPos)
@@ -412,6 +421,7 @@ func (s *Store) Close() error {
 		}
 	}
 	s.clog.discardPrepared()
+	s.wm.close()
 	s.ckptMu.Lock()
 	s.shut = true // a racing Flush must not write a checkpoint any more
 	s.ckptMu.Unlock()

@@ -745,6 +745,18 @@ func TestFailoverPlannedPromote(t *testing.T) {
 		if c.nodeAt(ng.Master).name() != step.want {
 			t.Fatalf("after promote 1 %s the master is %s", step.arg, ng.Master)
 		}
+		// The promoted node serves its whole log: its high watermark file is gone; the slaves
+		// (the demoted one too) keep theirs (docs/replication.md, "Reads from a slave").
+		for _, n := range c.nodes {
+			path := filepath.Join(n.dir, "data", "watermark")
+			if n.addr == ng.Master {
+				waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(path); return os.IsNotExist(err) },
+					"the promoted "+n.name()+" to remove its watermark file")
+			} else {
+				waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(path); return err == nil },
+					"slave "+n.name()+" to keep its watermark file")
+			}
+		}
 		time.Sleep(time.Second)
 		c.mu.Lock()
 		var gap time.Duration

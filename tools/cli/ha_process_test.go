@@ -314,6 +314,28 @@ func TestSlaveAheadOfRestartedMasterTruncates(t *testing.T) {
 		end, cut, e0, end, end2)
 }
 
+// gatedGroup is the configuration of a master with syncReplicas=2 and two slaves: with one
+// slave linked, a put is held (neither 200 nor 503: a long replicaTimeoutMs) while the slave
+// holds it durably.
+type gatedGroup struct {
+	mini, maddr          string
+	s0dir, s0ini, s0addr string
+	s1ini, s1addr        string
+}
+
+func newGatedGroup(t *testing.T) gatedGroup {
+	t.Helper()
+	var g gatedGroup
+	g.mini, g.maddr = writeINI(t, t.TempDir(), true, "", 0, "\n[replication]\nsyncReplicas=2\nreplicaTimeoutMs=300000\n")
+	slave := func(dir string, k int) (string, string) {
+		return writeINI(t, dir, true, "", 0, fmt.Sprintf("\n[slave]\nslaveId=%d\n[replication]\nmasterAddr=%s\n", k, g.maddr))
+	}
+	g.s0dir = t.TempDir()
+	g.s0ini, g.s0addr = slave(g.s0dir, 0)
+	g.s1ini, g.s1addr = slave(t.TempDir(), 1)
+	return g
+}
+
 // The high watermark, with real processes (docs/replication.md, "Reads from a slave"): a master
 // with syncReplicas=2 and one slave ships a put, the slave holds it durably, but the master has not
 // acknowledged it (the second slave is missing): the slave does not serve it (get finds nothing,
@@ -323,16 +345,10 @@ func TestSlaveServesOnlyAcknowledged(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process test")
 	}
-	mdir, s0dir, s1dir := t.TempDir(), t.TempDir(), t.TempDir()
-	// A long replicaTimeoutMs: the put stays held (neither 200 nor 503) while one slave is missing.
-	mini, maddr := writeINI(t, mdir, true, "", 0, "\n[replication]\nsyncReplicas=2\nreplicaTimeoutMs=300000\n")
-	slave := func(dir string, k int) (string, string) {
-		return writeINI(t, dir, true, "", 0, fmt.Sprintf("\n[slave]\nslaveId=%d\n[replication]\nmasterAddr=%s\n", k, maddr))
-	}
-	s0ini, s0addr := slave(s0dir, 0)
-	s1ini, s1addr := slave(s1dir, 1)
-	startBrokerProc(t, maddr, "-c", mini)
-	startBrokerProc(t, s0addr, "-c", s0ini)
+	g := newGatedGroup(t)
+	maddr, s0addr, s1addr, s1ini := g.maddr, g.s0addr, g.s1addr, g.s1ini
+	startBrokerProc(t, maddr, "-c", g.mini)
+	startBrokerProc(t, s0addr, "-c", g.s0ini)
 	waitFor(t, 60*time.Second, func() bool {
 		c := statInt(maddr, "replication_committed_position")
 		return c >= 0 && statInt(s0addr, "replication_committed_position") == c &&
@@ -409,5 +425,189 @@ func TestSlaveServesOnlyAcknowledged(t *testing.T) {
 	}
 	if r := ask(sc, srr, "query id "+id+" 6\r\n"); r.Kind != protocol.ReplyValue {
 		t.Fatalf("query id %s on the slave after the put was acknowledged: %d %q", id, r.Code, r.Body)
+	}
+}
+
+// A slave restarted while it holds bytes its master has not acknowledged (docs/replication.md,
+// "Reads from a slave": the high watermark is kept in the slave's data directory and its store
+// opens with it as its read limit). Real processes: a master with syncReplicas=2 and one slave
+// holds a put (the slave has it durably); the slave is killed with SIGKILL and restarted, with
+// its watermark file intact and then damaged: a get long poll, offset and stats on it do not show
+// the put. A second slave joins, the put is acknowledged, and the restarted slave serves it.
+// Then a second put is held the same way, the master and the slave are killed, and the slave
+// restarted alone does not serve it either; the master's restart acknowledges it (its whole
+// recovered log is its history) and the slave serves it. The restarted master writes its epoch
+// record above the slave's read limit (one slave of two: the gate holds it): the slave, killed
+// and restarted once more, reports that epoch (found past its read limit), so it is not told to
+// truncate (409) and follows on.
+func TestRestartedSlaveServesOnlyAcknowledged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process test")
+	}
+	g := newGatedGroup(t)
+	mini, maddr, s0ini, s0addr, s1ini, s1addr := g.mini, g.maddr, g.s0ini, g.s0addr, g.s1ini, g.s1addr
+	m := startBrokerProc(t, maddr, "-c", mini)
+	s0 := startBrokerProc(t, s0addr, "-c", s0ini)
+	// linked waits until the slave holds the master's log and its read limit is at least the
+	// master's committed position, then checks that it is no more than that.
+	linked := func(what string) {
+		t.Helper()
+		waitFor(t, 60*time.Second, func() bool {
+			c := statInt(maddr, "replication_committed_position")
+			return c >= 0 && statInt(s0addr, "replication_committed_position") >= c &&
+				statInt(s0addr, "replication_durable_position") == statInt(maddr, "replication_durable_position")
+		}, what)
+		if c, l := statInt(maddr, "replication_committed_position"), statInt(s0addr, "replication_committed_position"); l != c {
+			t.Fatalf("%s: the slave's read limit is %d, the master's committed position %d", what, l, c)
+		}
+	}
+	linked("the slave to link and learn the master's committed position")
+
+	ask := func(addr, cmd string) protocol.Reply {
+		t.Helper()
+		nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := nc.Write([]byte(cmd)); err != nil {
+			t.Fatal(err)
+		}
+		r, err := protocol.NewReplyReader(bufio.NewReader(nc), 1<<20).Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// hold sends a put the master cannot acknowledge yet (one slave of two) on a connection of
+	// its own, and waits until the slave holds it durably.
+	hold := func(data string) (net.Conn, *protocol.ReplyReader) {
+		t.Helper()
+		before := statInt(maddr, "replication_durable_position")
+		nc, err := net.DialTimeout("tcp", maddr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		if _, err := fmt.Fprintf(nc, "put dur 0 %d 0 1\r\n%s", len(data), data); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 60*time.Second, func() bool {
+			e := statInt(maddr, "replication_durable_position")
+			return e > before && statInt(s0addr, "replication_durable_position") == e
+		}, "the slave to hold the put durably")
+		return nc, protocol.NewReplyReader(bufio.NewReader(nc), 1<<20)
+	}
+	// serves checks what the slave shows of partition 0: want messages (offset, seek), the last
+	// of them data (a get at its offset), and nothing past them (a long poll finds nothing).
+	serves := func(want int, data, when string) {
+		t.Helper()
+		if r := ask(s0addr, "offset dur g 0 9 3\r\n"); string(r.Body) != strconv.Itoa(want) {
+			t.Fatalf("offset on the slave %s: %d %q, want %d", when, r.Code, r.Body, want)
+		}
+		if r := ask(s0addr, "seek dur 0 99999999999999 7\r\n"); string(r.Body) != strconv.Itoa(want) {
+			t.Fatalf("seek on the slave %s: %d %q, want %d", when, r.Code, r.Body, want)
+		}
+		if want > 0 {
+			r := ask(s0addr, fmt.Sprintf("get dur g 0 %d 65536 4\r\n", want-1))
+			if r.Kind != protocol.ReplyValue || !strings.Contains(string(r.Body), data) {
+				t.Fatalf("get of offset %d on the slave %s: %d %q, want %q", want-1, when, r.Code, r.Body, data)
+			}
+		}
+		if r := ask(s0addr, fmt.Sprintf("get dur g 0 %d 65536 2 1000\r\n", want)); r.Kind == protocol.ReplyValue || r.Code != 404 {
+			t.Fatalf("get of offset %d on the slave %s: %d %q, want 404", want, when, r.Code, r.Body)
+		}
+	}
+	restartSlave := func() {
+		t.Helper()
+		s0.signal(syscall.SIGKILL)
+		s0.wait(30 * time.Second)
+		s0 = startBrokerProc(t, s0addr, "-c", s0ini)
+	}
+	noTruncation := func() {
+		t.Helper()
+		if out := s0.stderr.String(); strings.Contains(out, "must be reopened") || strings.Contains(out, "truncated the commit log") {
+			t.Fatalf("the restarted slave was told to truncate:\n%s", out)
+		}
+	}
+	wmPath := filepath.Join(g.s0dir, "data", "watermark")
+
+	// 1. The master holds the put, the slave restarts: the put is not served.
+	pc, prr := hold("held-1")
+	committed := statInt(maddr, "replication_committed_position")
+	restartSlave()
+	serves(0, "", "restarted while the master holds the put")
+	linked("the restarted slave to link again")
+	if c := statInt(s0addr, "replication_committed_position"); c != committed {
+		t.Fatalf("the restarted slave's read limit is %d, want the master's committed %d", c, committed)
+	}
+	noTruncation()
+	// The same with its watermark file torn (a crash of the machine in the middle of its
+	// rewrite): it serves nothing past what it had indexed before, says so, and follows on.
+	s0.signal(syscall.SIGKILL)
+	s0.wait(30 * time.Second)
+	if err := os.WriteFile(wmPath, []byte("0000000000000"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s0 = startBrokerProc(t, s0addr, "-c", s0ini)
+	linked("the slave restarted with a torn watermark file to link again")
+	serves(0, "", "restarted with a torn watermark file")
+	if !strings.Contains(s0.stderr.String(), "high watermark file is damaged") {
+		t.Fatalf("the slave did not report its damaged watermark file:\n%s", s0.stderr.String())
+	}
+
+	// 2. A second slave joins: the put is acknowledged and the restarted slave serves it.
+	s1 := startBrokerProc(t, s1addr, "-c", s1ini)
+	_ = pc.SetReadDeadline(time.Now().Add(60 * time.Second))
+	if r, err := prr.Next(); err != nil || r.Code != 200 {
+		t.Fatalf("the put once two slaves hold it: %v %d %q", err, r.Code, r.Body)
+	}
+	waitFor(t, 60*time.Second, func() bool {
+		return statInt(s0addr, "replication_committed_position") >= statInt(maddr, "replication_durable_position")
+	},
+		"the slave to hear that the put is acknowledged")
+	serves(1, "held-1", "after the put was acknowledged")
+
+	// 3. The second slave goes, a second put is held; the master and the slave are killed, and
+	// the slave restarted alone does not serve it.
+	s1.signal(syscall.SIGKILL)
+	s1.wait(30 * time.Second)
+	hold("held-2")
+	m.signal(syscall.SIGKILL)
+	m.wait(30 * time.Second)
+	restartSlave()
+	serves(1, "held-1", "restarted while the master is gone")
+
+	// 4. The master restarts: its recovered log is acknowledged (its floor), the slave serves
+	// the put. Its epoch record is appended after that floor and, with one slave of two, held
+	// above the slave's read limit.
+	m = startBrokerProc(t, maddr, "-c", mini)
+	waitFor(t, 60*time.Second, func() bool {
+		return statInt(s0addr, "replication_durable_position") == statInt(maddr, "replication_durable_position") &&
+			statInt(s0addr, "replication_committed_position") == statInt(maddr, "replication_committed_position")
+	}, "the slave to follow the restarted master")
+	serves(2, "held-2", "after the master restarted")
+	epoch := statInt(maddr, "replication_epoch")
+	if lim, end := statInt(s0addr, "replication_committed_position"), statInt(s0addr, "replication_durable_position"); lim >= end {
+		t.Fatalf("the slave's read limit %d is not below its log's end %d: the restarted master's epoch record (epoch %d) should be held above it",
+			lim, end, epoch)
+	}
+	if e := statInt(s0addr, "replication_epoch"); e != epoch {
+		t.Fatalf("the slave is in epoch %d, the master in %d", e, epoch)
+	}
+	noTruncation()
+
+	// 5. The slave restarts with that epoch record past its read limit: it reports the
+	// master's epoch and follows on, without a truncation.
+	restartSlave()
+	linked("the slave restarted with an epoch record past its read limit to link again")
+	noTruncation()
+	if e := statInt(s0addr, "replication_epoch"); e != epoch {
+		t.Fatalf("the restarted slave is in epoch %d, the master in %d", e, epoch)
+	}
+	serves(2, "held-2", "restarted with an epoch record past its read limit")
+	if _, err := os.Stat(wmPath); err != nil {
+		t.Fatalf("the slave's watermark file: %v", err)
 	}
 }

@@ -1,0 +1,126 @@
+package store
+
+import (
+	"fmt"
+	"testing"
+)
+
+// The ring's rules: an entry is used only at its record's position and for
+// its record's topic and partition; entries of records never dispatched are
+// skipped; a record without an entry gets none; a full ring drops entries
+// until the dispatcher gives some back.
+func TestPartHintsRules(t *testing.T) {
+	ta, tb := &topicState{name: "ta"}, &topicState{name: "tb"}
+	a0, a1, b0 := newPartition(ta, 0), newPartition(ta, 1), newPartition(tb, 0)
+	h := new(partHints)
+	r := hintReader{h: h}
+	h.addLocked(100, a0)
+	h.addLocked(200, a1)
+	h.addLocked(300, b0)
+	h.addLocked(400, a0)
+	r.begin()
+	if p := r.partition(50, []byte("ta"), 0); p != nil {
+		t.Fatal("a record before the first entry got a partition")
+	}
+	if p := r.partition(100, []byte("ta"), 0); p != a0 {
+		t.Fatalf("record at 100: %v, want ta/0", p)
+	}
+	// The record at 200 is not dispatched (say, a write that failed): 300's
+	// entry is still found.
+	if p := r.partition(300, []byte("tb"), 0); p != b0 {
+		t.Fatalf("record at 300: %v, want tb/0", p)
+	}
+	// An entry whose topic or partition is not the record's is not used.
+	if p := r.partition(400, []byte("tb"), 0); p != nil {
+		t.Fatal("an entry of ta/0 was used for a record of tb/0")
+	}
+	r.end()
+	h.addLocked(500, a1)
+	r.begin()
+	if p := r.partition(500, []byte("ta"), 0); p != nil {
+		t.Fatal("an entry of ta/1 was used for a record of ta/0")
+	}
+	if r.hits != 2 {
+		t.Fatalf("%d hits, want 2", r.hits)
+	}
+	r.end()
+
+	// Full: the dispatcher took nothing for a whole ring.
+	h2 := new(partHints)
+	r2 := hintReader{h: h2}
+	for i := range int64(hintRing + 10) {
+		h2.addLocked(i, a0)
+	}
+	if h2.added != hintRing {
+		t.Fatalf("%d entries added to a ring of %d", h2.added, hintRing)
+	}
+	r2.begin()
+	for i := range int64(hintRing + 10) {
+		p := r2.partition(i, []byte("ta"), 0)
+		if (p == a0) != (i < hintRing) {
+			t.Fatalf("record %d: %v", i, p)
+		}
+	}
+	r2.end()
+	h2.addLocked(hintRing+20, b0) // room again: the dispatcher gave the ring back
+	r2.begin()
+	if p := r2.partition(hintRing+20, []byte("tb"), 0); p != b0 {
+		t.Fatalf("after the ring was given back: %v", p)
+	}
+}
+
+// Appends round-robin over many topics and partitions, single and in
+// batches, are indexed into their own partitions, and the dispatcher finds
+// their partitions through the appender's entries (not a lookup by name).
+func TestDispatchUsesPartHints(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.SegmentSize = 1 << 20
+	s := mustOpen(t, cfg)
+	defer mustClose(t, s)
+	const topics, parts, rounds = 40, 3, 20
+	name := func(i int) string { return fmt.Sprintf("h%d", i) }
+	want := map[string]int64{}
+	n := 0
+	for round := range rounds {
+		for i := range topics {
+			for part := range int32(parts) {
+				key := fmt.Sprintf("%s/%d", name(i), part)
+				if round%4 == 3 { // a run of two: one entry for the run
+					res := make([]AppendResult, 2)
+					msgs := []Message{{Topic: name(i), Partition: part, Data: body(name(i), part, n, 40)},
+						{Topic: name(i), Partition: part, Data: body(name(i), part, n+1, 40)}}
+					if _, err := s.AppendBatch(msgs, res); err != nil {
+						t.Fatal(err)
+					}
+					n += 2
+					want[key] += 2
+					continue
+				}
+				mustAppend(t, s, &Message{Topic: name(i), Partition: part, Data: body(name(i), part, n, 40)})
+				n++
+				want[key]++
+			}
+		}
+	}
+	for key, c := range want {
+		topic, part := key[:len(key)-2], int32(key[len(key)-1]-'0')
+		waitReadable(t, s, topic, part, c)
+		recs := readAll(t, s, topic, part, 0, nil)
+		if int64(len(recs)) != c {
+			t.Fatalf("%s: %d records, want %d", key, len(recs), c)
+		}
+		for q, rec := range recs {
+			if string(rec.Topic) != topic || rec.Partition != part || rec.QueueOffset != int64(q) {
+				t.Fatalf("%s[%d] holds %s/%d@%d", key, q, rec.Topic, rec.Partition, rec.QueueOffset)
+			}
+		}
+	}
+	s.dispMu.Lock()
+	hits := s.disp.hints.hits
+	s.dispMu.Unlock()
+	// Every single append and the first record of every run has an entry
+	// (the dispatcher never falls a whole ring behind here).
+	if wantHits := int64(n - rounds/4*topics*parts); hits != wantHits {
+		t.Fatalf("%d of %d records found through the appender's entries, want %d", hits, n, wantHits)
+	}
+}
