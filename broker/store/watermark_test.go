@@ -279,3 +279,27 @@ func BenchmarkSaveReadLimit(b *testing.B) {
 		}
 	})
 }
+
+// A truncation keeps serving what the last run's indexes covered below the
+// cut, with no watermark file: a former master (its file was removed when it
+// was promoted) restarted as a slave and cut at its divergence point from the
+// new master serves its log up to the cut, as it did before, not nothing
+// until the new master speaks; the records past the limit would otherwise
+// also be scanned at open and by every handshake's epoch lookup.
+func TestReplicaWatermarkTruncateWithoutFile(t *testing.T) {
+	dir := t.TempDir()
+	r, cfg, acked := wmFixture(t, dir, nil, false)
+	r.SetReadLimit(-1) // promoted: serves everything, the file is removed
+	waitReadable(t, r, "u", 0, 2)
+	mustClose(t, r) // its checkpoint covers every record
+	cut := acked[12].PhysicalOffset
+	if err := ScheduleReset(dir, ResetTruncate, cut); err != nil {
+		t.Fatal(err)
+	}
+	r = mustOpen(t, cfg)
+	defer mustClose(t, r)
+	if lim := r.ReadLimit(); lim != cut {
+		t.Fatalf("read limit %d after a truncation at %d of a log whose indexes covered %d", lim, cut, acked[21].PhysicalOffset)
+	}
+	servedUpTo(t, r, acked[:12], 12)
+}
