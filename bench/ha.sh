@@ -19,6 +19,8 @@
 # write -> durable on the slave, merged over the runs: thousands of samples), with a stall probe
 # beside each replicated run with STALL=1 (a thread that only sleeps: how late the machine woke it), and the
 # gauge replication_slave0_lag_ms polled every 100 ms on one open connection (~20 samples a run).
+# In sync mode it also prints the master's group-commit rounds of each run, alone and replicated
+# (count, messages per round, mean fsync µs), and the slave's fdatasyncs (count, mean µs).
 #
 # Usage: bench/ha.sh            (PAIRS=3 DUR=5s MSG=100 WINDOW=1000 MODES="async sync"; ~110 s)
 #        MODES=async PAIRS=5 bench/ha.sh
@@ -142,6 +144,11 @@ masterAddr=127.0.0.1:$mp"
 		--conns 1 --window "$WINDOW" --duration "$DUR" --json "${probe[@]}" 2>/dev/null)
 	m1=$(cputicks "$mpid")
 	[[ -n $spid ]] && s1=$(cputicks "$spid")
+	if [[ $sync == 1 ]]; then
+		# The master's group-commit rounds over the run (count, mean fsync µs): with the
+		# messages acknowledged, the round size (docs/replication.md, "Cost").
+		"$BIN" stats "127.0.0.1:$mp" 2>/dev/null | awk '$1=="group_commits"{g=$2} $1=="avg_fsync_us"{a=$2} END{if (g!="") print g, a}' >"$T/rounds.tmp" || true
+	fi
 	if [[ -n $sampler ]]; then kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true; fi
 	if [[ -n $spid ]]; then
 		# The replication latency of every send of the run, as the master's histogram
@@ -154,6 +161,14 @@ print(o.get('stall_p99_us', 0), o.get('stall_max_us', 0))" >>"$T/stall-$mode" ||
 		# The slave's fdatasyncs over the run (count, mean µs): the F in the lag's bound
 		# (docs/replication.md, "The slave's lag").
 		"$BIN" stats "127.0.0.1:$sp" 2>/dev/null | awk '$1=="fsyncs"{f=$2} $1=="avg_fsync_us"{a=$2} END{if (f!="") print f, a}' >>"$T/fsync-$mode" || true
+	fi
+	if [[ -s "$T/rounds.tmp" ]]; then
+		read -r g a <"$T/rounds.tmp"
+		OUT="$out" python3 -c "
+import json, os
+o = json.loads(os.environ['OUT'])
+print('$([[ $repl == 1 ]] && echo replicated || echo alone)', $g, round(o.get('msgs', 0) / max($g, 1)), $a)" >>"$T/rounds-$mode" || true
+		rm -f "$T/rounds.tmp"
 	fi
 	stop_all
 	OUT="$out" python3 -c "
@@ -242,4 +257,5 @@ if n:
 EOF
 	echo "$mode: the lag gauge sampled every 100 ms (age of the oldest unconfirmed byte): p99 $(p99 "$T/lag-$mode") ms   ($(lagdist "$T/lag-$mode"))"
 	[[ -s "$T/fsync-$mode" ]] && echo "$mode: the slave's fdatasyncs per run (count, mean µs): $(tr '\n' ';' <"$T/fsync-$mode")"
+	[[ -s "$T/rounds-$mode" ]] && echo "$mode: the master's group-commit rounds per run (count, messages per round, mean fsync µs): $(tr '\n' ';' <"$T/rounds-$mode")"
 done

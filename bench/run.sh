@@ -30,6 +30,10 @@ options:
   --batch-inflight N  publish-batch: batches in flight on the one connection (default 5)
   --repeat N          run each system×workload N times, the systems in turn (metaq, peer,
                       metaq, peer …); the table takes the median (default 1)
+  --rt PRIO           run peerbench, and so every broker and client it starts, under
+                      `chrt -f PRIO` (SCHED_FIFO; root): on a machine shared with other
+                      work the latency and e2e tails are otherwise mostly the other
+                      work's (bench/README.md, "Latency tails on a shared machine")
   --no-build          use the binaries already in bench/bin
   --no-metaq          skip metaq even if its binary exists
   --build-metaq       rebuild ../bin/metaq from ../tools/metaq even if it exists
@@ -46,7 +50,7 @@ root="$(cd "$here/.." && pwd)"
 export PATH="$PATH:/usr/local/go/bin"
 
 orig_args=("$@")
-quick=0 build=1 metaq=1 build_metaq=0 repeat=1
+quick=0 build=1 metaq=1 build_metaq=0 repeat=1 rt=""
 duration="" count="" batch="" inflight="" systems="all" workloads="all"
 while [[ $# -gt 0 ]]; do
 	case "$1" in
@@ -58,6 +62,7 @@ while [[ $# -gt 0 ]]; do
 	--repeat) repeat="${2:?--repeat needs a value}"; shift ;;
 	--batch) batch="${2:?--batch needs a value}"; shift ;;
 	--batch-inflight) inflight="${2:?--batch-inflight needs a value}"; shift ;;
+	--rt) rt="${2:?--rt needs a priority (1-99)}"; shift ;;
 	--no-build) build=0 ;;
 	--no-metaq) metaq=0 ;;
 	--build-metaq) build_metaq=1 ;;
@@ -140,13 +145,15 @@ log "running: bin/peerbench ${args[*]}"
 log "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) before the run"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 status=0
-bin/peerbench "${args[@]}" >"$json" || status=$?
+runner=()
+[[ -n $rt ]] && runner=(chrt -f "$rt")
+"${runner[@]}" bin/peerbench "${args[@]}" >"$json" || status=$?
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 {
 	echo "# Peer comparison $stamp"
 	echo
-	echo "- command: \`bench/run.sh ${orig_args[*]}\` → \`bin/peerbench ${args[*]}\`"
+	echo "- command: \`bench/run.sh ${orig_args[*]}\` → \`${runner[*]}${runner:+ }bin/peerbench ${args[*]}\`"
 	echo "- machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version | cut -d' ' -f3), load average $load_before before / $load_after after"
 	echo "- peers: $(bin/nats-server --version 2>&1 | head -1), $(bin/nsqd --version 2>&1 | head -1), $(redis-server --version | cut -d' ' -f1-3)"
 	[[ -n $metaq_note ]] && echo "- NOTE: $metaq_note"

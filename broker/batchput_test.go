@@ -191,3 +191,59 @@ func BenchmarkPipelinedBatchPutRunsAsync(b *testing.B) {
 func BenchmarkPipelinedBatchPutRunsSync(b *testing.B) {
 	benchPipelinedBatchPutForm(b, true, true, 1000, 5)
 }
+
+// Frames larger than the first read buffer arrive split across reads, and
+// the reader keeps one data buffer for them (protocol.Parser.RetainData):
+// every frame is stored with its own bytes, a bad one in between (checksum
+// mismatch) is refused with nothing stored, and the next one is intact.
+func TestBatchPutSplitFramesReuseBuffer(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync=%v", sync), func(t *testing.T) {
+			b := brokertest.RunBroker(t, brokertest.Options{Sync: sync})
+			c := b.Dial()
+			var want []string
+			for f := 0; f < 4; f++ {
+				bodies := make([]string, 300) // ~60 KB: split, with a 4 KiB first read buffer
+				for i := range bodies {
+					bodies[i] = fmt.Sprintf("frame %d message %03d %s", f, i, strings.Repeat(string(rune('a'+f)), 170))
+				}
+				frame := mputFrameForm("test", 3, bodies, true, int32(10+f))
+				code := 200
+				if f == 2 { // corrupt the last byte of the block: the checksum no longer matches
+					frame[len(frame)-1] ^= 1
+					code = 400
+				} else {
+					want = append(want, bodies...)
+				}
+				c.SendBytes(frame)
+				if r := c.Reply(); r.Code != code || r.Opaque != int32(10+f) {
+					t.Fatalf("frame %d: %d %d %q, want %d", f, r.Code, r.Opaque, r.Body, code)
+				}
+			}
+			var got []string
+			for off := 0; len(got) < len(want); {
+				c.Send(fmt.Sprintf("get test g 3 %d 1048576 5\r\n", off))
+				r := c.Reply()
+				if r.Code != 0 && r.Code != 200 {
+					t.Fatalf("get at %d: %d %q", off, r.Code, r.Body)
+				}
+				recs := brokertest.Records(t, r.Body)
+				if len(recs) == 0 {
+					break
+				}
+				for _, rec := range recs {
+					got = append(got, string(rec.Data))
+				}
+				off += len(recs)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%d records stored, want %d", len(got), len(want))
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("record %d: %q, want %q", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}

@@ -104,6 +104,9 @@ func newConn(srv *Server, nc net.Conn, id uint64) *conn {
 		stop: make(chan struct{}),
 	}
 	c.parser.MaxMessageSize = srv.opts.MaxMessageSize
+	// A frame split across reads reuses one data buffer up to the read
+	// buffer's bound (readbuf.go gives it back with the read buffer).
+	c.parser.RetainData = maxReadBuf
 	c.drained.L = &c.mu
 	return c
 }
@@ -226,7 +229,7 @@ func (c *conn) readLoop() {
 	small := 0 // consecutive reads below an eighth of buf
 	idle := c.srv.opts.IdleTimeout
 	for {
-		c.armReadDeadline(idle, len(buf) > minReadBuf)
+		c.armReadDeadline(idle, len(buf) > minReadBuf || c.parser.RetainsData())
 		// Shutdown sets shuttingDown, then the read deadline to now. Checking
 		// the flag after re-arming the deadline means either we see it here or
 		// Shutdown's deadline lands after ours and wakes the Read below.
@@ -280,6 +283,7 @@ func (c *conn) readLoop() {
 				}
 				if c.shrinkDue() {
 					buf = make([]byte, minReadBuf) // quiet: give the large read buffer back
+					c.parser.ReleaseData()         // and a large data buffer
 					continue
 				}
 				if c.parked.Load() > 0 || c.queued() {

@@ -39,6 +39,13 @@ type Parser struct {
 	// MaxMessageSize bounds the data of put and sync; 0 means
 	// DefaultMaxMessageSize. A larger length is fatal.
 	MaxMessageSize int
+	// RetainData is the largest data buffer (of a put or mput split across
+	// reads) kept for the next command; 0 means 16 KiB. A larger one is
+	// dropped after use. A caller that keeps big buffers gives them back
+	// with ReleaseData when the connection goes quiet (the broker does, on
+	// its read buffer's shrink timer): a busy batch producer then reuses
+	// one buffer instead of allocating (and zeroing) one per frame.
+	RetainData int
 
 	state   uint8
 	opPhase uint8 // where the current line's first token scan is: opStart, opIn, opDone
@@ -87,10 +94,30 @@ const (
 	opDone               // past the command name
 )
 
-// maxRetainedData is the largest data buffer a Parser keeps between
-// commands; a bigger one (a large message split across reads) is dropped
-// after use so that idle connections do not pin megabytes each.
+// maxRetainedData is the default of RetainData: the largest data buffer a
+// Parser keeps between commands; a bigger one (a large message split across
+// reads) is dropped after use so that idle connections do not pin
+// megabytes each.
 const maxRetainedData = 16 << 10
+
+func (p *Parser) retainData() int {
+	if p.RetainData > 0 {
+		return p.RetainData
+	}
+	return maxRetainedData
+}
+
+// RetainsData reports whether the parser holds a data buffer larger than
+// the default 16 KiB between commands (see RetainData).
+func (p *Parser) RetainsData() bool { return cap(p.data) > maxRetainedData }
+
+// ReleaseData drops a data buffer larger than the default 16 KiB unless a
+// command's data is being read into it.
+func (p *Parser) ReleaseData() {
+	if p.state != stData && cap(p.data) > maxRetainedData {
+		p.data = nil
+	}
+}
 
 // lineAction is what processLine decided.
 type lineAction uint8
@@ -143,9 +170,9 @@ func (p *Parser) GrowData() {
 
 // Reset forgets any partial command and a sticky error.
 func (p *Parser) Reset() {
-	maxMsg, data, hdr, slow := p.MaxMessageSize, p.data, p.hdr, p.slowOnly
-	*p = Parser{MaxMessageSize: maxMsg, hdr: hdr, slowOnly: slow}
-	if cap(data) <= maxRetainedData {
+	maxMsg, retain, data, hdr, slow := p.MaxMessageSize, p.RetainData, p.data, p.hdr, p.slowOnly
+	*p = Parser{MaxMessageSize: maxMsg, RetainData: retain, hdr: hdr, slowOnly: slow}
+	if cap(data) <= p.retainData() {
 		p.data = data[:0]
 	}
 }
@@ -259,7 +286,7 @@ func (p *Parser) Parse(buf []byte, h Handler) error {
 				p.cmd.Data = p.data[:p.dataLen:p.dataLen]
 				p.checkData()
 				err := p.deliver(p.hdr[:p.lineN], h)
-				if cap(p.data) > maxRetainedData {
+				if cap(p.data) > p.retainData() {
 					p.data = nil
 				}
 				if err != nil {

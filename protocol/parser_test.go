@@ -633,6 +633,58 @@ func TestParserDataGrowsWithInput(t *testing.T) {
 	}
 }
 
+// With RetainData, a big split data block keeps its buffer for the next
+// one (no allocation per frame) until ReleaseData; the next block must not
+// see the previous one's bytes.
+func TestParserRetainData(t *testing.T) {
+	p := Parser{RetainData: 256 << 10}
+	var got []string
+	h := func(c *Command) error { got = append(got, string(c.Data)); return nil }
+	for i, b := range []byte("ab") {
+		data := bytes.Repeat([]byte{b}, 100000)
+		frame := append([]byte("put t 0 100000 0 "+strconv.Itoa(i)+"\r\n"), data...)
+		for len(frame) > 0 { // split: 4 KiB per Parse
+			k := min(4096, len(frame))
+			if err := p.Parse(frame[:k], h); err != nil {
+				t.Fatal(err)
+			}
+			frame = frame[k:]
+		}
+		if !p.RetainsData() || cap(p.data) < 100000 {
+			t.Fatalf("block %d: retained %d bytes", i, cap(p.data))
+		}
+	}
+	if len(got) != 2 || got[0] != strings.Repeat("a", 100000) || got[1] != strings.Repeat("b", 100000) {
+		t.Fatalf("got %d blocks", len(got))
+	}
+	// Released only between commands.
+	if err := p.Parse([]byte("put t 0 100000 0 3\r\nxyz"), h); err != nil {
+		t.Fatal(err)
+	}
+	p.ReleaseData()
+	if !p.RetainsData() {
+		t.Fatal("ReleaseData dropped the buffer of a block in progress")
+	}
+	if err := p.Parse(bytes.Repeat([]byte("x"), 100000-3), h); err != nil {
+		t.Fatal(err)
+	}
+	p.ReleaseData()
+	if p.RetainsData() || p.data != nil {
+		t.Fatalf("ReleaseData kept %d bytes", cap(p.data))
+	}
+	// Above RetainData the buffer is dropped after use, as by default.
+	p.RetainData = 50000
+	if err := p.Parse([]byte("put t 0 100000 0 4\r\nxyz"), h); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Parse(bytes.Repeat([]byte("x"), 100000-3), h); err != nil {
+		t.Fatal(err)
+	}
+	if p.data != nil {
+		t.Fatalf("kept %d bytes above RetainData", cap(p.data))
+	}
+}
+
 func TestParserAllocs(t *testing.T) {
 	stream := []byte("put test 0 100 0 " + ck(strings.Repeat("a", 100)) + " 1\r\n" + strings.Repeat("a", 100) +
 		"put test 0 5 0 1\r\nhello" +

@@ -1,8 +1,11 @@
 package ha
 
 import (
+	"log/slog"
 	"strconv"
 	"testing"
+
+	"github.com/metaqgo/metaq/broker/store"
 )
 
 func TestParseEpochData(t *testing.T) {
@@ -53,4 +56,65 @@ func FuzzParseEpochData(f *testing.F) {
 			t.Fatalf("%q → %q parsed as %d, %d, %v", b, out, e2, s2, ok2)
 		}
 	})
+}
+
+// The epoch history of a slave is read past its read limit (the %HA% index
+// stops there): an epoch record the master has not acknowledged yet is found
+// by the scan of the log's tail, once and only once whatever the limit.
+func TestReadEpochsPastReadLimit(t *testing.T) {
+	open := func(replica bool) *store.Store {
+		st, err := store.Open(store.Config{Dir: t.TempDir(), BrokerID: 1, SegmentSize: 64 << 10, UnflushThreshold: 1,
+			Replica: replica, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	m, r := open(false), open(true)
+	put := func(n int) {
+		for i := 0; i < n; i++ {
+			if _, err := m.Append(&store.Message{Topic: "t", Data: make([]byte, 500)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	put(100) // rolls a segment
+	e1, err := writeEpoch(m, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(100)
+	e2, err := writeEpoch(m, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(10)
+	for pos := int64(0); ; {
+		c, ok, err := m.ReadRaw(pos, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if err := r.AppendRaw(c.Pos, c.Buf); err != nil {
+			t.Fatal(err)
+		}
+		pos = c.Next
+		c.Release()
+	}
+	if _, err := r.SyncRaw(); err != nil {
+		t.Fatal(err)
+	}
+	for _, lim := range []int64{0, e1, e1 + 1, e2, e2 + 1, r.WritePos()} {
+		r.RaiseReadLimit(lim)
+		es, err := readEpochs(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) != 2 || es[0] != (epochRec{1, e1}) || es[1] != (epochRec{2, e2}) {
+			t.Fatalf("read limit %d (indexed %d): epochs %v, want [{1 %d} {2 %d}]", lim, r.IndexedPos(), es, e1, e2)
+		}
+	}
 }

@@ -306,7 +306,7 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 			}
 		}
 		fr.buf = buf[:have]
-		appended := false
+		appended, beat := false, false
 		spans = spans[:0]
 		for {
 			h, payload, ok, err := fr.next()
@@ -322,6 +322,7 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 				// below it (commit.go). Everything before this frame is
 				// appended already.
 				commit = max(commit, min(h.pos, pos))
+				beat = true
 				continue
 			}
 			if h.pos != pos {
@@ -354,7 +355,14 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 			copy(nb, buf[:have])
 			buf = nb
 		}
-		sy.kick()
+		if appended || beat {
+			// A read that only brought part of a frame (a send larger than
+			// one read returns: a 176 KB round sometimes comes in three)
+			// gives the syncer nothing to sync or report: it used to wake
+			// it anyway, for an ack of the same position and a gate check
+			// on the master.
+			sy.kick()
+		}
 	}
 }
 
@@ -376,8 +384,9 @@ var asyncSyncEvery = 20 * time.Millisecond
 // write-out and one fdatasync for everything appended so far) and acks the
 // durable position to the master: at once after every batch when the master
 // waits for durable acks, at most every asyncSyncEvery otherwise. It owns
-// the link's write side. The receive loop kicks it after every read (a
-// heartbeat too: the ack keeps the master's read side alive).
+// the link's write side. The receive loop kicks it after every read that
+// appended records or brought a heartbeat (whose ack keeps the master's read
+// side alive).
 type syncer struct {
 	f           *follower
 	nc          net.Conn

@@ -111,7 +111,7 @@ func TestAppendValidation(t *testing.T) {
 // from offset 0, then a BLANK to the end (full segments) or zeros (active).
 func checkSegments(t *testing.T, s *Store) (records int) {
 	t.Helper()
-	if err := s.clog.writeStaged(s.clog.written.Load()); err != nil { // everything staged into the files
+	if _, err := s.clog.writeStaged(s.clog.written.Load()); err != nil { // everything staged into the files
 		t.Fatal(err)
 	}
 	segs := s.clog.segs.Load().segs
@@ -465,5 +465,67 @@ func TestRoundKeepsGateRemovedDuringFsync(t *testing.T) {
 	}
 	if g.held.Load() != 1 {
 		t.Fatalf("gate held %d rounds, want 1", g.held.Load())
+	}
+}
+
+// A flusher that waits for a round's expected members writes out what the
+// members appended so far meanwhile (flush.go, gatherRound), instead of
+// writing all of the round after the wait, just before its fdatasync.
+func TestGatheringFlusherWritesOutStaged(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.UnflushThreshold = 0
+	cfg.SegmentSize = 16 << 20 // no roll (a roll writes with the append lock held)
+	var s *Store
+	var gathering, written atomic.Int64
+	cfg.hooks = &faultHooks{onLogWrite: func(string) error {
+		written.Add(1)
+		s.clog.mu.Lock()
+		if s.clog.roundTarget > 0 {
+			gathering.Add(1)
+		}
+		s.clog.mu.Unlock()
+		return nil
+	}}
+	s = mustOpen(t, cfg)
+	defer mustClose(t, s)
+	run := func(n, size int) *Flush {
+		msgs := make([]Message, n)
+		for i := range msgs {
+			msgs[i] = Message{Topic: "g", Data: body("g", 0, i, size)}
+		}
+		var r RunResult
+		f, err := s.AppendRun(msgs, &r)
+		if err != nil || f == nil {
+			t.Fatalf("AppendRun: %v, %v", f, err)
+		}
+		return f
+	}
+	// Round 1: 2,000 messages, so the flusher expects 2,000 back.
+	if err := run(2000, 20).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	w1 := written.Load()
+	// Round 2: 1,000 messages (~130 KB staged): the flusher gathers (it
+	// expects 1,000 more, which never come) and writes these out meanwhile.
+	if err := run(1000, 100).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if written.Load() == w1 || gathering.Load() == 0 {
+		t.Fatalf("%d commit-log writes in round 2, %d while the flusher gathered; want at least one while gathering", written.Load()-w1, gathering.Load())
+	}
+	r, err := s.Read("g", 0, 2000, 1<<20, nil)
+	if err != nil || r.Status != ReadFound {
+		t.Fatalf("read: %v %v", r.Status, err)
+	}
+	defer r.Release()
+	it := protocol.NewRecordIterator(bytes.Join(r.Bufs, nil))
+	n := 0
+	for ; it.Next(); n++ {
+		if rec := it.Record(); rec.QueueOffset != int64(2000+n) || !bytes.Equal(rec.Data, body("g", 0, n, 100)) {
+			t.Fatalf("record %d: offset %d %q", n, rec.QueueOffset, rec.Data)
+		}
+	}
+	if n != 1000 {
+		t.Fatalf("%d records read back, want 1000", n)
 	}
 }

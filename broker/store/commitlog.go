@@ -73,7 +73,7 @@ type commitLog struct {
 
 	partitionFor func(topic string, part int32) *partition // the Store's shared partition state
 	onVisible    func()                                    // records became visible (wakes the dispatcher)
-	onWritten    func()                                    // sync mode: staged records reached the files (WaitWritten)
+	onWritten    func() bool                               // sync mode: staged records reached the files (WaitWritten); true: it woke a waiter
 
 	// The append lock and what it guards (see the lock rules in store.go).
 	mu          sync.Mutex
@@ -121,6 +121,7 @@ type commitLog struct {
 	pre       *preallocator
 	flushKick chan struct{}
 	roundFull chan struct{}
+	roundGrew chan struct{} // a gathering flusher has earlyWriteMin bytes staged to write out (flush.go)
 }
 
 // newCommitLog returns an empty commit log for dir (recovery fills it:
@@ -136,6 +137,7 @@ func newCommitLog(cfg *Config, log *slog.Logger, dir string, ctr *counters, stop
 		hints:       new(partHints),
 		flushKick:   make(chan struct{}, 1),
 		roundFull:   make(chan struct{}, 1),
+		roundGrew:   make(chan struct{}, 1),
 	}
 	l.segs.Store(&segList{})
 	l.readLimit.Store(math.MaxInt64)
@@ -378,8 +380,11 @@ func (l *commitLog) appendedLocked(p *partition, start, last, next int64, n int)
 		// Every message is a member (the flusher's goal counts messages).
 		before := f.n
 		f.n += n
-		if before < l.roundTarget && f.n >= l.roundTarget {
+		switch {
+		case before < l.roundTarget && f.n >= l.roundTarget:
 			kick(l.roundFull) // the flusher waits for this many (flush.go)
+		case f.n < l.roundTarget && l.wpos-l.stage.written.Load() >= earlyWriteMin:
+			kick(l.roundGrew) // the waiting flusher writes out what is staged
 		}
 	} else if l.unflushed += n; l.unflushed >= l.cfg.UnflushThreshold {
 		l.unflushed = 0

@@ -433,7 +433,14 @@ func (d *dispatcher) writeRun(p *partition) error {
 // and wakes their waiters.
 func (d *dispatcher) flush() error {
 	var err error
-	for _, p := range d.batch {
+	for i, p := range d.batch {
+		if i+prefetchAhead < len(d.batch) && d.batch[i+prefetchAhead].tailNext != nil {
+			// The tail line a later partition's run goes to: with 1,000
+			// partitions taking turns it is cold, and the copy into it and
+			// the tail's unlock (which waits for that store) stalled on it
+			// one partition after the other.
+			prefetchLine(d.batch[i+prefetchAhead].tailNext)
+		}
 		if err == nil {
 			if err = d.writeRun(p); err == nil {
 				d.s.notify(p, &d.fired)
@@ -458,3 +465,6 @@ func (d *dispatcher) reset() {
 	clear(d.batch)
 	d.batch = d.batch[:0]
 }
+
+// prefetchAhead is how many partitions ahead flush prefetches tail lines.
+const prefetchAhead = 4

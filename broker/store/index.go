@@ -138,7 +138,13 @@ type partition struct {
 	// The newest units, not yet written to the file (indextail.go).
 	tailMu sync.Mutex
 	tail   indexTail
-	_      [128 - 8 - 24 - 8 - unitSize - 8 - 8 - 48]byte
+	// The dispatcher's own: where the tail's next unit goes (set by
+	// appendUnits under tailMu, read without it), only for the dispatcher's
+	// flush to prefetch that line a few partitions ahead. It may be stale —
+	// the checkpoint may have written the tail out or returned its buffer —
+	// which costs nothing: a prefetch never faults.
+	tailNext *byte
+	_        [128 - 8 - 24 - 8 - unitSize - 8 - 8 - 48 - 8]byte
 
 	// Lines 3–4: cold.
 	files   []*ixFile // sorted by base; guarded by ixMu

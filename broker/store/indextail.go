@@ -115,7 +115,20 @@ func (s *Store) lastBoundary(q int64) int64 {
 // redoes the batch and overlapping units are simply rewritten.
 func (s *Store) appendUnits(p *partition, q int64, units []byte) error {
 	p.tailMu.Lock()
-	defer p.tailMu.Unlock()
+	err := s.appendUnitsLocked(p, q, units)
+	// Where the next unit will go, for the dispatcher's flush to prefetch
+	// (the tail's fields may only be read under tailMu; tailNext is the
+	// dispatcher's own).
+	p.tailNext = nil
+	if t := &p.tail; t.buf != nil && t.n < tailUnits {
+		p.tailNext = &t.buf[t.n*unitSize]
+	}
+	p.tailMu.Unlock()
+	return err
+}
+
+// appendUnitsLocked is appendUnits with p.tailMu held.
+func (s *Store) appendUnitsLocked(p *partition, q int64, units []byte) error {
 	t := &p.tail
 	t.used = true
 	if t.n > 0 && q != t.end() {

@@ -29,6 +29,7 @@ func TestPartitionLayout(t *testing.T) {
 		"waiting":   {unsafe.Offsetof(p.waiting), unsafe.Sizeof(p.waiting)},
 		"tailMu":    {unsafe.Offsetof(p.tailMu), unsafe.Sizeof(p.tailMu)},
 		"tail":      {unsafe.Offsetof(p.tail), unsafe.Sizeof(p.tail)},
+		"tailNext":  {unsafe.Offsetof(p.tailNext), unsafe.Sizeof(p.tailNext)},
 	} {
 		if first, last := line(f[0]), line(f[0]+f[1]-1); first < 1 || last > 2 {
 			t.Errorf("dispatcher field %s at %d (+%d) is outside lines 1–2", name, f[0], f[1])

@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // The ring's rules: an entry is used only at its record's position and for
@@ -122,5 +123,35 @@ func TestDispatchUsesPartHints(t *testing.T) {
 	// (the dispatcher never falls a whole ring behind here).
 	if wantHits := int64(n - rounds/4*topics*parts); hits != wantHits {
 		t.Fatalf("%d of %d records found through the appender's entries, want %d", hits, n, wantHits)
+	}
+}
+
+// After each run the dispatcher adds, the partition's tailNext points at
+// where the tail's next unit goes (what flush prefetches), or is nil when
+// the tail has no buffer. (A checkpoint's tail flush leaves it stale, which
+// is allowed; none runs here.)
+func TestTailNextFollowsTheTail(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.IndexFileSize = 1 << 20 // blocks of 256 units, not index files, bound the tail
+	cfg.CheckpointInterval = time.Hour
+	s := mustOpen(t, cfg)
+	defer mustClose(t, s)
+	for i := range 300 {
+		mustAppend(t, s, &Message{Topic: "tn", Data: body("tn", 0, i, 20)})
+		waitReadable(t, s, "tn", 0, int64(i+1))
+		p := s.partition("tn", 0, false)
+		s.dispMu.Lock()
+		p.tailMu.Lock()
+		want := (*byte)(nil)
+		if p.tail.buf != nil {
+			want = &p.tail.buf[p.tail.n*unitSize]
+		}
+		got := p.tailNext
+		n := p.tail.n
+		p.tailMu.Unlock()
+		s.dispMu.Unlock()
+		if got != want || want == nil {
+			t.Fatalf("after %d messages (tail holds %d units): tailNext %p, want %p", i+1, n, got, want)
+		}
 	}
 }

@@ -102,7 +102,7 @@ func (l *commitLog) stagedLocked(size int64) []byte {
 func (l *commitLog) drainStagedLocked() {
 	l.ctr.stageWaits.Add(1)
 	l.mu.Unlock()
-	_ = l.writeStaged(l.written.Load()) // a failure is sticky: the caller sees it
+	_, _ = l.writeStaged(l.written.Load()) // a failure is sticky: the caller sees it
 	l.mu.Lock()
 }
 
@@ -144,15 +144,18 @@ func (l *commitLog) writeOut() error {
 	if l.sync || l.written.Load() <= l.stage.written.Load() && !l.stage.failed.Load() {
 		return nil // nothing staged (the common case costs two atomic loads)
 	}
-	return l.writeStaged(l.written.Load())
+	_, err := l.writeStaged(l.written.Load())
+	return err
 }
 
 // writeStaged writes the staged bytes below end (at most the write position)
 // that are not written yet into the segments they span and publishes the
 // new written position. Called with l.mu NOT held (flusher, WriteOut, an
 // appender whose buffer is full). After a failure it returns the sticky
-// error (l.writeErr) and writes nothing more.
-func (l *commitLog) writeStaged(end int64) error {
+// error (l.writeErr) and writes nothing more. woke: in sync mode, a waiter
+// for the written position was woken (a master's replication stream:
+// WaitWritten).
+func (l *commitLog) writeStaged(end int64) (woke bool, err error) {
 	st := &l.stage
 	st.wmu.Lock()
 	l.mu.Lock()
@@ -160,19 +163,18 @@ func (l *commitLog) writeStaged(end int64) error {
 		err := l.writeErr
 		l.mu.Unlock()
 		st.wmu.Unlock()
-		return err
+		return false, err
 	}
 	from := st.written.Load()
 	if from >= end {
 		l.mu.Unlock()
 		st.wmu.Unlock()
-		return nil
+		return false, nil
 	}
 	// The buffer cannot restart under us: that needs written >= wpos.
 	b := st.buf[from-st.base : end-st.base]
 	l.mu.Unlock()
 
-	var err error
 	pos := from
 	for len(b) > 0 && err == nil {
 		g := l.acquireSegment(pos)
@@ -203,7 +205,7 @@ func (l *commitLog) writeStaged(end int64) error {
 	}
 	l.mu.Unlock()
 	if err == nil && l.sync && l.onWritten != nil {
-		l.onWritten() // sync: a master's stream ships them while they are fsynced
+		woke = l.onWritten() // sync: a master's stream ships them while they are fsynced
 	}
 	st.wmu.Unlock()
 	if err == nil && !l.sync {
@@ -211,5 +213,5 @@ func (l *commitLog) writeStaged(end int64) error {
 		// wmu: it may dispatch them and answer parked gets (dispatch.go).
 		l.onVisible()
 	}
-	return err
+	return woke, err
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,10 +9,13 @@ import (
 )
 
 // replicaOf opens a replica store (Config.Replica) in dir with m's layout.
-func replicaOf(t *testing.T, dir string, lb *logBuf) (*Store, Config) {
+func replicaOf(t *testing.T, dir string, lb *logBuf, sync bool) (*Store, Config) {
 	t.Helper()
 	cfg := testConfig(t, dir)
 	cfg.Replica = true
+	if sync {
+		cfg.UnflushThreshold = 0
+	}
 	if lb != nil {
 		cfg.Logger = newTestLogger(lb)
 	}
@@ -21,9 +25,13 @@ func replicaOf(t *testing.T, dir string, lb *logBuf) (*Store, Config) {
 // wmFixture: a master's log of 20 records of "t" (partitions 0 and 1 in
 // turn) and 2 of "u" copied to a replica whose read limit stops after the
 // 10th record of "t" and is saved.
-func wmFixture(t *testing.T, dir string, lb *logBuf) (r *Store, cfg Config, acked []AppendResult) {
+func wmFixture(t *testing.T, dir string, lb *logBuf, sync bool) (r *Store, cfg Config, acked []AppendResult) {
 	t.Helper()
-	m := mustOpen(t, testConfig(t, ""))
+	mc := testConfig(t, "")
+	if sync {
+		mc.UnflushThreshold = 0
+	}
+	m := mustOpen(t, mc)
 	defer mustClose(t, m)
 	for i := 0; i < 20; i++ {
 		acked = append(acked, mustAppend(t, m, &Message{Topic: "t", Partition: int32(i % 2), Data: body("t", int32(i%2), i/2, 300)}))
@@ -32,7 +40,7 @@ func wmFixture(t *testing.T, dir string, lb *logBuf) (r *Store, cfg Config, acke
 		acked = append(acked, mustAppend(t, m, &Message{Topic: "u", Data: body("u", 0, i, 300)}))
 	}
 	_ = m.WriteOut()
-	r, cfg = replicaOf(t, dir, lb)
+	r, cfg = replicaOf(t, dir, lb, sync)
 	if got := r.ReadLimit(); got != 0 {
 		t.Fatalf("a new replica's read limit is %d, want 0", got)
 	}
@@ -88,8 +96,14 @@ func servedUpTo(t *testing.T, r *Store, acked []AppendResult, n int) {
 // serves them, removes the file and lets local appends continue the queue
 // offsets.
 func TestReplicaWatermarkAcrossRestart(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync=%v", sync), func(t *testing.T) { replicaWatermarkAcrossRestart(t, sync) })
+	}
+}
+
+func replicaWatermarkAcrossRestart(t *testing.T, sync bool) {
 	dir := t.TempDir()
-	r, cfg, acked := wmFixture(t, dir, nil)
+	r, cfg, acked := wmFixture(t, dir, nil, sync)
 	r.RaiseReadLimit(acked[14].PhysicalOffset) // not saved
 	r.crash()
 	r = mustOpen(t, cfg)
@@ -127,7 +141,7 @@ func TestReplicaWatermarkAcrossRestart(t *testing.T) {
 func TestReplicaWatermarkDamagedOrPastEnd(t *testing.T) {
 	dir := t.TempDir()
 	var lb logBuf
-	r, cfg, acked := wmFixture(t, dir, &lb)
+	r, cfg, acked := wmFixture(t, dir, &lb, false)
 	mustClose(t, r) // its checkpoint covers the 10 records indexed
 	path := filepath.Join(dir, watermarkFile)
 	if err := os.WriteFile(path, []byte("0000000000001"), 0o644); err != nil {
@@ -177,7 +191,7 @@ func TestReplicaWatermarkDamagedOrPastEnd(t *testing.T) {
 // another history. A reset (wipe) removes it too.
 func TestReplicaWatermarkTruncateAndReset(t *testing.T) {
 	dir := t.TempDir()
-	r, cfg, acked := wmFixture(t, dir, nil)
+	r, cfg, acked := wmFixture(t, dir, nil, false)
 	r.RaiseReadLimit(acked[16].PhysicalOffset)
 	waitReadable(t, r, "t", 1, 8)
 	if err := r.SaveReadLimit(); err != nil {

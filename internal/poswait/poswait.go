@@ -41,17 +41,20 @@ func (w *Waiters) Wait(pos int64, at func() int64) <-chan struct{} {
 	return ch
 }
 
-// Wake closes the current round's channel, if anyone waits on it. Call it
-// after the position moved (after the store that Wait's at reads).
-func (w *Waiters) Wake() {
+// Wake closes the current round's channel, if anyone waits on it, and
+// reports whether it did (someone may have been woken). Call it after the
+// position moved (after the store that Wait's at reads).
+func (w *Waiters) Wake() bool {
 	if !w.armed.Load() {
-		return
+		return false
 	}
 	w.mu.Lock()
-	if w.ch != nil {
+	woke := w.ch != nil
+	if woke {
 		close(w.ch)
 		w.ch = nil
 		w.armed.Store(false)
 	}
 	w.mu.Unlock()
+	return woke
 }
