@@ -205,7 +205,7 @@ func (s *Store) SetReadLimit(pos int64) {
 // RaiseReadLimit moves the read limit up to pos (never down; nothing when
 // there is none): the master acknowledged everything below pos.
 func (s *Store) RaiseReadLimit(pos int64) {
-	if s.clog.raiseReadLimit(pos) {
+	if s.raiseReadLimitSaved(pos) {
 		s.clog.onVisible()
 	}
 }
@@ -245,7 +245,7 @@ type RawSpan struct {
 // not kept after it returns.
 func (s *Store) RaiseReadLimitFrom(pos int64, spans []RawSpan) {
 	l := s.clog
-	if !l.raiseReadLimit(pos) {
+	if !s.raiseReadLimitSaved(pos) {
 		return
 	}
 	if s.dispFailing.Load() || s.isClosed.Load() || !s.dispMu.TryLock() {
