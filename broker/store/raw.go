@@ -195,7 +195,12 @@ func (s *Store) SetReadLimit(pos int64) {
 		s.clog.onVisible()
 	}
 	if pos == math.MaxInt64 {
-		s.clog.rawUnits.done(math.MaxInt64) // no more raw appends to index
+		// No more raw appends to index. Under dispMu, the rule of done: an
+		// inline dispatch (RaiseReadLimitFrom) may be reading the pending
+		// entries, and done compacts them in place.
+		s.dispMu.Lock()
+		s.clog.rawUnits.done(math.MaxInt64)
+		s.dispMu.Unlock()
 		if err := s.dropWatermark(); err != nil {
 			s.log.Warn("replication: removing the high watermark file", "err", err)
 		}
