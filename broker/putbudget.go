@@ -33,7 +33,9 @@ import (
 //     missing bytes. A put that waits putDataTimeoutMs for a reservation
 //     without getting one is answered 503 and its connection closed.
 //   - Release. The reservation is returned when the put completes or the
-//     connection ends, the parser drops buffers over 16 KiB after use, and
+//     connection ends, the parser keeps one data buffer of at most
+//     maxReadBuf between puts, given back when the connection goes quiet
+//     (readbuf.go; larger ones are dropped after use), and
 //     once the budget falls back to zero after a burst (a quarter of it, at
 //     most 64 MiB, released) the freed memory is handed back to the OS
 //     (debug.FreeOSMemory, at most every 10 s) instead of waiting for the

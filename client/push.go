@@ -285,6 +285,16 @@ func (c *PushConsumer) fetchLoop(ctx context.Context, s *pushSub, conn *brokerCo
 		case <-ctx.Done():
 			return
 		}
+		// No pop once Close began. A pop sent then takes what the closing
+		// handlers just released (one more attempt each) only to release it
+		// again, round after round, until maxDeliveries dead-letters it.
+		// select picks at random between a free slot and ctx.Done(), and
+		// c.ctx is checked too: cancelling it closes its Done (the handlers
+		// release at once) before it cancels ctx, its child.
+		if c.ctx.Err() != nil || ctx.Err() != nil {
+			c.slots <- struct{}{}
+			return
+		}
 		n := 1
 		for n < c.opts.BatchSize {
 			select {

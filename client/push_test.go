@@ -145,3 +145,66 @@ func TestPushConsumerExtendsSlowHandler(t *testing.T) {
 	default:
 	}
 }
+
+// A fetcher sends no pop once Close began, even with free slots: a pop
+// sent then takes the messages the closing handlers just released
+// (attempt + 1) to release them again, round after round, until
+// maxDeliveries sends them to the dead-letter queue. Two ways it did:
+// select picks at random between a free slot and the fetcher's cancelled
+// context (half of the time), and while Close is inside c.cancel() the
+// consumer's context is cancelled (the handlers release) but the fetcher's,
+// its child, not yet. Deterministic: fetchLoop is called directly with
+// every slot free, in both states.
+func TestPushConsumerNoPopAfterClose(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"push": 1}})
+	b.Dial().Put("push", 0, "m", 1)
+	c, err := NewPushConsumer(Config{Brokers: []string{b.Addr}, Logger: testLogger()}, "g",
+		PushOptions{Concurrency: 4, MaxWait: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Subscribe("push", "*", func(context.Context, *Message) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	conn := c.pool.get(b.Addr)
+	ctr := b.PopService().Counters()
+	deliveries := func() int64 { return ctr.Delivered.Load() + ctr.Redelivered.Load() }
+	check := func(what string) {
+		t.Helper()
+		if n := deliveries(); n != 0 {
+			t.Fatalf("%s: the fetcher popped (%d deliveries)", what, n)
+		}
+		if len(c.slots) != c.opts.Concurrency {
+			t.Fatalf("%s: %d of %d slots free after fetchLoop returned", what, len(c.slots), c.opts.Concurrency)
+		}
+	}
+
+	// the fetcher's context cancelled, as Close leaves it
+	fctx, cancel := context.WithCancel(c.ctx)
+	c.cancel()
+	for i := 0; i < 64; i++ {
+		c.fetchLoop(fctx, c.subs["push"], conn)
+		check(fmt.Sprintf("cancelled context, round %d", i))
+	}
+	cancel()
+
+	// the consumer's context cancelled, the fetcher's not yet
+	live, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.fetchLoop(live, c.subs["push"], conn)
+	}()
+	waitFor(t, "the fetcher to return or pop", func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return deliveries() > 0
+		}
+	})
+	stop()
+	<-done
+	check("consumer's context cancelled")
+}

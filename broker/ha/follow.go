@@ -344,8 +344,8 @@ func (f *follower) stream(nc net.Conn, br *bufio.Reader, pos int64, durableAcks 
 				return err
 			}
 		}
-		st.RaiseReadLimitFrom(commit, spans)
-		clear(spans) // drop the references into buf
+		st.RaiseReadLimitFrom(commit, spans) // saves a new limit first (store/watermark.go)
+		clear(spans)                         // drop the references into buf
 		// Keep the partial frame at the start of the buffer.
 		rest := len(fr.buf)
 		copy(buf, fr.buf)
@@ -468,9 +468,9 @@ func (s *syncer) run() {
 			s.fail(err)
 			return
 		}
-		// The read limit on disk, after the ack (not on the master's wait):
-		// one pwrite when it rose since the last ack, not fsynced
-		// (store/watermark.go: it may only under-state).
+		// The read limit on disk: the raise saved it already (one pwrite,
+		// not fsynced; store/watermark.go: it may only under-state); this
+		// retries a save that failed, and reports it.
 		if err := st.SaveReadLimit(); err != nil {
 			if !wmFailing {
 				s.f.n.log.Warn("replication: the high watermark could not be saved; a restart of this slave serves less until its master speaks",

@@ -91,10 +91,11 @@ type commitLog struct {
 	stage       stage // records staged for writing out (stage.go)
 	fillFence   int64 // appends stop below this while a zero-fill chunk is written, MaxInt64 none (prefill.go)
 	closed      bool
-	replica     bool       // a slave's copy: local appends refused (raw.go)
-	appendParts partCache  // the appender's partition cache (partcache.go)
-	hints       *partHints // each append's partition, for the dispatcher (parthint.go)
-	rawRun      rawRun     // AppendRaw's scratch (raw.go)
+	replica     bool         // a slave's copy: local appends refused (raw.go)
+	appendParts partCache    // the appender's partition cache (partcache.go)
+	hints       *partHints   // each append's partition, for the dispatcher (parthint.go)
+	rawRun      rawRun       // AppendRaw's scratch (raw.go)
+	rawUnits    rawUnitQueue // what AppendRaw's checks found, for RaiseReadLimitFrom (raw.go)
 	puts        int64
 	putBytes    int64
 	putErrors   int64

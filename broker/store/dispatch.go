@@ -140,10 +140,13 @@ func (s *Store) dispatchInline() bool {
 // dispatchUnlock runs one dispatch batch up to the visible limit on the
 // caller's goroutine (src as for batchTo), releases dispMu, which the
 // caller took, and calls the waiters the batch made readable.
-func (s *Store) dispatchUnlock(src []RawSpan) error {
+func (s *Store) dispatchUnlock(src *rawSrc) error {
 	err := error(nil)
 	if limit := s.clog.visibleLimit(); s.dispatched.Load() < limit {
 		err = s.disp.batchTo(limit, src)
+	}
+	if src != nil && src.units != nil {
+		s.clog.rawUnits.done(s.dispatched.Load()) // under dispMu: one taker at a time
 	}
 	fired := s.disp.takeFired()
 	s.dispMu.Unlock()
@@ -184,10 +187,35 @@ func (d *dispatcher) run(limit int64) error {
 	return nil
 }
 
+// rawSrc is what a replica's receive loop hands the dispatcher
+// (RaiseReadLimitFrom): copies of log bytes it still holds, and what its
+// checks found of their records (rawUnit).
+type rawSrc struct {
+	spans []RawSpan
+	units []rawUnit
+}
+
+// unit returns the check's entry for the record of size bytes at pos, if
+// there is one, dropping the entries before pos (positions only grow
+// within a batch).
+func (r *rawSrc) unit(pos int64, size int) *rawUnit {
+	us := r.units
+	for len(us) > 0 && us[0].pos < pos {
+		us = us[1:]
+	}
+	r.units = us
+	if len(us) == 0 || us[0].pos != pos || int(uint32(us[0].size)&^unitSigFlag) != size {
+		return nil
+	}
+	return &us[0]
+}
+
 // batchTo dispatches one batch of records from s.dispatched towards limit.
 // src (may be nil) holds copies of log bytes the caller still has in memory
-// (RaiseReadLimitFrom): records inside them are read there.
-func (d *dispatcher) batchTo(limit int64, src []RawSpan) error {
+// and what the checks found of their records (RaiseReadLimitFrom): a record
+// inside them is read there, and not decoded at all when its entry is there
+// and no key index needs its properties.
+func (d *dispatcher) batchTo(limit int64, src *rawSrc) error {
 	s := d.s
 	pos := s.dispatched.Load()
 	stop := min(limit, pos+dispatchBatchBytes)
@@ -203,7 +231,18 @@ func (d *dispatcher) batchTo(limit int64, src []RawSpan) error {
 	for pos < stop {
 		// A record the caller still holds (src: a replica's receive
 		// buffer) is read there; anything else, from the mapped log.
-		b := spanRecord(&src, pos)
+		var b []byte
+		if src != nil {
+			if b = spanRecord(&src.spans, pos); b != nil {
+				size, _, _ := protocol.PeekRecord(b)
+				if u := src.unit(pos, size); u != nil && (s.keys == nil || !u.props) {
+					d.addUnitTag(u.p, u.qoff, pos, u.size, u.tag)
+					pos += int64(size)
+					n++
+					continue
+				}
+			}
+		}
 		if b == nil {
 			if g == nil || pos >= g.end() {
 				if g != nil {
@@ -324,6 +363,13 @@ func (d *dispatcher) partition(topic []byte, part int32) *partition {
 }
 
 func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, props []byte) {
+	tag, flag := recordTag(props)
+	d.addUnitTag(p, q, phys, int32(uint32(size)|flag), tag)
+}
+
+// addUnitTag is addUnit with the unit's size field (size and flag) and
+// tag already computed (recordTag).
+func (d *dispatcher) addUnitTag(p *partition, q, phys int64, sizeField int32, tag uint32) {
 	if p.inBatch && q != p.pendStart+int64(len(p.pend)/unitSize) {
 		// Not contiguous (only after damage): flush the run, start another.
 		d.warnOffset(p, p.pendStart+int64(len(p.pend)/unitSize), q)
@@ -347,7 +393,7 @@ func (d *dispatcher) addUnit(p *partition, q, phys int64, size int32, props []by
 	// runs once per record of the log).
 	n := len(p.pend)
 	p.pend = slices.Grow(p.pend, unitSize)[:n+unitSize]
-	putRecordUnit(p.pend[n:], phys, size, props)
+	putUnit(p.pend[n:], phys, sizeField, tag)
 }
 
 // resetPend empties p's pending run, its next unit going to p.first (the

@@ -163,11 +163,13 @@ func (l *commitLog) flushOnce() error {
 		// A master's replication stream was woken to ship the round, and
 		// the round will wait for its slaves' acks: let the stream run now.
 		// Woken here, it sits in this P's run queue, behind this goroutine,
-		// which is about to block in fdatasync; on a busy machine it then
-		// waited ~130-170 µs (p50) for the P to be retaken or stolen before
-		// sending, on the path a gated round waits on (the slave's receipt,
-		// fdatasync and ack are longer than this fsync). Yielding first cut
-		// that to ~70 µs (docs/replication.md, "Cost").
+		// which is about to block in fdatasync; on a busy machine its send
+		// was done ~110-170 µs (p50) after the write-out, waiting for the P
+		// to be retaken or stolen, on the path a gated round waits on (the
+		// slave's receipt, fdatasync and ack take longer than this fsync).
+		// Yielding first: ~70 µs, and the slave's fdatasync starts ~70 µs
+		// sooner; this fsync starts 40-55 µs later (docs/replication.md,
+		// "Cost").
 		runtime.Gosched()
 	}
 	if err == nil && end > start {

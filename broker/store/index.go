@@ -65,11 +65,19 @@ func putUnit(b []byte, phys int64, size int32, tag uint32) {
 // putRecordUnit writes the unit of a record with these properties: its tag
 // hash, or (no tag, some properties) its flagged property signature.
 func putRecordUnit(b []byte, phys int64, size int32, props []byte) {
-	tag, flag := protocol.PropsTagHash(props), uint32(0)
+	tag, flag := recordTag(props)
+	putUnit(b, phys, int32(uint32(size)|flag), tag)
+}
+
+// recordTag is the last field of the unit of a record with these
+// properties and the flag its size field carries: the tag hash, or (no tag,
+// some properties) the property signature and unitSigFlag.
+func recordTag(props []byte) (tag, flag uint32) {
+	tag = protocol.PropsTagHash(props)
 	if tag == 0 && len(props) > 0 {
 		tag, flag = filter.Signature(props), unitSigFlag
 	}
-	putUnit(b, phys, int32(uint32(size)|flag), tag)
+	return tag, flag
 }
 
 // getUnit returns a unit's fields: the size without unitSigFlag and the tag

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"unsafe"
 
 	"github.com/metaqgo/metaq/protocol"
@@ -194,6 +195,7 @@ func (s *Store) SetReadLimit(pos int64) {
 		s.clog.onVisible()
 	}
 	if pos == math.MaxInt64 {
+		s.clog.rawUnits.done(math.MaxInt64) // no more raw appends to index
 		if err := s.dropWatermark(); err != nil {
 			s.log.Warn("replication: removing the high watermark file", "err", err)
 		}
@@ -203,7 +205,7 @@ func (s *Store) SetReadLimit(pos int64) {
 // RaiseReadLimit moves the read limit up to pos (never down; nothing when
 // there is none): the master acknowledged everything below pos.
 func (s *Store) RaiseReadLimit(pos int64) {
-	if s.clog.raiseReadLimit(pos) {
+	if s.raiseReadLimitSaved(pos) {
 		s.clog.onVisible()
 	}
 }
@@ -243,14 +245,15 @@ type RawSpan struct {
 // not kept after it returns.
 func (s *Store) RaiseReadLimitFrom(pos int64, spans []RawSpan) {
 	l := s.clog
-	if !l.raiseReadLimit(pos) {
+	if !s.raiseReadLimitSaved(pos) {
 		return
 	}
 	if s.dispFailing.Load() || s.isClosed.Load() || !s.dispMu.TryLock() {
 		l.onVisible()
 		return
 	}
-	if err := s.dispatchUnlock(spans); err != nil || s.dispatched.Load() < l.visibleLimit() {
+	if err := s.dispatchUnlock(&rawSrc{spans: spans, units: l.rawUnits.pending()}); err != nil ||
+		s.dispatched.Load() < l.visibleLimit() {
 		s.wakeDispatcher() // a failed batch is retried there, with its backoff
 	}
 	s.visWait.Wake()
@@ -389,6 +392,7 @@ func (l *commitLog) publishRawLocked(pos, n int64, run *rawRun) {
 		rp.p.topic.puts += rp.count
 		rp.p = nil
 	}
+	l.rawUnits.add(run.units)
 	l.wpos = pos + n
 	l.lastRecord = run.lastRecord
 	if run.lastStore > l.lastStore {
@@ -421,10 +425,72 @@ func (p *partition) noteRaw(first, last int64) {
 // position and the newest store time. Reused (l.mu).
 type rawRun struct {
 	parts      []rawPart
+	units      []rawUnit          // one per record
 	idx        map[*partition]int // index into parts once there are more than rawRunScan
 	count      int64
 	lastRecord int64
 	lastStore  int64
+}
+
+// rawUnit is what the check of a replica's run found of one record: what
+// its index unit needs, so that the receive loop's dispatch from its buffer
+// (RaiseReadLimitFrom) does not decode the record a second time.
+type rawUnit struct {
+	pos   int64
+	qoff  int64
+	p     *partition
+	size  int32  // the unit's size field: the record's size | unitSigFlag (recordTag)
+	tag   uint32 // the unit's tag field
+	props bool   // the record has properties: the key index reads them from it
+}
+
+// rawUnitQueue holds the rawUnits of the runs appended and not yet
+// dispatched, in log order (AppendRaw adds, RaiseReadLimitFrom takes).
+// Entries are matched to records by position: a missing one (the queue was
+// full) or a stale one (the dispatcher goroutine indexed the record from
+// the log) only means the record is decoded.
+type rawUnitQueue struct {
+	mu    sync.Mutex // leaf
+	units []rawUnit
+	head  int // units[head:] are pending
+}
+
+// rawUnitsMax bounds the queue (a slave whose read limit does not move,
+// e.g. its master waits for other slaves, keeps appending).
+const rawUnitsMax = 1 << 16
+
+func (q *rawUnitQueue) add(us []rawUnit) {
+	q.mu.Lock()
+	if len(q.units)-q.head+len(us) <= rawUnitsMax {
+		q.units = append(q.units, us...)
+	}
+	q.mu.Unlock()
+}
+
+// pending returns the pending entries. Only one caller at a time (dispMu):
+// add only appends past them, so they stay valid until done.
+func (q *rawUnitQueue) pending() []rawUnit {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.units[q.head:]
+}
+
+// done drops the pending entries below pos.
+func (q *rawUnitQueue) done(pos int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for q.head < len(q.units) && q.units[q.head].pos < pos {
+		q.units[q.head].p = nil
+		q.head++
+	}
+	switch {
+	case q.head == len(q.units):
+		q.units, q.head = q.units[:0], 0
+	case q.head >= len(q.units)/2:
+		n := copy(q.units, q.units[q.head:])
+		clear(q.units[n:])
+		q.units, q.head = q.units[:n], 0
+	}
 }
 
 type rawPart struct {
@@ -475,6 +541,8 @@ func (r *rawRun) add(p *partition, first int64) {
 func (l *commitLog) checkRawLocked(b []byte) (*rawRun, error) {
 	run := &l.rawRun
 	run.parts, run.count, run.lastStore = run.parts[:0], 0, 0
+	clear(run.units) // no partition references kept
+	run.units = run.units[:0]
 	at := l.wpos
 	end := l.active.end()
 	slot := -1
@@ -492,7 +560,7 @@ func (l *commitLog) checkRawLocked(b []byte) (*rawRun, error) {
 		// Layout and CRC checked once (SplitRecord); the few fixed fields
 		// needed are read at their offsets (DecodeRecord would check the
 		// layout a second time and fill every field).
-		rec, _, _, err := protocol.SplitRecord(b[:size], true)
+		rec, props, _, err := protocol.SplitRecord(b[:size], true)
 		if err != nil {
 			return nil, fmt.Errorf("%w: at %d: %v", ErrRawBad, at, err)
 		}
@@ -524,6 +592,8 @@ func (l *commitLog) checkRawLocked(b []byte) (*rawRun, error) {
 		rp := &run.parts[slot]
 		rp.last = qoff
 		rp.count++
+		tag, flag := recordTag(props)
+		run.units = append(run.units, rawUnit{pos: at, qoff: qoff, p: p, size: int32(uint32(size) | flag), tag: tag, props: len(props) > 0})
 		run.count++
 		run.lastRecord = at
 		run.lastStore = max(run.lastStore, stime)

@@ -75,6 +75,13 @@ func (s *Store) recover() error {
 	}
 	s.clog.setSegments(segs)
 	logMin := segs[0].base
+	// What the last run's indexes covered (its checkpoint), kept across a
+	// truncation, which rebuilds every index: a replica's limit starts no
+	// lower (below).
+	served := int64(-1)
+	if ckOK {
+		served = ck.dispatched
+	}
 	if reset && rkind == ResetTruncate {
 		if rpos < logMin {
 			rpos = logMin
@@ -135,9 +142,11 @@ func (s *Store) recover() error {
 	limit := end
 	if s.cfg.Replica {
 		// A slave's read limit, before anything is indexed (watermark.go):
-		// what the indexes kept from the last run cover, or the stored
+		// what the indexes of the last run covered (served already; after
+		// a truncation, what of it is left: a former master cut at its
+		// divergence point has no watermark file), or the stored
 		// watermark if higher, never past the log.
-		limit = cut
+		limit = max(cut, served)
 		if wmOK {
 			limit = max(limit, wm)
 		}

@@ -26,10 +26,13 @@ import (
 // byte) and cannot be derived from the log (which bytes were acknowledged is
 // what the master said), hence a side file. It may only under-state:
 //
-//   - it holds a read limit the running store had, i.e. a position already
-//     safe to serve; SaveReadLimit rewrites it in place when the limit has
-//     risen (one pwrite, not fsynced: after a crash of the machine it may
-//     hold an older value, or be torn, both of which serve less);
+//   - it holds a position the master acknowledged, i.e. safe to serve; a
+//     raise of the read limit rewrites it in place before the new limit
+//     takes effect (raiseReadLimitSaved; SaveReadLimit retries a failed
+//     save), so a process killed after a rise does not restart below what
+//     its consumers read (one pwrite, not fsynced: after a crash of the
+//     machine it may hold an older value, or be torn, both of which serve
+//     less);
 //   - Open (Config.Replica) starts with it as the read limit before recovery
 //     indexes the log, never below what the indexes of the previous run
 //     covered (the checkpoint's dispatched position: those records were
@@ -156,17 +159,25 @@ func (s *Store) nextPastIndex(from, end int64) error {
 
 // SaveReadLimit writes the read limit to the watermark file when it rose
 // since the last save (nothing when there is no limit): a slave calls it
-// after each ack. Not fsynced (see above): one pwrite of 32 bytes when the
-// limit moved, one atomic load otherwise.
-func (s *Store) SaveReadLimit() error {
+// after each ack, which retries a save that failed when the limit rose
+// (raiseReadLimitSaved) and reports its error. Not fsynced (see above): one
+// pwrite of 32 bytes when the limit moved, one atomic load otherwise.
+func (s *Store) SaveReadLimit() error { return s.saveReadLimitAt(s.clog.readLimit.Load()) }
+
+// saveReadLimitAt writes lim, a position the master has acknowledged, to
+// the watermark file when it is above the value there and the store has a
+// read limit: SaveReadLimit, and a raise of the limit before it takes
+// effect (raiseReadLimitSaved).
+func (s *Store) saveReadLimitAt(lim int64) error {
 	w := &s.wm
-	if lim := s.clog.readLimit.Load(); lim == math.MaxInt64 || lim <= w.saved.Load() {
+	if lim == math.MaxInt64 || lim <= w.saved.Load() {
 		return nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	lim := s.clog.readLimit.Load() // again: a promotion may have lifted it
-	if lim == math.MaxInt64 || lim <= w.saved.Load() || s.isClosed.Load() {
+	// Again under the lock: a promotion may have lifted the limit (and
+	// removed the file) meanwhile.
+	if s.clog.readLimit.Load() == math.MaxInt64 || lim <= w.saved.Load() || s.isClosed.Load() {
 		return nil
 	}
 	if w.f == nil {
@@ -198,6 +209,20 @@ func (s *Store) dropWatermark() error {
 		return fmt.Errorf("store: high watermark file: %w", err)
 	}
 	return nil
+}
+
+// raiseReadLimitSaved is commitLog.raiseReadLimit with the new limit written
+// to the watermark file first (its error is left to SaveReadLimit's retry):
+// what the limit lets consumers read is on the file before they can read
+// it, so a slave killed right after a rise does not restart with a lower
+// limit than the offsets its consumers already reached (they would wait
+// for the master to speak again).
+func (s *Store) raiseReadLimitSaved(pos int64) bool {
+	if cur := s.clog.readLimit.Load(); pos <= cur || cur == math.MaxInt64 {
+		return false
+	}
+	_ = s.saveReadLimitAt(pos)
+	return s.clog.raiseReadLimit(pos)
 }
 
 func (w *watermark) closeLocked() {

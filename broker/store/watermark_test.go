@@ -104,15 +104,14 @@ func TestReplicaWatermarkAcrossRestart(t *testing.T) {
 func replicaWatermarkAcrossRestart(t *testing.T, sync bool) {
 	dir := t.TempDir()
 	r, cfg, acked := wmFixture(t, dir, nil, sync)
-	r.RaiseReadLimit(acked[14].PhysicalOffset) // not saved
+	r.RaiseReadLimit(acked[14].PhysicalOffset) // saved by the raise itself
 	r.crash()
 	r = mustOpen(t, cfg)
 	defer mustClose(t, r)
-	if lim := r.ReadLimit(); lim < acked[10].PhysicalOffset || lim > acked[14].PhysicalOffset {
-		t.Fatalf("reopened with read limit %d, want the saved %d (at most the unsaved %d)", lim, acked[10].PhysicalOffset, acked[14].PhysicalOffset)
+	if lim := r.ReadLimit(); lim != acked[14].PhysicalOffset {
+		t.Fatalf("reopened with read limit %d, want the saved %d", lim, acked[14].PhysicalOffset)
 	}
-	r.SetReadLimit(acked[10].PhysicalOffset) // what was saved (a checkpoint may have covered more)
-	servedUpTo(t, r, acked, 10)
+	servedUpTo(t, r, acked, 14)
 	r.RaiseReadLimit(acked[21].PhysicalOffset)
 	waitReadable(t, r, "u", 0, 1)
 	servedUpTo(t, r, acked, 21)
@@ -278,4 +277,45 @@ func BenchmarkSaveReadLimit(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A truncation keeps serving what the last run's indexes covered below the
+// cut, with no watermark file: a former master (its file was removed when it
+// was promoted) restarted as a slave and cut at its divergence point from the
+// new master serves its log up to the cut, as it did before, not nothing
+// until the new master speaks; the records past the limit would otherwise
+// also be scanned at open and by every handshake's epoch lookup.
+func TestReplicaWatermarkTruncateWithoutFile(t *testing.T) {
+	dir := t.TempDir()
+	r, cfg, acked := wmFixture(t, dir, nil, false)
+	r.SetReadLimit(-1) // promoted: serves everything, the file is removed
+	waitReadable(t, r, "u", 0, 2)
+	mustClose(t, r) // its checkpoint covers every record
+	cut := acked[12].PhysicalOffset
+	if err := ScheduleReset(dir, ResetTruncate, cut); err != nil {
+		t.Fatal(err)
+	}
+	r = mustOpen(t, cfg)
+	defer mustClose(t, r)
+	if lim := r.ReadLimit(); lim != cut {
+		t.Fatalf("read limit %d after a truncation at %d of a log whose indexes covered %d", lim, cut, acked[21].PhysicalOffset)
+	}
+	servedUpTo(t, r, acked[:12], 12)
+}
+
+// A raise of the read limit is on the watermark file before it takes
+// effect: a slave killed right after one (before its syncer's next ack)
+// restarts serving what its consumers could already read.
+func TestReplicaWatermarkSavedBeforeRaise(t *testing.T) {
+	dir := t.TempDir()
+	r, cfg, acked := wmFixture(t, dir, nil, false)
+	r.RaiseReadLimitFrom(acked[14].PhysicalOffset, nil) // no SaveReadLimit after it
+	waitReadable(t, r, "t", 1, 7)
+	r.crash()
+	r = mustOpen(t, cfg)
+	defer mustClose(t, r)
+	if lim := r.ReadLimit(); lim != acked[14].PhysicalOffset {
+		t.Fatalf("reopened with read limit %d, want %d: what was readable before the kill", lim, acked[14].PhysicalOffset)
+	}
+	servedUpTo(t, r, acked, 14)
 }

@@ -23,6 +23,11 @@ func TestConsumeShared(t *testing.T) {
 	for _, count := range []string{"8", "12"} {
 		out, errs, code := runCLI(t, context.Background(), "", "", "consume", "-t", "solo", "-g", "g", "--shared",
 			"--broker", b.Addr, "--count", count, "--timeout", "60s", "--concurrency", "4")
+		// A closing member releases what it did not print, once: nothing
+		// reaches maxDeliveries (client.TestPushConsumerNoPopAfterClose).
+		if d := b.PopService().Counters().DeadLettered.Load(); d != 0 {
+			t.Fatalf("--count %s: %d message(s) dead-lettered (exit %d %s)", count, d, code, errs)
+		}
 		if code != 0 {
 			t.Fatalf("consume --shared: exit %d %s", code, errs)
 		}
