@@ -256,6 +256,8 @@ if n:
               + ' '.join(f"{float(a)/1000:.1f}" for a, b in st) + " ms, max " + ' '.join(f"{float(b)/1000:.0f}" for a, b in st) + " ms per run")
 EOF
 	echo "$mode: the lag gauge sampled every 100 ms (age of the oldest unconfirmed byte): p99 $(p99 "$T/lag-$mode") ms   ($(lagdist "$T/lag-$mode"))"
-	[[ -s "$T/fsync-$mode" ]] && echo "$mode: the slave's fdatasyncs per run (count, mean µs): $(tr '\n' ';' <"$T/fsync-$mode")"
-	[[ -s "$T/rounds-$mode" ]] && echo "$mode: the master's group-commit rounds per run (count, messages per round, mean fsync µs): $(tr '\n' ';' <"$T/rounds-$mode")"
+	[[ ! -s "$T/fsync-$mode" ]] || echo "$mode: the slave's fdatasyncs per run (count, mean µs): $(tr '\n' ';' <"$T/fsync-$mode")"
+	if [[ -s "$T/rounds-$mode" ]]; then # sync mode only (an && list would end the script with 1 under set -e)
+		echo "$mode: the master's group-commit rounds per run (count, messages per round, mean fsync µs): $(tr '\n' ';' <"$T/rounds-$mode")"
+	fi
 done
