@@ -82,31 +82,20 @@ func readEpochs(st *store.Store) ([]epochRec, error) {
 		off = res.NextOffset
 		res.Release()
 	}
-	for pos := max(indexed, st.MinPos()); ; {
-		c, ok, err := st.ReadRawWritten(pos, 1<<20)
-		if err != nil || !ok {
-			return out, err
+	err := st.ScanWritten(max(indexed, st.MinPos()), func(pos int64, b []byte) error {
+		if !isEpochRecord(b) {
+			return nil
 		}
-		for b := c.Buf; len(b) > 0; {
-			size, magic, _ := protocol.PeekRecord(b)
-			if magic != protocol.RecordMagic {
-				break // a segment's BLANK
-			}
-			if isEpochRecord(b[:size]) {
-				r, _, err := protocol.DecodeRecord(b[:size], 0)
-				if err != nil {
-					c.Release()
-					return out, fmt.Errorf("ha: the epoch record at %d: %w", c.Pos+int64(len(c.Buf)-len(b)), err)
-				}
-				if r.Partition == 0 {
-					add(&r)
-				}
-			}
-			b = b[size:]
+		r, _, err := protocol.DecodeRecord(b, 0)
+		if err != nil {
+			return fmt.Errorf("ha: the epoch record at %d: %w", pos, err)
 		}
-		pos = c.Next
-		c.Release()
-	}
+		if r.Partition == 0 {
+			add(&r)
+		}
+		return nil
+	})
+	return out, err
 }
 
 // isEpochRecord: rec (one whole record) is of EpochTopic.

@@ -79,6 +79,47 @@ func (s *Store) ReadRawWritten(pos int64, max int) (c RawChunk, ok bool, err err
 	return s.readRaw(pos, max, s.clog.stage.written.Load())
 }
 
+// ScanWritten calls fn with each record of the log from pos (a record
+// boundary) up to WrittenPos, in log order: the scans of a log's tail that
+// no index covers (a slave's epoch records past its read limit, broker/ha).
+// fn's error ends the scan and is returned. Not for hot paths: one chunk
+// read per MiB.
+func (s *Store) ScanWritten(pos int64, fn func(pos int64, rec []byte) error) error {
+	return s.scanRecords(pos, func() int64 { return s.clog.stage.written.Load() }, fn)
+}
+
+// scanRecords is ScanWritten up to lim (read again for every chunk), which
+// skips the BLANK tails of segments; a record cut short of its size is
+// ErrCorrupt.
+func (s *Store) scanRecords(pos int64, lim func() int64, fn func(pos int64, rec []byte) error) error {
+	for {
+		c, ok, err := s.readRaw(pos, 1<<20, lim())
+		if err != nil || !ok {
+			return err
+		}
+		for b := c.Buf; len(b) > 0; {
+			at := c.Pos + int64(len(c.Buf)-len(b))
+			size, magic, _ := protocol.PeekRecord(b)
+			if magic != protocol.RecordMagic {
+				break // a segment's BLANK: the next chunk starts at the next segment
+			}
+			err := error(nil)
+			if size < protocol.RecordOverhead || size > len(b) {
+				err = fmt.Errorf("%w: record at %d: %v", ErrCorrupt, at, protocol.ErrBadSize)
+			} else {
+				err = fn(at, b[:size])
+			}
+			if err != nil {
+				c.Release()
+				return err
+			}
+			b = b[size:]
+		}
+		pos = c.Next
+		c.Release()
+	}
+}
+
 func (s *Store) readRaw(pos int64, max int, lim int64) (c RawChunk, ok bool, err error) {
 	l := s.clog
 	switch {

@@ -130,29 +130,16 @@ func (s *Store) openWatermark(reset bool) (pos int64, ok bool) {
 // limit: the dispatcher indexes them once the limit passes them), as
 // AppendRaw does for the records it appends.
 func (s *Store) nextPastIndex(from, end int64) error {
-	for pos := from; pos < end; {
-		c, ok, err := s.readRaw(pos, 1<<20, end)
-		if err != nil || !ok {
-			return fmt.Errorf("store: recovery: the records past the read limit at %d: %w", pos, err)
+	err := s.scanRecords(from, func() int64 { return end }, func(pos int64, b []byte) error {
+		rec, err := indexFields(b)
+		if err != nil {
+			return fmt.Errorf("%w: record at %d: %v", ErrCorrupt, pos, err)
 		}
-		for b := c.Buf; len(b) > 0; {
-			size, magic, _ := protocol.PeekRecord(b)
-			if magic != protocol.RecordMagic {
-				break // a segment's BLANK
-			}
-			rec, err := dispatchRecord{}, protocol.ErrBadSize
-			if size <= len(b) {
-				rec, err = indexFields(b[:size])
-			}
-			if err != nil {
-				c.Release()
-				return fmt.Errorf("store: recovery: %w: record at %d: %v", ErrCorrupt, c.Pos+int64(len(c.Buf)-len(b)), err)
-			}
-			s.partitionBytes(rec.topic, rec.partition).noteRaw(rec.queueOffset, rec.queueOffset)
-			b = b[size:]
-		}
-		pos = c.Next
-		c.Release()
+		s.partitionBytes(rec.topic, rec.partition).noteRaw(rec.queueOffset, rec.queueOffset)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: recovery: the records past the read limit at %d: %w", from, err)
 	}
 	return nil
 }
