@@ -233,8 +233,8 @@ func (d *dispatcher) batchTo(limit int64, src *rawSrc) error {
 		// buffer) is read there; anything else, from the mapped log.
 		var b []byte
 		if src != nil {
-			if b = spanRecord(&src.spans, pos); b != nil {
-				size, _, _ := protocol.PeekRecord(b)
+			var size int
+			if b, size = spanRecord(&src.spans, pos); b != nil {
 				if u := src.unit(pos, size); u != nil && (s.keys == nil || !u.props) {
 					d.addUnitTag(u.p, u.qoff, pos, u.size, u.tag)
 					pos += int64(size)
@@ -297,24 +297,25 @@ func (d *dispatcher) batchTo(limit int64, src *rawSrc) error {
 }
 
 // spanRecord returns the bytes from pos to the end of the span of *src
-// holding pos when that span starts a whole record there (nil otherwise:
-// the record is read from the log), dropping the spans that end at or
-// before pos (positions only grow within a batch). A BLANK is never taken
-// from a span: skipping it needs its segment.
-func spanRecord(src *[]RawSpan, pos int64) []byte {
+// holding pos when that span starts a whole record there, and the record's
+// size (nil otherwise: the record is read from the log), dropping the spans
+// that end at or before pos (positions only grow within a batch). A BLANK
+// is never taken from a span: skipping it needs its segment.
+func spanRecord(src *[]RawSpan, pos int64) ([]byte, int) {
 	sp := *src
 	for len(sp) > 0 && pos >= sp[0].Pos+int64(len(sp[0].Buf)) {
 		sp = sp[1:]
 	}
 	*src = sp
 	if len(sp) == 0 || pos < sp[0].Pos {
-		return nil
+		return nil, 0
 	}
 	b := sp[0].Buf[pos-sp[0].Pos:]
-	if size, magic, ok := protocol.PeekRecord(b); !ok || magic != protocol.RecordMagic || size > len(b) {
-		return nil
+	size, magic, ok := protocol.PeekRecord(b)
+	if !ok || magic != protocol.RecordMagic || size > len(b) {
+		return nil, 0
 	}
-	return b
+	return b, size
 }
 
 // dispatchRecord is what the dispatcher needs of a record.
