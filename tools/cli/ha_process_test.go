@@ -158,6 +158,33 @@ func queryIDs(t *testing.T, addr string, ids []int64, when string) {
 }
 
 // statInt reads one integer line of `stats` from the broker at addr (-1 when it cannot).
+// dialReplies connects to addr (closed when the test ends) with a reply reader on it.
+func dialReplies(t *testing.T, addr string) (net.Conn, *protocol.ReplyReader) {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return nc, protocol.NewReplyReader(bufio.NewReader(nc), 1<<20)
+}
+
+// holdPut sends a put, on a connection of its own, to a master that cannot acknowledge it yet
+// (syncReplicas above its linked slaves), and waits until the slave at s0addr holds it durably:
+// the master's durable end has moved past before and the slave's is the same.
+func holdPut(t *testing.T, maddr, s0addr string, before int64, data string) (net.Conn, *protocol.ReplyReader) {
+	t.Helper()
+	nc, rr := dialReplies(t, maddr)
+	if _, err := fmt.Fprintf(nc, "put dur 0 %d 0 1\r\n%s", len(data), data); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, func() bool {
+		m := statInt(maddr, "replication_durable_position")
+		return m > before && statInt(s0addr, "replication_durable_position") == m
+	}, "the slave to hold the put durably")
+	return nc, rr
+}
+
 func statInt(addr, key string) int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -356,14 +383,6 @@ func TestSlaveServesOnlyAcknowledged(t *testing.T) {
 	}, "the slave to link and learn the master's committed position")
 	before := statInt(maddr, "replication_committed_position")
 
-	dial := func(addr string) (net.Conn, *protocol.ReplyReader) {
-		nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nc.Close() })
-		return nc, protocol.NewReplyReader(bufio.NewReader(nc), 1<<20)
-	}
 	ask := func(nc net.Conn, rr *protocol.ReplyReader, cmd string) protocol.Reply {
 		t.Helper()
 		_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
@@ -376,20 +395,12 @@ func TestSlaveServesOnlyAcknowledged(t *testing.T) {
 		}
 		return r
 	}
-	pc, prr := dial(maddr)
 	const data = "held-by-the-gate"
-	if _, err := fmt.Fprintf(pc, "put dur 0 %d 0 1\r\n%s", len(data), data); err != nil {
-		t.Fatal(err)
-	}
-	// The slave holds the round durably, as far as the master's own durable end.
-	waitFor(t, 60*time.Second, func() bool {
-		m := statInt(maddr, "replication_durable_position")
-		return m > before && statInt(s0addr, "replication_durable_position") == m
-	}, "the slave to hold the put durably")
+	pc, prr := holdPut(t, maddr, s0addr, before, data)
 	if c := statInt(maddr, "replication_committed_position"); c != before {
 		t.Fatalf("the master's committed position moved to %d (from %d) with one of two slaves", c, before)
 	}
-	sc, srr := dial(s0addr)
+	sc, srr := dialReplies(t, s0addr)
 	// A long poll: without the limit the slave would answer it as soon as its dispatcher indexed
 	// the record; with it, it waits the 5 s out and finds nothing.
 	if r := ask(sc, srr, "get dur g 0 0 65536 2 5000\r\n"); r.Kind == protocol.ReplyValue || r.Code != 404 {
@@ -484,20 +495,7 @@ func TestRestartedSlaveServesOnlyAcknowledged(t *testing.T) {
 	// its own, and waits until the slave holds it durably.
 	hold := func(data string) (net.Conn, *protocol.ReplyReader) {
 		t.Helper()
-		before := statInt(maddr, "replication_durable_position")
-		nc, err := net.DialTimeout("tcp", maddr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nc.Close() })
-		if _, err := fmt.Fprintf(nc, "put dur 0 %d 0 1\r\n%s", len(data), data); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 60*time.Second, func() bool {
-			e := statInt(maddr, "replication_durable_position")
-			return e > before && statInt(s0addr, "replication_durable_position") == e
-		}, "the slave to hold the put durably")
-		return nc, protocol.NewReplyReader(bufio.NewReader(nc), 1<<20)
+		return holdPut(t, maddr, s0addr, statInt(maddr, "replication_durable_position"), data)
 	}
 	// serves checks what the slave shows of partition 0: want messages (offset, seek), the last
 	// of them data (a get at its offset), and nothing past them (a long poll finds nothing).
