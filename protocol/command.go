@@ -263,18 +263,3 @@ func parseInt32(b []byte) (int32, bool) {
 	}
 	return int32(v), true
 }
-
-// intLen returns the number of bytes of the decimal form of v.
-func intLen(v int64) int {
-	n := 1
-	u := uint64(v)
-	if v < 0 {
-		n++
-		u = -u
-	}
-	for u >= 10 {
-		u /= 10
-		n++
-	}
-	return n
-}
