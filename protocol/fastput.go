@@ -85,11 +85,18 @@ func (p *Parser) fastPut(b []byte, h Handler) (n int, ok bool, err error) {
 		return 0, false, nil // the general path answers the mismatch
 	}
 	c := &p.cmd
-	*c = Command{Op: OpPut, Opaque: int32(f5), HasOpaque: true, Checksum: -1,
-		Partition: int32(part), Flag: int32(flag)}
+	if !p.putOnly { // the general path filled other fields: clear them once
+		*c = Command{}
+		p.putOnly = true
+	}
+	// Every field a put sets, so that c equals
+	// Command{Op: OpPut, Opaque: …, HasOpaque: true, Checksum: …,
+	// HasChecksum: …, Partition: …, Flag: …, Line: …, Topic: …, Data: …}.
+	c.Op, c.Opaque, c.HasOpaque, c.Checksum, c.HasChecksum = OpPut, int32(f5), true, -1, false
 	if hasCk {
 		c.Opaque, c.Checksum, c.HasChecksum = int32(f6), int32(f5), true
 	}
+	c.Partition, c.Flag = int32(part), int32(flag)
 	p.ix = fieldIx{}
 	p.dataLen = int(dlen)
 	c.Line = b[:le:le]

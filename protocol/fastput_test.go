@@ -65,6 +65,11 @@ func fastPutSeeds() []string {
 		"put test 0 0 0 7\r\n",
 		"put test 0 1 0 7",
 		"putx test 0 1 0 7\r\nx",
+		// A fast put after a command that filled other fields (Parser.putOnly),
+		// and after a put with a checksum.
+		"get test g 3 17 10 3 500\r\nput test 0 5 0 1\r\nhello",
+		"put test 0 5 0 TX:s:1 9\r\nhelloput test 0 5 0 2\r\nworld",
+		fmt.Sprintf("put test 0 12 0 %d 8\r\n%sput test 1 5 2 9\r\nworld", ck, payload),
 	}
 }
 
