@@ -50,6 +50,11 @@ type connConfig struct {
 	onUp    func(c *brokerConn)
 	onCheck func(c *brokerConn, msgID int64)
 
+	// sendsDone takes back the states of a producer's async sends that
+	// the connection's reader completed, once per batch of replies
+	// (sendfree.go); nil for other clients.
+	sendsDone func([]*sendState)
+
 	// trace is a traced producer's writer (trace.go): each connection
 	// sends `trace on` first, stamps its replies with the time of their
 	// read, and queues the produce events its reader completes in a ring
@@ -85,9 +90,11 @@ type call struct {
 	deadline int64 // unix nanos (coarse clock)
 
 	// stamp is the trace clock when the reply was read, set by the reader
-	// of a traced producer's connection (trace.go); by is that connection
-	// when it completes the call through onDone (on its goroutine). Both
-	// are cleared when the call is registered.
+	// of a traced producer's connection (trace.go). by is the connection
+	// whose reader goroutine completes the call through onDone, set by
+	// that goroutine (readBatch; readReply for a traced producer's): the
+	// completion may then leave things to it (trace.go's ring, retire).
+	// Both are cleared when the call is registered.
 	stamp time.Duration
 	by    *brokerConn
 	// free: the call takes no slot of the window (a trace record riding a
@@ -355,6 +362,8 @@ type brokerConn struct {
 	syncMode bool // the last request registered was one its caller waits for (selfread.go)
 
 	tl *produceRing // a traced producer's: produce events its reader completed (trace.go)
+
+	retired []*sendState // the reader goroutine's: async sends its batch completed (sendfree.go)
 }
 
 func newBrokerConn(addr string, cfg *connConfig) *brokerConn {
@@ -882,9 +891,11 @@ func (c *brokerConn) reader(g *generation) {
 	if c.tl != nil {
 		defer c.tl.publish()
 	}
+	defer c.flushRetired()
 	rs := g.rs
 	for {
 		if rs.rr.Buffered() == 0 {
+			c.flushRetired() // sendfree.go: the read batch is done
 			if c.tl != nil {
 				c.tl.publish() // the read batch is done: its produce events go to the writer
 			}
@@ -892,6 +903,10 @@ func (c *brokerConn) reader(g *generation) {
 				return
 			}
 		}
+		if c.readBatch(g) { // selfread.go
+			continue
+		}
+		c.flushRetired() // before a read that may wait for the socket
 		if _, err := c.readReply(g); err != nil {
 			c.readFailed(g, err)
 			return

@@ -134,8 +134,11 @@ func (hs hookList) afterConsume(e *ConsumeEvent) {
 
 // beforeSend starts s's hook event.
 func (p *Producer) beforeSend(ctx context.Context, s *sendState) {
-	s.ev = SendEvent{Ctx: ctx, Message: s.msg, Start: time.Now()}
-	p.hooks.beforeSend(&s.ev)
+	if s.ev == nil {
+		s.ev = new(SendEvent) // kept with the pooled state (reset)
+	}
+	*s.ev = SendEvent{Ctx: ctx, Message: s.msg, Start: time.Now()}
+	p.hooks.beforeSend(s.ev)
 }
 
 // sendEnded tells the hooks and the trace writer a send's outcome; addr is
@@ -152,7 +155,7 @@ func (p *Producer) sendEnded(s *sendState, res SendResult, err error, addr strin
 		p.traceSend(s, res, err, addr, attempts) // trace.go
 	}
 	if p.hooks != nil {
-		e := &s.ev
+		e := s.ev
 		e.Result, e.Err, e.Attempts, e.Broker = res, err, attempts, addr
 		e.Cost = time.Since(e.Start)
 		p.hooks.afterSend(e)

@@ -70,6 +70,10 @@ type readSide struct {
 	taken *call // a get whose value block is being read into its own buffer (takeValue)
 	into  func(rep protocol.Reply, n int) []byte
 
+	// The reader goroutine's batch of replies (readBatch).
+	reps  [readBatchMax]protocol.Reply
+	calls [readBatchMax]*call
+
 	lazy  bool      // callers may read their own replies on this generation
 	owner readOwner // guarded by brokerConn.mu
 	rcall *call     // the call whose caller reads (readCaller)
@@ -276,6 +280,54 @@ func (c *brokerConn) readReply(g *generation) (*call, error) {
 	}
 	cl.finish()
 	return cl, nil
+}
+
+// readBatchMax bounds the replies readBatch completes in one go.
+const readBatchMax = 128
+
+// readBatch completes the replies whole in g's read buffer that
+// NextBuffered takes — a pipelined producer's put results, hundreds per
+// read — in one go (the reader goroutine): their calls leave the pending
+// table under one lock and give their window slots back with one release,
+// where readReply takes the lock and releases a slot per reply. False when
+// the buffer does not start with such a reply (readReply then reads).
+func (c *brokerConn) readBatch(g *generation) bool {
+	rs := g.rs
+	reps := rs.rr.NextBuffered(rs.reps[:0])
+	if len(reps) == 0 {
+		return false
+	}
+	c.activity.Store(true)
+	calls := rs.calls[:len(reps)]
+	c.mu.Lock()
+	for i := range reps {
+		calls[i] = c.pending.take(reps[i].Opaque)
+	}
+	c.mu.Unlock()
+	slots := 0
+	for _, cl := range calls {
+		if cl != nil && !cl.free {
+			slots++
+		}
+	}
+	if slots > 0 {
+		c.window.release(slots)
+	}
+	for i, cl := range calls {
+		if cl == nil {
+			continue // timed out or abandoned: a late reply
+		}
+		calls[i] = nil
+		cl.setReply(c.addr, &reps[i])
+		if st := g.stamp; st != nil {
+			cl.stamp = st.at
+		}
+		if cl.onDone != nil {
+			cl.by = c // completed right here, on this goroutine
+		}
+		cl.finish()
+	}
+	return true
 }
 
 // readFailed ends g after a read error (the call whose value block was

@@ -159,9 +159,25 @@ type replyEvent struct {
 }
 
 func readEvents(r io.Reader, maxBody int) ([]replyEvent, string) {
+	return readEventsBatched(r, maxBody, 0)
+}
+
+// readEventsBatched is readEvents taking, after each Next, what
+// NextBuffered returns in batches of up to batch replies (none when 0).
+func readEventsBatched(r io.Reader, maxBody, batch int) ([]replyEvent, string) {
 	rr := NewReplyReader(r, maxBody)
 	var out []replyEvent
+	reps := make([]Reply, 0, batch)
 	for {
+		for batch > 0 {
+			reps = rr.NextBuffered(reps[:0])
+			if len(reps) == 0 {
+				break
+			}
+			for _, rep := range reps {
+				out = append(out, replyEvent{rep.Kind, rep.Code, rep.Opaque, string(rep.Body)})
+			}
+		}
 		rep, err := rr.Next()
 		if err != nil {
 			var fe *ReplyFormatError
@@ -177,8 +193,9 @@ func readEvents(r io.Reader, maxBody int) ([]replyEvent, string) {
 	}
 }
 
-// FuzzReplyReader reads a stream whole and one byte at a time: no panic, the
-// same replies and the same error class, bodies within the limit.
+// FuzzReplyReader reads a stream whole, one byte at a time and whole in
+// NextBuffered's batches: no panic, the same replies and the same error
+// class, bodies within the limit.
 func FuzzReplyReader(f *testing.F) {
 	stream, _ := replyStream()
 	f.Add(stream, uint16(1024))
@@ -193,6 +210,10 @@ func FuzzReplyReader(f *testing.F) {
 		b, bErr := readEvents(iotest.OneByteReader(bytes.NewReader(stream)), mb)
 		if aErr != bErr || fmt.Sprint(a) != fmt.Sprint(b) {
 			t.Fatalf("whole %v %q\nbytes %v %q", a, aErr, b, bErr)
+		}
+		c, cErr := readEventsBatched(bytes.NewReader(stream), mb, 3)
+		if aErr != cErr || fmt.Sprint(a) != fmt.Sprint(c) {
+			t.Fatalf("whole %v %q\nbatched %v %q", a, aErr, c, cErr)
 		}
 	})
 }

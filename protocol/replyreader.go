@@ -169,38 +169,14 @@ func (rr *ReplyReader) fastResult(dst func(rep Reply, n int) []byte) (Reply, boo
 		return Reply{}, false
 	}
 	b, _ := rr.r.Peek(n) // no read: n bytes are buffered
-	if string(b[:7]) != "result " {
+	rep, ds, de, ok := parseFastResult(b, rr.maxBody)
+	if !ok {
 		return Reply{}, false
 	}
-	code, j, ok := fastInt(b, 7, ' ')
-	if !ok || j >= len(b) || code < 0 || code > maxI32 {
-		return Reply{}, false
-	}
-	blen, j, ok := fastInt(b, j, ' ')
-	if !ok || j >= len(b) || blen < 0 || blen > int64(rr.maxBody) {
-		return Reply{}, false
-	}
-	op, j, ok := fastInt(b, j, 0)
-	if !ok || op < minI32 || op > maxI32 {
-		return Reply{}, false
-	}
-	switch {
-	case b[j] == '\n':
-	case b[j] == '\r' && j+1 < len(b) && b[j+1] == '\n':
-		j++
-	default:
-		return Reply{}, false
-	}
-	ds := j + 1
-	if int64(len(b)-ds) < blen {
-		return Reply{}, false
-	}
-	de := ds + int(blen)
-	rep := Reply{Kind: ReplyResult, Code: int(code), Opaque: int32(op)}
-	if blen > 0 {
+	if de > ds {
 		var own []byte
 		if dst != nil {
-			own = dst(rep, int(blen))
+			own = dst(rep, de-ds)
 		}
 		if own != nil {
 			rep.Body = append(own[:0], b[ds:de]...)
@@ -210,6 +186,68 @@ func (rr *ReplyReader) fastResult(dst func(rep Reply, n int) []byte) (Reply, boo
 	}
 	_, _ = rr.r.Discard(de) // buffered: cannot fail
 	return rep, true
+}
+
+// NextBuffered appends to dst, up to its capacity, the replies whole in the
+// read buffer that fastResult would take (`result` replies in the common
+// shape), stopping at the first that is not, and returns it; it never reads
+// from the stream, so it returns dst unchanged when the buffer does not
+// start with such a reply (Next then reads it). Every Body aliases the read
+// buffer and stays valid until the next Next, NextInto or NextBuffered: a
+// pipelined producer's reader takes all the replies one read brought in
+// one go (and their calls under one lock, client/selfread.go).
+func (rr *ReplyReader) NextBuffered(dst []Reply) []Reply {
+	if rr.KeepBodies {
+		return dst
+	}
+	b, _ := rr.r.Peek(rr.r.Buffered()) // no read
+	off := 0
+	for len(dst) < cap(dst) && len(b)-off >= len("result 0 0 0\n") {
+		rep, ds, de, ok := parseFastResult(b[off:], rr.maxBody)
+		if !ok {
+			break
+		}
+		if de > ds {
+			rep.Body = b[off+ds : off+de : off+de]
+		}
+		dst = append(dst, rep)
+		off += de
+	}
+	_, _ = rr.r.Discard(off) // buffered: cannot fail
+	return dst
+}
+
+// parseFastResult parses the reply at the start of b for fastResult: its
+// header, where its body starts (ds) and ends (de, the bytes it takes); ok
+// false when it is not a whole `result` reply in the common shape.
+func parseFastResult(b []byte, maxBody int) (rep Reply, ds, de int, ok bool) {
+	if len(b) < len("result 0 0 0\n") || string(b[:7]) != "result " {
+		return Reply{}, 0, 0, false
+	}
+	code, j, ok := fastInt(b, 7, ' ')
+	if !ok || j >= len(b) || code < 0 || code > maxI32 {
+		return Reply{}, 0, 0, false
+	}
+	blen, j, ok := fastInt(b, j, ' ')
+	if !ok || j >= len(b) || blen < 0 || blen > int64(maxBody) {
+		return Reply{}, 0, 0, false
+	}
+	op, j, ok := fastInt(b, j, 0)
+	if !ok || op < minI32 || op > maxI32 {
+		return Reply{}, 0, 0, false
+	}
+	switch {
+	case b[j] == '\n':
+	case b[j] == '\r' && j+1 < len(b) && b[j+1] == '\n':
+		j++
+	default:
+		return Reply{}, 0, 0, false
+	}
+	ds = j + 1
+	if int64(len(b)-ds) < blen {
+		return Reply{}, 0, 0, false
+	}
+	return Reply{Kind: ReplyResult, Code: int(code), Opaque: int32(op)}, ds, ds + int(blen), true
 }
 
 // readBody reads exactly n bytes into buf, growing it as bytes arrive.
