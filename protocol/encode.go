@@ -25,6 +25,9 @@ const ChecksumNone int32 = math.MinInt32
 // A txKey must not start with a digit or '-' (the 7-field form would read
 // it as a checksum); MetaQ's `TX:` and `XID:` keys never do.
 func AppendPutHeader(dst []byte, topic string, partition int32, dataLen int, flag, checksum int32, txKey string, opaque int32) []byte {
+	if txKey == "" && dataLen >= 0 && dataLen <= math.MaxInt32 {
+		return appendPutLine(dst, topic, partition, int32(dataLen), flag, checksum, opaque)
+	}
 	dst = append(dst, "put "...)
 	dst = append(dst, topic...)
 	dst = appendIntField(dst, int64(partition))
@@ -38,6 +41,33 @@ func AppendPutHeader(dst []byte, topic string, partition int32, dataLen int, fla
 	}
 	dst = appendIntField(dst, int64(opaque))
 	return append(dst, '\r', '\n')
+}
+
+// appendPutLine is AppendPutHeader without a txKey: every put a producer
+// sends. Its numbers go backwards into one stack buffer with their spaces
+// and the line end, so the line takes three appends instead of eight (the
+// header was ~9% of the client's CPU in async publish).
+func appendPutLine(dst []byte, topic string, partition, dataLen, flag, checksum, opaque int32) []byte {
+	// At most 5 × " -2147483648" + "\r\n" (62 bytes), and room below for
+	// the junk word putDecBack stores under the first field's start.
+	var b [80]byte
+	i := len(b) - 2
+	b[i], b[i+1] = '\r', '\n'
+	i = putDecBack(b[:], i, int64(opaque)) - 1
+	b[i] = ' '
+	if checksum != ChecksumNone {
+		i = putDecBack(b[:], i, int64(checksum)) - 1
+		b[i] = ' '
+	}
+	i = putDecBack(b[:], i, int64(flag)) - 1
+	b[i] = ' '
+	i = putDecBack(b[:], i, int64(dataLen)) - 1
+	b[i] = ' '
+	i = putDecBack(b[:], i, int64(partition)) - 1
+	b[i] = ' '
+	dst = append(dst, "put "...)
+	dst = append(dst, topic...)
+	return append(dst, b[i:]...)
 }
 
 // AppendPut appends a whole put: header line and data. See AppendPutHeader
