@@ -141,3 +141,22 @@ func TestReplyFastPathTaken(t *testing.T) {
 		t.Fatalf("fast %q, general %v", got, want)
 	}
 }
+
+// FuzzFastPutResult: whatever the bytes, a put result fastPutResult accepts
+// parses to the same numbers on the general path.
+func FuzzFastPutResult(f *testing.F) {
+	for _, s := range []string{"0 0 0", "1125899906842624 3 424242", "999999999999999999 2147483647 999999999999999999",
+		"1 2147483648 3", "5 -1 -1", "1  2 3", "1 2 3 ", "0001 02 3", "1234567890123456789 1 1"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, part, off, ok := fastPutResult(b)
+		if !ok {
+			return
+		}
+		gid, gpart, goff, err := parsePutResult(b)
+		if err != nil || gid != id || gpart != part || goff != off {
+			t.Fatalf("%q: fast %d %d %d, general %d %d %d %v", b, id, part, off, gid, gpart, goff, err)
+		}
+	})
+}
