@@ -195,16 +195,18 @@ type rawSrc struct {
 	units []rawUnit
 }
 
-// unit returns the check's entry for the record of size bytes at pos, if
-// there is one, dropping the entries before pos (positions only grow
-// within a batch).
-func (r *rawSrc) unit(pos int64, size int) *rawUnit {
+// unit returns the check's entry for the record at pos, if there is one,
+// dropping the entries before pos (positions only grow within a batch). An
+// entry is the record at its position: a replica's log only grows while the
+// store is open (truncations and resets are done at Open), so the record's
+// bytes need not be read to match it.
+func (r *rawSrc) unit(pos int64) *rawUnit {
 	us := r.units
 	for len(us) > 0 && us[0].pos < pos {
 		us = us[1:]
 	}
 	r.units = us
-	if len(us) == 0 || us[0].pos != pos || int(uint32(us[0].size)&^unitSigFlag) != size {
+	if len(us) == 0 || us[0].pos != pos {
 		return nil
 	}
 	return &us[0]
@@ -229,19 +231,20 @@ func (d *dispatcher) batchTo(limit int64, src *rawSrc) error {
 	}()
 	n := 0
 	for pos < stop {
-		// A record the caller still holds (src: a replica's receive
-		// buffer) is read there; anything else, from the mapped log.
+		// A record the check found (src: a replica's receive loop) is
+		// indexed from its entry, without reading it, unless a key index
+		// needs its properties; a record the caller still holds (its
+		// receive buffer) is read there; anything else, from the mapped
+		// log.
 		var b []byte
 		if src != nil {
-			var size int
-			if b, size = spanRecord(&src.spans, pos); b != nil {
-				if u := src.unit(pos, size); u != nil && (s.keys == nil || !u.props) {
-					d.addUnitTag(u.p, u.qoff, pos, u.size, u.tag)
-					pos += int64(size)
-					n++
-					continue
-				}
+			if u := src.unit(pos); u != nil && (s.keys == nil || !u.props) {
+				d.addUnitTag(u.p, u.qoff, pos, u.size, u.tag)
+				pos += int64(uint32(u.size) &^ unitSigFlag)
+				n++
+				continue
 			}
+			b = spanRecord(&src.spans, pos)
 		}
 		if b == nil {
 			if g == nil || pos >= g.end() {
@@ -297,25 +300,25 @@ func (d *dispatcher) batchTo(limit int64, src *rawSrc) error {
 }
 
 // spanRecord returns the bytes from pos to the end of the span of *src
-// holding pos when that span starts a whole record there, and the record's
-// size (nil otherwise: the record is read from the log), dropping the spans
-// that end at or before pos (positions only grow within a batch). A BLANK
-// is never taken from a span: skipping it needs its segment.
-func spanRecord(src *[]RawSpan, pos int64) ([]byte, int) {
+// holding pos when that span starts a whole record there (nil otherwise:
+// the record is read from the log), dropping the spans that end at or
+// before pos (positions only grow within a batch). A BLANK is never taken
+// from a span: skipping it needs its segment.
+func spanRecord(src *[]RawSpan, pos int64) []byte {
 	sp := *src
 	for len(sp) > 0 && pos >= sp[0].Pos+int64(len(sp[0].Buf)) {
 		sp = sp[1:]
 	}
 	*src = sp
 	if len(sp) == 0 || pos < sp[0].Pos {
-		return nil, 0
+		return nil
 	}
 	b := sp[0].Buf[pos-sp[0].Pos:]
 	size, magic, ok := protocol.PeekRecord(b)
 	if !ok || magic != protocol.RecordMagic || size > len(b) {
-		return nil, 0
+		return nil
 	}
-	return b, size
+	return b
 }
 
 // dispatchRecord is what the dispatcher needs of a record.

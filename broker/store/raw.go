@@ -592,31 +592,39 @@ func (l *commitLog) checkRawLocked(b []byte) (*rawRun, error) {
 	at := l.wpos
 	end := l.active.end()
 	slot := -1
+	be := binary.BigEndian
 	for len(b) > 0 {
-		size, magic, ok := protocol.PeekRecord(b)
-		if !ok {
+		// One pass over each record: its header, layout (RecordLayout) and
+		// CRC are checked as protocol.SplitRecord checks them, and the few
+		// fixed fields needed are read at their offsets.
+		if len(b) < protocol.BlankMinSize {
 			return nil, fmt.Errorf("%w: %d stray bytes at %d", ErrRawBad, len(b), at)
 		}
-		if magic == protocol.BlankMagic {
+		size := int(be.Uint32(b[protocol.OffSize:]))
+		switch magic := be.Uint32(b[protocol.OffMagic:]); {
+		case magic == protocol.BlankMagic:
 			return nil, fmt.Errorf("%w: BLANK inside a run of records at %d", ErrRawBad, at)
-		}
-		if size > len(b) {
+		case magic != protocol.RecordMagic:
+			return nil, fmt.Errorf("%w: at %d: %v", ErrRawBad, at, protocol.ErrBadMagic)
+		case size < protocol.RecordOverhead+1:
+			return nil, fmt.Errorf("%w: at %d: %v", ErrRawBad, at, protocol.ErrBadSize)
+		case size > len(b):
 			return nil, fmt.Errorf("%w: record of %d bytes at %d, %d given", ErrRawBad, size, at, len(b))
 		}
-		// Layout and CRC checked once (SplitRecord); the few fixed fields
-		// needed are read at their offsets (DecodeRecord would check the
-		// layout a second time and fill every field).
-		rec, props, _, err := protocol.SplitRecord(b[:size], true)
+		rec := b[:size:size]
+		tb, props, _, err := protocol.RecordLayout(rec)
 		if err != nil {
 			return nil, fmt.Errorf("%w: at %d: %v", ErrRawBad, at, err)
 		}
-		if phys := int64(binary.BigEndian.Uint64(rec[protocol.OffPhysicalOffset:])); phys != at {
+		if be.Uint32(rec[protocol.OffCRC:]) != protocol.CRC32C(rec[protocol.OffMsgID:]) {
+			return nil, fmt.Errorf("%w: at %d: %v", ErrRawBad, at, protocol.ErrBadCRC)
+		}
+		if phys := int64(be.Uint64(rec[protocol.OffPhysicalOffset:])); phys != at {
 			return nil, fmt.Errorf("%w: record of %d says physical offset %d", ErrRawBad, at, phys)
 		}
-		part := int32(binary.BigEndian.Uint32(rec[protocol.OffPartition:]))
-		qoff := int64(binary.BigEndian.Uint64(rec[protocol.OffQueueOffset:]))
-		stime := int64(binary.BigEndian.Uint64(rec[protocol.OffStoreTime:]))
-		tb := rec[protocol.OffTopicLen+1 : protocol.OffTopicLen+1+int(rec[protocol.OffTopicLen])]
+		part := int32(be.Uint32(rec[protocol.OffPartition:]))
+		qoff := int64(be.Uint64(rec[protocol.OffQueueOffset:]))
+		stime := int64(be.Uint64(rec[protocol.OffStoreTime:]))
 		if rem := end - at; !(int64(size) == rem || int64(size)+protocol.BlankMinSize <= rem) {
 			return nil, fmt.Errorf("%w: record of %d bytes at %d does not fit the %d left in the segment (maxSegmentSize differs from the master's?)",
 				ErrRawBad, size, at, rem)
@@ -638,7 +646,10 @@ func (l *commitLog) checkRawLocked(b []byte) (*rawRun, error) {
 		rp := &run.parts[slot]
 		rp.last = qoff
 		rp.count++
-		tag, flag := recordTag(props)
+		var tag, flag uint32
+		if len(props) > 0 { // recordTag of no properties: no tag, no flag
+			tag, flag = recordTag(props)
+		}
 		run.units = append(run.units, rawUnit{pos: at, qoff: qoff, p: p, size: int32(uint32(size) | flag), tag: tag, props: len(props) > 0})
 		run.count++
 		run.lastRecord = at
