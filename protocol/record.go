@@ -222,6 +222,14 @@ func SplitRecord(b []byte, crc bool) (rec, props []byte, data int, err error) {
 	return rec, props, data, err
 }
 
+// SplitRecordTopic is SplitRecord with the CRC checked, returning the
+// topic's bytes too: a replica's check of the records it receives
+// (broker/store) needs both, and each record is looked at once.
+func SplitRecordTopic(b []byte) (rec, topic, props []byte, err error) {
+	rec, topic, props, _, err = splitRecord(b, true)
+	return rec, topic, props, err
+}
+
 // splitRecord is SplitRecord returning the topic too (DecodeRecord fills
 // a Record from it without checking the layout again).
 func splitRecord(b []byte, crc bool) (rec, topic, props []byte, data int, err error) {

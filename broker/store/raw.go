@@ -594,31 +594,23 @@ func (l *commitLog) checkRawLocked(b []byte) (*rawRun, error) {
 	slot := -1
 	be := binary.BigEndian
 	for len(b) > 0 {
-		// One pass over each record: its header, layout (RecordLayout) and
-		// CRC are checked as protocol.SplitRecord checks them, and the few
-		// fixed fields needed are read at their offsets.
-		if len(b) < protocol.BlankMinSize {
-			return nil, fmt.Errorf("%w: %d stray bytes at %d", ErrRawBad, len(b), at)
-		}
-		size := int(be.Uint32(b[protocol.OffSize:]))
-		switch magic := be.Uint32(b[protocol.OffMagic:]); {
-		case magic == protocol.BlankMagic:
+		// One pass over each record (protocol.SplitRecordTopic: header,
+		// layout, CRC-32C); the few fixed fields needed are read at their
+		// offsets.
+		rec, tb, props, err := protocol.SplitRecordTopic(b)
+		switch {
+		case err == nil:
+		case errors.Is(err, protocol.ErrBlank):
 			return nil, fmt.Errorf("%w: BLANK inside a run of records at %d", ErrRawBad, at)
-		case magic != protocol.RecordMagic:
-			return nil, fmt.Errorf("%w: at %d: %v", ErrRawBad, at, protocol.ErrBadMagic)
-		case size < protocol.RecordOverhead+1:
-			return nil, fmt.Errorf("%w: at %d: %v", ErrRawBad, at, protocol.ErrBadSize)
-		case size > len(b):
+		case errors.Is(err, protocol.ErrShortRecord) && len(b) < protocol.BlankMinSize:
+			return nil, fmt.Errorf("%w: %d stray bytes at %d", ErrRawBad, len(b), at)
+		case errors.Is(err, protocol.ErrShortRecord):
+			size, _, _ := protocol.PeekRecord(b)
 			return nil, fmt.Errorf("%w: record of %d bytes at %d, %d given", ErrRawBad, size, at, len(b))
-		}
-		rec := b[:size:size]
-		tb, props, _, err := protocol.RecordLayout(rec)
-		if err != nil {
+		default:
 			return nil, fmt.Errorf("%w: at %d: %v", ErrRawBad, at, err)
 		}
-		if be.Uint32(rec[protocol.OffCRC:]) != protocol.CRC32C(rec[protocol.OffMsgID:]) {
-			return nil, fmt.Errorf("%w: at %d: %v", ErrRawBad, at, protocol.ErrBadCRC)
-		}
+		size := len(rec)
 		if phys := int64(be.Uint64(rec[protocol.OffPhysicalOffset:])); phys != at {
 			return nil, fmt.Errorf("%w: record of %d says physical offset %d", ErrRawBad, at, phys)
 		}
