@@ -48,6 +48,8 @@ cleanup() {
 trap cleanup EXIT
 
 [[ -x "$BIN" ]] || (cd "$ROOT" && go build -o "$BIN" ./tools/metaq)
+. "$ROOT/bench/warm.sh" # a fresh VM charges the first touch of each page (bench/README.md, Caveats)
+warm_memory
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 

@@ -141,6 +141,8 @@ stamp="$(date +%Y-%m-%d-%H%M%S)"
 json="results/$stamp.json"
 md="results/$stamp.md"
 
+. "$here/warm.sh" # a fresh VM charges the first touch of each page (bench/README.md, Caveats)
+warm_memory
 log "running: bin/peerbench ${args[*]}"
 log "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) before the run"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
