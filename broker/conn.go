@@ -86,6 +86,9 @@ type conn struct {
 	put partialPut // a put whose data spans reads (reader only; putbudget.go)
 	rd  readTimes  // what the read deadline was set for (reader only; readbuf.go)
 
+	putCounts  putCounts     // puts counted but not yet added to the shared counters (putcount.go; reader only)
+	topicCache putTopicCache // the last put's topic (putcount.go; reader only)
+
 	closeOnce sync.Once
 	wg        sync.WaitGroup // writer + parked gets and pops
 
@@ -162,6 +165,7 @@ func (c *conn) writeOut() {
 
 // publish hands the reader's replies to the writer.
 func (c *conn) publish() {
+	c.flushPutCounts() // putcount.go: counted before acknowledged
 	if c.txEnds.pending() {
 		c.writeOut() // their replies are placeholders until then
 	}

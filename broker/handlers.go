@@ -109,19 +109,21 @@ func (c *conn) failPut(ts *topicState, code int, body string, opaque int32) {
 
 func (c *conn) handlePut(cmd *protocol.Command) {
 	s := c.srv
-	s.stats.cmdPut.Add(1)
 	if string(cmd.Topic) == trace.Topic {
+		s.stats.cmdPut.Add(1)
 		c.tracePut(cmd) // traceput.go: the one system topic that takes puts
 		return
 	}
 	// The put path is shared with Server.Publish (publish.go): refusals,
-	// partition choice, delays and the append live there.
-	ts, perr := s.putTopic(cmd.Topic, cmd.Partition)
+	// partition choice, delays and the append live there. The counters are
+	// the connection's until the end of the read (putcount.go).
+	ts, perr := c.cachedPutTopic(cmd.Topic, cmd.Partition)
 	if perr != nil {
+		s.stats.cmdPut.Add(1)
 		c.failPut(nil, perr.Code, perr.Msg, cmd.Opaque)
 		return
 	}
-	sampled := s.sampleStart(ts.puts.Add(1))
+	sampled := s.sampleStart(c.countPut(ts))
 	if len(cmd.TxKey) > 0 || isSystemTopic(ts.name) {
 		c.txPut(ts, cmd) // txconn.go
 		return
@@ -146,11 +148,13 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 	if !ok {
 		return
 	}
+	n := len(msg.Data)
 	res, flush, perr := s.putAppend(ts, &msg)
 	if perr != nil {
 		c.failPut(ts, perr.Code, perr.Msg, cmd.Opaque)
 		return
 	}
+	c.putCounts.bytes += int64(n)
 	if delayed {
 		res.QueueOffset = -1 // stored in %SCHEDULE%: no queue offset in its topic yet
 	}

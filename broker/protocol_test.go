@@ -284,3 +284,21 @@ func TestQuitClosesWithoutReply(t *testing.T) {
 	expect(t, c.Reply(), protocol.ReplyResult, 200, 1, "")
 	c.ExpectClosed(5 * time.Second)
 }
+
+// TestStatsCountsPipelinedPuts: puts read together with a stats request are
+// counted in its reply (the reader adds its counts before rendering it,
+// putcount.go), and the topic's counters reach stats after the replies.
+func TestStatsCountsPipelinedPuts(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{})
+	c := b.Dial()
+	c.Send("put test 0 1 0 1\r\nxput test 0 2 0 2\r\nyyput test 0 3 0 3\r\nzzzstats 4\r\n")
+	for i := int32(1); i <= 3; i++ {
+		if r := c.Reply(); r.Code != 200 || r.Opaque != i {
+			t.Fatalf("put %d: %+v %q", i, r, r.Body)
+		}
+	}
+	r := c.Reply()
+	if r.Code != 200 || r.Opaque != 4 || !strings.Contains(string(r.Body), "cmd_put 3\r\n") {
+		t.Fatalf("stats after three pipelined puts: %+v\n%s", r, r.Body)
+	}
+}

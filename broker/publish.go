@@ -95,11 +95,11 @@ func (s *Server) planDelay(ts *topicState, m *store.Message, buf []byte) (delaye
 	return true, buf, nil
 }
 
-// putAppend appends a resolved message (after planDelay) and counts its
-// bytes. In sync-flush mode the caller acknowledges after flush is done; in
+// putAppend appends a resolved message (after planDelay); the caller counts
+// its bytes (len(m.Data) before the call) on success. In sync-flush mode the caller acknowledges after flush is done; in
 // async mode after store.WriteOut.
 func (s *Server) putAppend(ts *topicState, m *store.Message) (store.AppendResult, *store.Flush, *PutError) {
-	partition, n := m.Partition, len(m.Data)
+	partition := m.Partition
 	res, flush, err := s.appendAsync(m)
 	if err != nil {
 		code := protocol.StatusInternalServerError
@@ -113,7 +113,6 @@ func (s *Server) putAppend(ts *topicState, m *store.Message) (store.AppendResult
 		}
 		return res, nil, putErr(code, s.putError([]byte(ts.name), partition, err.Error()))
 	}
-	ts.putBytes.Add(int64(n))
 	return res, flush, nil
 }
 
@@ -246,10 +245,12 @@ func (s *Server) publish(m *Message) (PublishResult, int64, *store.Flush, *PutEr
 	if perr != nil {
 		return fail(perr)
 	}
+	n := len(msg.Data)
 	ar, flush, perr := s.putAppend(ts, &msg)
 	if perr != nil {
 		return fail(perr)
 	}
+	ts.putBytes.Add(int64(n))
 	res.MsgID, res.QueueOffset = ar.MsgID, ar.QueueOffset
 	if delayed {
 		res.QueueOffset = -1

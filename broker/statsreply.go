@@ -22,6 +22,7 @@ func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 // config (the server.ini), help, or a topic name.
 func (c *conn) handleStats(cmd *protocol.Command) {
 	s := c.srv
+	c.flushPutCounts() // this connection's puts before it (putcount.go)
 	item := string(cmd.Item)
 	if item == "config" {
 		c.statsConfig(cmd.Opaque)
