@@ -7,13 +7,18 @@
 # it with --cpuprofile OUT/client.prof, stops the broker gracefully (the profile is written at
 # the stop), prints the rate, the broker's and the client's CPU µs per message, and removes the
 # broker's data. Read the profiles with `go tool pprof -top -cum BIN OUT/broker.prof`.
+# topics-1000 / partitions-10000 (and topics / partitions) get their topics' sections
+# (bench/standalone.sh spread_ini; STANDALONE_INI, if set, replaces them). SIDE=base or
+# SIDE=spread runs every phase on that side (`metaq bench --side`, after priming both), so two
+# profiles, one per side, show what the spread adds: `go tool pprof -diff_base`.
 #
 # Usage: bench/profile.sh BIN WORKLOAD OUT [metaq bench flags…]
 #   e.g. bench/profile.sh bin/metaq publish-batch /tmp/metaq-prof-batch --duration 8s
 #        bench/profile.sh bin/metaq produce /tmp/metaq-prof-async --window 1000 --duration 8s
+#        for s in base spread; do SIDE=$s bench/profile.sh bin/metaq topics-1000 /tmp/prof-$s --count 4000000; done
 set -euo pipefail
 
-[[ $# -ge 3 ]] || { sed -n '2,13p' "$0"; exit 2; }
+[[ $# -ge 3 ]] || { sed -n '2,18p' "$0"; exit 2; }
 BIN="$(realpath "$1")" WL="$2" OUT="$3"
 shift 3
 mkdir -p "$OUT"
@@ -28,10 +33,10 @@ trap cleanup EXIT
 
 port="$(free_port)"
 rm -rf "$OUT/data"
-BROKER_ARGS="--cpuprofile $OUT/broker.prof" standalone_broker "$BIN" "$OUT" "$port" "${SYNC:-0}" 1
+STANDALONE_INI="${STANDALONE_INI-$(spread_ini "$WL")}" BROKER_ARGS="--cpuprofile $OUT/broker.prof" standalone_broker "$BIN" "$OUT" "$port" "${SYNC:-0}" 1
 PID=$BROKER_PID
 out="$("$BIN" bench "$WL" --json --server "127.0.0.1:$port" --server-pid "$PID" --topic bench \
-	--cpuprofile "$OUT/client.prof" "$@" 2>/dev/null || true)"
+	--cpuprofile "$OUT/client.prof" ${SIDE:+--side "$SIDE"} "$@" 2>/dev/null || true)"
 stop_broker "$PID"
 PID=""
 python3 -c '

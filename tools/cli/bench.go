@@ -46,6 +46,7 @@ type benchOpts struct {
 	trace      bool            // producers write trace records (bench_trace.go)
 	traceRuns  int             // trace workload: on/off pairs
 	pairs      int             // topics/partitions: alternating phase pairs
+	side       string          // topics/partitions: "" (both), "base" or "spread" (every phase on that side)
 	tx         txBenchOpts     // bench_tx.go
 
 	batchInflight int // publish-batch: frames in flight per producer (bench_batch.go)
@@ -220,6 +221,7 @@ workload succeeded.`,
 	pf.IntVar(&o.topics, "topics", 1000, "topics: number of topics of the spread phase")
 	pf.IntVar(&o.partitions, "partitions", 10000, "partitions: number of partitions of <topic>-p")
 	pf.IntVar(&o.pairs, "pairs", 5, "topics/partitions: alternating pairs of phases (1 vs many), each --duration / --pairs long")
+	pf.StringVar(&o.side, "side", "", "topics/partitions: run every phase on one side, base (1) or spread (many), after priming both — to profile one side alone (bench/profile.sh SIDE=)")
 	pf.StringVar(&o.tag, "tag", "", "tag of the messages (consumers fetch with this tag filter)")
 	pf.StringVar(&o.where, "where", "", "consume: fetch with this filter expression; the backlog's messages carry bench=0…9 (\"bench = 0\" keeps 10%)")
 	pf.BoolVar(&o.sync, "sync", false, "expect sync flush (durable at ack): fail unless every broker reports flush_mode sync")
@@ -280,6 +282,8 @@ func (o *benchOpts) validate(name string) error {
 		return usageErr("--topics must be >= 1")
 	case o.partitions < 1:
 		return usageErr("--partitions must be >= 1")
+	case o.side != "" && o.side != "base" && o.side != "spread":
+		return usageErr("--side must be base or spread")
 	case o.fetchSize < 1:
 		return usageErr("--fetch-size must be >= 1")
 	case o.fetchDepth < 1:

@@ -1055,9 +1055,16 @@ func (b *bencher) spread(ctx context.Context, r benchkit.Result, one, many []*cl
 	}
 	var cli [2]time.Duration // client CPU of the one and the many side
 	a, err := benchkit.Alternate(pairs, func(spread bool, i int) (benchkit.PhaseRun, error) {
-		msgs, label, side := one, r.Workload+" (1)", 0
+		side := 0 // Alternate's side, which the phase is counted on
 		if spread {
-			msgs, label, side = many, r.Workload, 1
+			side = 1
+		}
+		if b.o.side != "" { // --side: both halves of every pair on one side
+			spread = b.o.side == "spread"
+		}
+		msgs, label := one, r.Workload+" (1)"
+		if spread {
+			msgs, label = many, r.Workload
 		}
 		m := b.startCPU()
 		ph := b.publishPhase(ctx, fmt.Sprintf("%s %d/%d", label, i+1, pairs), msgs, d, limit, nil, nil)
@@ -1070,7 +1077,7 @@ func (b *bencher) spread(ctx context.Context, r benchkit.Result, one, many []*cl
 			cli[side] += used
 		}
 		b.settle(ctx) // the next phase does not inherit this one's indexing backlog
-		if ph.err != nil && side == 0 {
+		if ph.err != nil && !spread {
 			return run, fmt.Errorf("baseline: %w", ph.err)
 		}
 		return run, ph.err
@@ -1084,6 +1091,9 @@ func (b *bencher) spread(ctx context.Context, r benchkit.Result, one, many []*cl
 		fmt.Sprintf("one put to each and waiting for the broker to index them (not measured) took %s", primed.Round(time.Millisecond)),
 		"broker flush_mode "+b.flushMode(ctx))
 	r.SetAlternation(a)
+	if b.o.side != "" {
+		r.Notes += "; --side " + b.o.side + ": every phase on that side (the ratio and the base figures compare it with itself)"
+	}
 	bt, st := a.BaseTotal(), a.SpreadTotal()
 	cpu := fmt.Sprintf("client CPU %.2f µs/msg (base %.2f)", benchkit.CPUPerMsgUS(cli[1], st.Msgs), benchkit.CPUPerMsgUS(cli[0], bt.Msgs))
 	if bt.ServerCPU > 0 || st.ServerCPU > 0 {
