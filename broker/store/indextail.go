@@ -39,7 +39,7 @@ import (
 // every indexSyncEvery intervals with many); Flush and Close always do.
 //
 // Memory: one 4 KiB buffer per partition that received units recently, taken
-// from a shared pool and bounded by Config.IndexBufferSize (default 64 MiB =
+// from a shared pool (huge-page backed where it can be: tailarena.go) and bounded by Config.IndexBufferSize (default 64 MiB =
 // 16,384 partitions). A partition keeps its buffer while it is busy and
 // returns it at the first tail flush (checkpoint) that finds it got no unit
 // since the previous one. A partition that finds the budget exhausted writes
@@ -88,11 +88,17 @@ func (tp *tailPool) get() []byte {
 		tp.held.Add(-tailBytes)
 		return nil
 	}
+	if b := tailBufs.get(); b != nil {
+		return b
+	}
 	return tp.free.Get().(*[tailBytes]byte)[:]
 }
 
 func (tp *tailPool) put(b []byte) {
 	tp.held.Add(-tailBytes)
+	if tailBufs.put(b) {
+		return
+	}
 	tp.free.Put((*[tailBytes]byte)(b))
 }
 
@@ -252,6 +258,30 @@ func (s *Store) flushTails() error {
 		}
 	}
 	return nil
+}
+
+// releaseTails returns the buffers of empty tails to the pool (Close, after
+// the final checkpoint wrote them out): arena buffers outlive the store
+// (tailarena.go). A tail still holding units (its write failed) keeps its
+// buffer.
+func (s *Store) releaseTails() {
+	s.tails.mu.Lock()
+	ps := make([]*partition, 0, len(s.tails.pending))
+	for p := range s.tails.pending {
+		ps = append(ps, p)
+	}
+	s.tails.mu.Unlock()
+	for _, p := range ps {
+		p.tailMu.Lock()
+		if t := &p.tail; t.n == 0 && t.buf != nil {
+			s.tails.put(t.buf)
+			t.buf = nil
+			s.tails.mu.Lock()
+			delete(s.tails.pending, p)
+			s.tails.mu.Unlock()
+		}
+		p.tailMu.Unlock()
+	}
 }
 
 // readTail copies units from q out of p's tail into buf; it returns the

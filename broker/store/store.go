@@ -67,7 +67,7 @@
 //     across the pwrite that writes them out).
 //  10. p.ixMu (a partition's index file list; held while creating a file).
 //  11. leaf locks, never held while taking another: s.files.mu (open index
-//     file LRU), s.tails.mu, p.waitMu, s.progWait (poswait), l.pre.mu, s.keys.mu,
+//     file LRU), s.tails.mu, tailBufs.mu (tailarena.go), p.waitMu, s.progWait (poswait), l.pre.mu, s.keys.mu,
 //     s.wm.mu (the watermark file; held across its pwrite).
 package store
 
@@ -409,6 +409,7 @@ func (s *Store) Close() error {
 	s.dispMu.Unlock()
 	runFired(fired)
 	errCkpt := s.checkpoint()
+	s.releaseTails()
 	s.closeAllWaiters()
 
 	clean := s.clog.clean()
