@@ -11,12 +11,14 @@ import "sync/atomic"
 // more than a put to one topic (bench/README.md, "seventh round").
 //
 // It is a single-producer, single-consumer ring: the appender (commitLog.mu
-// held) adds one entry per single append or per run of one partition
-// (appendedLocked), the dispatcher (dispMu held) reads them in log order. An
-// entry is a hint, nothing more: the dispatcher uses its partition only when
-// the entry's position is the record's and its topic and partition id are
-// the record's (a partition is never replaced while the store is open, so a
-// (topic, id) names one *partition). Records without an entry — appended
+// held) adds an entry when an append (a single one or a run of one
+// partition, appendedLocked) goes to another partition than the last entry's,
+// the dispatcher (dispMu held) reads them in log order. An entry stands for
+// its record and the records after it up to the next entry. It is a hint,
+// nothing more: the dispatcher uses the partition of the last entry at or
+// before a record only when its topic and partition id are the record's (a
+// partition is never replaced while the store is open, so a (topic, id)
+// names one *partition). Records without an entry — appended
 // while the ring was full (the dispatcher more than len(ents) appends
 // behind), replicated ones (AppendRaw), the rest of a run, a batch redone
 // after a failed write — and entries left by records that were never
@@ -33,8 +35,9 @@ type partHints struct {
 	_    [56]byte
 
 	// The appender's (commitLog.mu).
-	added    int64 // == head
-	tailSeen int64 // a value of tail, at most its current one
+	added    int64      // == head
+	tailSeen int64      // a value of tail, at most its current one
+	last     *partition // the partition of the last entry added
 
 	ents [hintRing]partHint
 }
@@ -54,6 +57,9 @@ type partHint struct {
 // held). When the dispatcher has not yet taken the entries of a whole ring,
 // the record goes without one.
 func (h *partHints) addLocked(pos int64, p *partition) {
+	if p == h.last {
+		return // the last entry stands for this record too
+	}
 	n := h.added
 	if n-h.tailSeen >= hintRing {
 		if h.tailSeen = h.tail.Load(); n-h.tailSeen >= hintRing {
@@ -62,15 +68,17 @@ func (h *partHints) addLocked(pos int64, p *partition) {
 	}
 	h.ents[n%hintRing] = partHint{pos: pos, p: p, name: p.topic.name, id: p.id}
 	h.added = n + 1
+	h.last = p
 	h.head.Store(n + 1)
 }
 
 // hintReader is the dispatcher's side of a partHints ring (dispMu held).
 type hintReader struct {
 	h    *partHints
-	next int64 // the next entry to look at
-	head int64 // entries below this may be read (h.head at the batch's start)
-	hits int64 // records whose partition came from an entry (tests)
+	next int64    // the next entry to look at
+	head int64    // entries below this may be read (h.head at the batch's start)
+	hits int64    // records whose partition came from an entry (tests)
+	cur  partHint // the last entry read (its p nil: none yet)
 }
 
 // begin starts a batch: the entries the appender added so far may be read.
@@ -82,24 +90,22 @@ func (r *hintReader) begin() { r.head = r.h.head.Load() }
 func (r *hintReader) end() { r.h.tail.Store(r.next) }
 
 // partition returns the appender's partition for the record at pos with
-// topic and id, or nil when there is no matching entry. Records come in
-// log order; entries before pos belong to records that are not dispatched
-// (the appender's records can only be skipped, never reordered), an entry
-// after pos says the record at pos has none.
+// topic and id, or nil when the last entry at or before pos is not for
+// that topic and id. Records come in log order; entries before pos stand
+// for records before it (dispatched or not: the appender's records can only
+// be skipped, never reordered), an entry after pos for later records.
 func (r *hintReader) partition(pos int64, topic []byte, id int32) *partition {
 	for r.next < r.head {
 		e := &r.h.ents[r.next%hintRing]
 		if e.pos > pos {
-			return nil
+			break
 		}
+		r.cur = *e
 		r.next++
-		if e.pos == pos {
-			if e.id == id && e.name == string(topic) {
-				r.hits++
-				return e.p
-			}
-			return nil
-		}
+	}
+	if c := &r.cur; c.p != nil && c.id == id && c.name == string(topic) {
+		r.hits++
+		return c.p
 	}
 	return nil
 }
