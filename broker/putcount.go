@@ -8,7 +8,7 @@ package broker
 // counters once per read (flushPutCounts, before the read's replies are
 // handed off and before a `stats` reply is rendered), so a client that has
 // an acknowledgement — or asks `stats` after its puts on the same
-// connection — sees its puts counted (docs/operations.md, the counters).
+// connection — sees its puts counted (docs/operations.md, "broker counters").
 // The topic of the last put is remembered with the topic table's map it
 // came from: the table is copy-on-write, so any add, change or drop of a
 // topic stores a new map and the remembered topic is looked up again.
