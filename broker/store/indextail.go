@@ -234,22 +234,13 @@ func (s *Store) flushTailLocked(p *partition) error {
 // when it returns without error. Partitions that got no unit since the
 // previous call return their buffer to the pool; busy ones keep it.
 func (s *Store) flushTails() error {
-	s.tails.mu.Lock()
-	ps := make([]*partition, 0, len(s.tails.pending))
-	for p := range s.tails.pending {
-		ps = append(ps, p)
-	}
-	s.tails.mu.Unlock()
+	ps := s.pendingTails()
 	for _, p := range ps {
 		p.tailMu.Lock()
 		t := &p.tail
 		err := s.flushTailLocked(p)
 		if err == nil && t.buf != nil && !t.used {
-			s.tails.put(t.buf)
-			t.buf = nil
-			s.tails.mu.Lock()
-			delete(s.tails.pending, p)
-			s.tails.mu.Unlock()
+			s.dropTailLocked(p)
 		}
 		t.used = false
 		p.tailMu.Unlock()
@@ -265,20 +256,11 @@ func (s *Store) flushTails() error {
 // (tailarena.go). A tail still holding units (its write failed) keeps its
 // buffer.
 func (s *Store) releaseTails() {
-	s.tails.mu.Lock()
-	ps := make([]*partition, 0, len(s.tails.pending))
-	for p := range s.tails.pending {
-		ps = append(ps, p)
-	}
-	s.tails.mu.Unlock()
+	ps := s.pendingTails()
 	for _, p := range ps {
 		p.tailMu.Lock()
 		if t := &p.tail; t.n == 0 && t.buf != nil {
-			s.tails.put(t.buf)
-			t.buf = nil
-			s.tails.mu.Lock()
-			delete(s.tails.pending, p)
-			s.tails.mu.Unlock()
+			s.dropTailLocked(p)
 		}
 		p.tailMu.Unlock()
 	}
@@ -306,3 +288,25 @@ func (tp *tailPool) pendingCount() int {
 
 // tailBytesHeld returns the memory held by index tails.
 func (s *Store) tailBytesHeld() int64 { return s.tails.held.Load() }
+
+// pendingTails is a snapshot of the partitions whose tails hold a buffer.
+func (s *Store) pendingTails() []*partition {
+	s.tails.mu.Lock()
+	defer s.tails.mu.Unlock()
+	ps := make([]*partition, 0, len(s.tails.pending))
+	for p := range s.tails.pending {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// dropTailLocked returns p's empty tail buffer to the pool and unregisters
+// the tail (the caller holds p.tailMu).
+func (s *Store) dropTailLocked(p *partition) {
+	t := &p.tail
+	s.tails.put(t.buf)
+	t.buf = nil
+	s.tails.mu.Lock()
+	delete(s.tails.pending, p)
+	s.tails.mu.Unlock()
+}
