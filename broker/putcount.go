@@ -15,11 +15,12 @@ package broker
 
 // putCounts are the reader's counts not yet added to the shared counters.
 type putCounts struct {
-	cmd   int64       // puts to add to stats.cmdPut
-	ts    *topicState // the topic puts/bytes are for (nil: none pending)
-	base  int64       // ts.puts when the first pending put was counted
-	puts  int64       // puts to add to ts.puts
-	bytes int64       // bytes to add to ts.putBytes
+	cmd   int64                   // puts to add to stats.cmdPut
+	ts    *topicState             // the topic puts/bytes are for (nil: none pending)
+	m     *map[string]*topicState // the topic table's map ts was current in
+	base  int64                   // ts.puts when the first pending put was counted
+	puts  int64                   // puts to add to ts.puts
+	bytes int64                   // bytes to add to ts.putBytes
 }
 
 // putTopicCache is the topic of the connection's last accepted put and the
@@ -51,7 +52,7 @@ func (c *conn) countPut(ts *topicState) int64 {
 	pc.cmd++
 	if pc.ts != ts {
 		c.flushTopicCounts()
-		pc.ts, pc.base = ts, ts.puts.Load()
+		pc.ts, pc.m, pc.base = ts, c.topicCache.m, ts.puts.Load()
 	}
 	pc.puts++
 	return pc.base + pc.puts
@@ -73,9 +74,12 @@ func (c *conn) flushTopicCounts() {
 		return
 	}
 	// A topic whose settings changed since has a new state that carried the
-	// counters over (topicTable.reloadSettings): the counts go there.
-	if cur := (*c.srv.topics.m.Load())[ts.name]; cur != nil {
-		ts = cur
+	// counters over (topicTable.reloadSettings): the counts go there. While
+	// the table is the map ts came from (cachedPutTopic), ts is current.
+	if m := c.srv.topics.m.Load(); m != pc.m {
+		if cur := (*m)[ts.name]; cur != nil {
+			ts = cur
+		}
 	}
 	if pc.puts != 0 {
 		ts.puts.Add(pc.puts)
