@@ -73,8 +73,11 @@ func putRecordUnit(b []byte, phys int64, size int32, props []byte) {
 // properties and the flag its size field carries: the tag hash, or (no tag,
 // some properties) the property signature and unitSigFlag.
 func recordTag(props []byte) (tag, flag uint32) {
+	if len(props) == 0 {
+		return 0, 0 // most records: no tag, nothing to sign
+	}
 	tag = protocol.PropsTagHash(props)
-	if tag == 0 && len(props) > 0 {
+	if tag == 0 {
 		tag, flag = filter.Signature(props), unitSigFlag
 	}
 	return tag, flag

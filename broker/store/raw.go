@@ -638,10 +638,7 @@ func (l *commitLog) checkRawLocked(b []byte) (*rawRun, error) {
 		rp := &run.parts[slot]
 		rp.last = qoff
 		rp.count++
-		var tag, flag uint32
-		if len(props) > 0 { // recordTag of no properties: no tag, no flag
-			tag, flag = recordTag(props)
-		}
+		tag, flag := recordTag(props)
 		run.units = append(run.units, rawUnit{pos: at, qoff: qoff, p: p, size: int32(uint32(size) | flag), tag: tag, props: len(props) > 0})
 		run.count++
 		run.lastRecord = at
