@@ -33,6 +33,8 @@ cleanup() {
 }
 trap cleanup EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/standalone.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/warm.sh" # once per boot (bench/README.md, Caveats)
+warm_memory
 
 # phase BIN: one broker of BIN, one run of the workload with BIN's client; prints
 # "<msgs/s> <broker µs/msg> <client µs/msg>".

@@ -46,6 +46,8 @@ while [[ $# -gt 0 ]]; do
 	shift
 done
 log() { printf 'accumulation.sh: %s\n' "$*" >&2; }
+. "$(dirname "${BASH_SOURCE[0]}")/warm.sh" # once per boot (bench/README.md, Caveats)
+warm_memory
 
 metaq="$root/bin/metaq"
 if [[ $build == 1 || ! -x $metaq ]]; then

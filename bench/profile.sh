@@ -30,6 +30,8 @@ cleanup() {
 }
 trap cleanup EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/standalone.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/warm.sh" # once per boot (bench/README.md, Caveats)
+warm_memory
 
 port="$(free_port)"
 rm -rf "$OUT/data"

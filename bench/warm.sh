@@ -23,8 +23,9 @@
 #
 # It then writes zeros into a file in /dev/shm as large as the memory available minus a reserve
 # (capped by the tmpfs's free space), then deletes it: the kernel frees the pages and the next
-# allocations (page cache, heaps) reuse touched memory. ~7 s on a warm 24 GiB machine, ~50 s on
-# a fresh one. WARM=0 skips it.
+# allocations (page cache, heaps) reuse touched memory. ~50 s on a fresh 24 GiB VM. With the
+# reporting off the memory stays warm, so that is done once per boot: a marker in /dev/shm
+# holding the boot id skips it afterwards (WARM=force touches again; WARM=0 skips it).
 #
 # Usage: bench/warm.sh            (or source it and call warm_memory)
 set -euo pipefail
@@ -32,8 +33,14 @@ set -euo pipefail
 warm_memory() {
 	[[ ${WARM:-1} == 0 ]] && return 0
 	local pro=/sys/module/page_reporting/parameters/page_reporting_order
+	local marker=/dev/shm/.metaq-warm boot off=0
+	boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo unknown)
 	if [[ -w $pro ]] && [[ $(cat "$pro") != 11 ]]; then
 		echo 11 >"$pro" 2>/dev/null && echo "warm.sh: free page reporting off (page_reporting_order 11)" >&2
+	fi
+	[[ -r $pro && $(cat "$pro") == 11 ]] && off=1
+	if ((off)) && [[ ${WARM:-1} != force && -f $marker && $(cat "$marker") == "$boot" ]]; then
+		return 0 # touched since boot with the reporting off: still warm
 	fi
 	local avail_kb shm_kb reserve_kb=$((2 * 1024 * 1024)) mb f
 	avail_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
@@ -46,6 +53,7 @@ warm_memory() {
 	local t0=$SECONDS
 	dd if=/dev/zero of="$f" bs=1M count="$mb" status=none 2>/dev/null || true
 	rm -f "$f"
+	((off)) && echo "$boot" >"$marker"
 	echo "warm.sh: touched ${mb} MB of free memory in $((SECONDS - t0)) s" >&2
 }
 
