@@ -35,6 +35,7 @@ trap cleanup EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/standalone.sh"
 . "$(dirname "${BASH_SOURCE[0]}")/warm.sh" # once per boot (bench/README.md, Caveats)
 warm_memory
+steal0=$(steal_mark)
 
 # phase BIN: one broker of BIN, one run of the workload with BIN's client; prints
 # "<msgs/s> <broker µs/msg> <client µs/msg>".
@@ -104,3 +105,4 @@ if a and b:
           % (statistics.median(a), statistics.median(b),
              statistics.median([y / x for x, y in zip(a, b) if x > 0])))
 PY
+echo "steal time during the rounds: $(steal_pct "$steal0")% (bench/README.md, Caveats)"

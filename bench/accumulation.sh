@@ -133,6 +133,7 @@ result() { # workload seconds msgs notes
 
 log "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), load $(cut -d' ' -f1-3 /proc/loadavg)"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+steal0=$(steal_mark)
 
 # 1. Accumulation.
 a="$work/accum"
@@ -184,7 +185,7 @@ stop_broker
 	echo "# Accumulation $stamp"
 	echo
 	echo "- command: \`bench/accumulation.sh ${orig_args[*]}\`"
-	echo "- machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), load average $load_before before / $(cut -d' ' -f1-3 /proc/loadavg) after"
+	echo "- machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), load average $load_before before / $(cut -d' ' -f1-3 /proc/loadavg) after, steal time $(steal_pct "$steal0")% (bench/README.md, Caveats)"
 	echo "- metaq: $("$metaq" version 2>/dev/null | head -1), broker standalone, async flush (unflushThreshold 1000), 1 GiB segments"
 	echo
 	python3 - "$json" <<'PY'

@@ -190,6 +190,7 @@ lagdist() { sort -n "$1" 2>/dev/null | awk '{a[NR]=$1} END {if (NR==0) {print "n
 RES="$T/results"
 : >"$RES"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+steal0=$(steal_mark)
 for mode in $MODES; do
 	for r in $(seq 1 "$PAIRS"); do
 		for repl in 0 1; do
@@ -202,7 +203,7 @@ for mode in $MODES; do
 		done
 	done
 done
-echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg); steal time during the runs: $(steal_pct "$steal0")% (above a few percent the VM's cores are shared: bench/README.md, Caveats)"
 echo
 python3 - "$RES" <<'EOF'
 import statistics as st, sys

@@ -146,17 +146,19 @@ warm_memory
 log "running: bin/peerbench ${args[*]}"
 log "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) before the run"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+steal0=$(steal_mark)
 status=0
 runner=()
 [[ -n $rt ]] && runner=(chrt -f "$rt")
 "${runner[@]}" bin/peerbench "${args[@]}" >"$json" || status=$?
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+steal="$(steal_pct "$steal0")"
 
 {
 	echo "# Peer comparison $stamp"
 	echo
 	echo "- command: \`bench/run.sh ${orig_args[*]}\` → \`${runner[*]}${runner:+ }bin/peerbench ${args[*]}\`"
-	echo "- machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version | cut -d' ' -f3), load average $load_before before / $load_after after"
+	echo "- machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version | cut -d' ' -f3), load average $load_before before / $load_after after, steal time $steal% of the run's CPU time (bench/README.md, Caveats)"
 	echo "- peers: $(bin/nats-server --version 2>&1 | head -1), $(bin/nsqd --version 2>&1 | head -1), $(redis-server --version | cut -d' ' -f1-3)"
 	[[ -n $metaq_note ]] && echo "- NOTE: $metaq_note"
 	echo "- 100-byte messages unless stated, everything on 127.0.0.1; client and server share the cores"

@@ -57,6 +57,19 @@ warm_memory() {
 	echo "warm.sh: touched ${mb} MB of free memory in $((SECONDS - t0)) s" >&2
 }
 
+# Steal time: the share of the run's CPU time in which the hypervisor ran something else on this
+# VM's cores (the "steal" column of /proc/stat; bench/README.md, Caveats, "Steal time"). Above a
+# few percent the machine is shared and every figure of the run is noisier and slower; the scripts
+# print it next to their results. steal_mark prints a mark (total and steal ticks); steal_pct MARK
+# prints the steal share since it, in percent.
+steal_mark() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $9; exit}' /proc/stat; }
+steal_pct() {
+	local t0 s0 t1 s1
+	read -r t0 s0 <<<"$1"
+	read -r t1 s1 < <(steal_mark)
+	awk -v t="$((t1 - t0))" -v s="$((s1 - s0))" 'BEGIN {if (t > 0) printf "%.1f", 100 * s / t; else printf "n/a"}'
+}
+
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
 	warm_memory
 fi
