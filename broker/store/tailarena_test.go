@@ -55,3 +55,51 @@ func TestCloseReleasesTails(t *testing.T) {
 		t.Fatalf("%d tail bytes held after Close", n)
 	}
 }
+
+// Where the arena cannot map (or is full), the tails take heap buffers and
+// the store works the same: units buffered, read back, flushed at Close, the
+// buffers handed back to the heap pool, not to the arena.
+func TestTailHeapFallback(t *testing.T) {
+	a := &tailBufs
+	a.mu.Lock()
+	failed, free := a.failed, a.free
+	a.failed, a.free = true, nil
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.failed = failed
+		a.free = append(free, a.free...) // arena buffers other tests gave back meanwhile
+		a.mu.Unlock()
+	}()
+	cfg := testConfig(t, "")
+	s := mustOpen(t, cfg)
+	for i := range 300 {
+		mustAppend(t, s, &Message{Topic: "t", Partition: int32(i % 3), Data: body("t", int32(i%3), i, 100)})
+	}
+	waitFor(t, "tails holding the units", func() bool { return s.tailBytesHeld() == 3*tailBytes })
+	for p := range int32(3) {
+		waitReadable(t, s, "t", p, 100)
+		if got := len(readAll(t, s, "t", p, 0, nil)); got != 100 {
+			t.Fatalf("t/%d: %d records read, want 100", p, got)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.tailBytesHeld(); n != 0 {
+		t.Fatalf("%d tail bytes held after Close", n)
+	}
+	a.mu.Lock()
+	n := len(a.free)
+	a.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d heap buffers taken into the arena's free list", n)
+	}
+	s = mustOpen(t, cfg) // the units were written at Close: recovery finds them
+	defer mustClose(t, s)
+	for p := range int32(3) {
+		if got := s.MaxOffset("t", p); got != 100 {
+			t.Fatalf("t/%d: max offset %d after reopening, want 100", p, got)
+		}
+	}
+}
