@@ -60,9 +60,10 @@ warm_memory() {
 # Steal time: the share of the run's CPU time in which the hypervisor ran something else on this
 # VM's cores (the "steal" column of /proc/stat; bench/README.md, Caveats, "Steal time"). Above a
 # few percent the machine is shared and every figure of the run is noisier and slower; the scripts
-# print it next to their results. steal_mark prints a mark (total and steal ticks); steal_pct MARK
-# prints the steal share since it, in percent.
-steal_mark() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $9; exit}' /proc/stat; }
+# print it next to their results. steal_mark prints a mark (total and steal ticks: the columns
+# user to steal; guest time is already in user, as `metaq bench accumulation` counts it);
+# steal_pct MARK prints the steal share since it, in percent.
+steal_mark() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= 9; i++) t += $i; print t, $9; exit}' /proc/stat; }
 steal_pct() {
 	local t0 s0 t1 s1
 	read -r t0 s0 <<<"$1"

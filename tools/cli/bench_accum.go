@@ -238,8 +238,10 @@ func (dr *drain) stop() (int64, time.Duration, error) {
 }
 
 // machineCPU measures the whole machine's CPU use (/proc/stat) over a phase: whether a phase was
-// bound by the CPU (busy near 100% of the cores) or waited (idle, iowait).
-type machineCPU struct{ busy, iowait, total uint64 }
+// bound by the CPU (busy near 100% of the cores) or waited (idle, iowait), and how much of the
+// time the hypervisor gave to someone else (steal: neither busy nor idle here; bench/README.md,
+// Caveats, "Steal time").
+type machineCPU struct{ busy, iowait, steal, total uint64 }
 
 func readMachineCPU() (machineCPU, bool) {
 	b, err := os.ReadFile("/proc/stat")
@@ -262,6 +264,8 @@ func readMachineCPU() (machineCPU, bool) {
 		case 3: // idle
 		case 4:
 			m.iowait += n
+		case 7:
+			m.steal += n
 		default:
 			m.busy += n
 		}
@@ -286,8 +290,8 @@ func (mm machineMeter) note() string {
 		return "machine CPU not measured"
 	}
 	t := float64(e.total - mm.m.total)
-	return fmt.Sprintf("machine CPU busy %.0f%% (iowait %.0f%%) of %d cores, /proc/stat over the phase",
-		100*float64(e.busy-mm.m.busy)/t, 100*float64(e.iowait-mm.m.iowait)/t, runtime.NumCPU())
+	return fmt.Sprintf("machine CPU busy %.0f%% (iowait %.0f%%, steal %.0f%%) of %d cores, /proc/stat over the phase",
+		100*float64(e.busy-mm.m.busy)/t, 100*float64(e.iowait-mm.m.iowait)/t, 100*float64(e.steal-mm.m.steal)/t, runtime.NumCPU())
 }
 
 // dropCaches asks the kernel to drop the page cache (root only).
