@@ -1,6 +1,7 @@
 package store
 
 import (
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -95,11 +96,18 @@ func TestTailHeapFallback(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d heap buffers taken into the arena's free list", n)
 	}
-	s = mustOpen(t, cfg) // the units were written at Close: recovery finds them
+	// The units were written at Close: the reopened store finds them and
+	// rebuilds nothing (recovery logs "recovery: done" only when it redid work).
+	var lb logBuf
+	cfg.Logger = newTestLogger(&lb)
+	s = mustOpen(t, cfg)
 	defer mustClose(t, s)
 	for p := range int32(3) {
 		if got := s.MaxOffset("t", p); got != 100 {
 			t.Fatalf("t/%d: max offset %d after reopening, want 100", p, got)
 		}
+	}
+	if strings.Contains(lb.String(), "recovery: done") {
+		t.Fatalf("recovery redid work after a clean Close:\n%s", lb.String())
 	}
 }
