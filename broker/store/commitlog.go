@@ -119,6 +119,8 @@ type commitLog struct {
 	segs   atomic.Pointer[segList]
 
 	pre       *preallocator
+	ring      *fsyncRing // async mode: the flusher's fdatasync through io_uring (fsyncring.go); nil: plain
+	ringOnce  sync.Once  // logs the ring's fallback once
 	flushKick chan struct{}
 	roundFull chan struct{}
 	roundGrew chan struct{} // a gathering flusher has earlyWriteMin bytes staged to write out (flush.go)
@@ -161,6 +163,13 @@ func (l *commitLog) setTail(end, lastRec, lastStore int64) {
 // the preallocator (Open, after recovery).
 func (l *commitLog) start() {
 	l.initStage()
+	if !l.sync && !ringOff.Load() {
+		if r, err := newFsyncRing(); err == nil {
+			l.ring = r
+		} else {
+			l.log.Info("io_uring unavailable: the async flusher uses fdatasync(2)", "err", err)
+		}
+	}
 	l.pre = newPreallocator(l)
 	l.wg.Add(2)
 	go l.pre.run()

@@ -82,11 +82,22 @@ func (h *faultHooks) fallocate(f *os.File, size int64) error {
 
 // fdatasync flushes f's data (and the metadata needed to read it back).
 func (h *faultHooks) fdatasync(f *os.File) error {
-	if h != nil && h.onFdatasync != nil {
-		if err := h.onFdatasync(f.Name()); err != nil {
-			return err
-		}
+	if err := h.before(f); err != nil {
+		return err
 	}
+	return h.fdatasyncCall(f)
+}
+
+// before runs the fdatasync hook (its error replaces the call).
+func (h *faultHooks) before(f *os.File) error {
+	if h != nil && h.onFdatasync != nil {
+		return h.onFdatasync(f.Name())
+	}
+	return nil
+}
+
+// fdatasyncCall is fdatasync(2) itself, without the hook.
+func (h *faultHooks) fdatasyncCall(f *os.File) error {
 	for {
 		err := unix.Fdatasync(int(f.Fd()))
 		if err != unix.EINTR {

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"errors"
+	"os"
 	"runtime"
 	"time"
 )
@@ -221,6 +223,27 @@ func (l *commitLog) flushOnce() error {
 	return err
 }
 
+// fdatasync flushes f, a segment, through the ring where the log has one
+// (async mode, fsyncring.go) and the ring can, else with fdatasync(2).
+func (l *commitLog) fdatasync(f *os.File) error {
+	if l.ring == nil {
+		return l.hooks.fdatasync(f)
+	}
+	if err := l.hooks.before(f); err != nil {
+		return err
+	}
+	err := l.ring.fdatasync(int(f.Fd()))
+	if !errors.Is(err, errRingBroken) {
+		return err
+	}
+	if !errors.Is(err, errRingClosed) {
+		l.ringOnce.Do(func() {
+			l.log.Warn("io_uring fsync failed; the async flusher uses fdatasync(2) from now on", "err", err)
+		})
+	}
+	return l.hooks.fdatasyncCall(f)
+}
+
 // syncRange fdatasyncs every segment overlapping [start, end).
 func (l *commitLog) syncRange(start, end int64) error {
 	for pos := start; pos < end; {
@@ -228,7 +251,7 @@ func (l *commitLog) syncRange(start, end int64) error {
 		if g == nil {
 			return ioError("flush", errMissingSegment)
 		}
-		err := l.hooks.fdatasync(g.f)
+		err := l.fdatasync(g.f)
 		pos = g.end()
 		g.release()
 		if err != nil {
