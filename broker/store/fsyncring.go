@@ -38,8 +38,8 @@ import (
 // and its completion through the netpoller reaches the flusher later than
 // the returning system call does (durable publish 5% lower in the same A/B).
 //
-// Where io_uring is unavailable (kernels before 5.6 lack the eventfd
-// flags used here; seccomp profiles that refuse io_uring_setup;
+// Where io_uring is unavailable (kernels before 5.1, which lack it or its
+// fsync op; seccomp profiles that refuse io_uring_setup;
 // kernel.io_uring_disabled = 2) or a submission fails for a reason that is
 // the ring's, not the disk's, the log falls back to fdatasync(2) for good
 // and logs it once. An error the fsync itself reports (EIO, ENOSPC) is
