@@ -94,10 +94,17 @@ type ioringCQE struct {
 	flags    uint32
 }
 
+// The kernel's sizes (a layout mistake fails the build, not an fsync).
+var (
+	_ [120]byte           = [unsafe.Sizeof(ioringParams{})]byte{}
+	_ [ioringSQESize]byte = [unsafe.Sizeof(ioringSQE{})]byte{}
+	_ [ioringCQESize]byte = [unsafe.Sizeof(ioringCQE{})]byte{}
+)
+
 // fsyncRing is one io_uring used for fdatasync only.
 type fsyncRing struct {
 	mu     sync.Mutex
-	fd     int
+	fd     int      // the ring; -1 once closed
 	ev     *os.File // the eventfd, non-blocking: reads park in the netpoller
 	maps   [][]byte // the ring mappings, unmapped at close
 	sqTail *uint32
@@ -108,18 +115,13 @@ type fsyncRing struct {
 	cqTail *uint32
 	cqMask uint32
 	cqes   unsafe.Pointer
-	broken bool // a failure of the ring itself: plain fdatasync from now on
-	closed bool
+	broken bool         // a failure of the ring itself: plain fdatasync from now on
 	ops    atomic.Int64 // fsyncs completed through the ring (tests)
 }
 
-// ringOff turns the ring off for the process (tests and benchmarks compare;
-// on by default).
+// ringOff turns the ring off for logs opened afterwards (tests; on by
+// default).
 var ringOff atomic.Bool
-
-// FsyncRing turns the async flusher's io_uring fdatasync on or off for logs
-// opened afterwards (on by default; tests and benchmarks compare).
-func FsyncRing(on bool) { ringOff.Store(!on) }
 
 // errRingBroken marks a failure of the ring, not of the fsync; errRingClosed
 // (which also matches it) a ring already closed.
@@ -199,7 +201,7 @@ func newFsyncRing() (*fsyncRing, error) {
 func (r *fsyncRing) fdatasync(fd int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
+	if r.fd < 0 {
 		return errRingClosed
 	}
 	if r.broken {
@@ -273,16 +275,17 @@ func (r *fsyncRing) submitWaitLocked(fd int) (int32, error) {
 }
 
 // close releases the ring (the log is closing; no fsync in flight: mu).
+// Idempotent; a nil ring (none was set up) closes nothing.
 func (r *fsyncRing) close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
+	if r == nil {
 		return
 	}
-	r.closed = true
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.release()
 }
 
+// release frees what the ring holds (idempotent: fd is -1 afterwards).
 func (r *fsyncRing) release() {
 	if r.ev != nil {
 		_ = r.ev.Close()

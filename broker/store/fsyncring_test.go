@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -114,9 +115,12 @@ func TestAsyncFlushFsyncsThroughTheRing(t *testing.T) {
 	}
 	mustClose(t, s)
 
-	FsyncRing(false)
-	s = mustOpen(t, testConfig(t, ""))
-	FsyncRing(true)
+	ringOff.Store(true)
+	s, err := Open(testConfig(t, ""))
+	ringOff.Store(false) // before any Fatal: the other tests get their rings
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
 	if s.clog.ring != nil {
 		t.Fatal("ring turned off, but the log has one")
 	}
@@ -155,7 +159,10 @@ func TestAsyncFlushFsyncFailureThroughTheRingIsSticky(t *testing.T) {
 // to fdatasync(2), once and for good, without failing a flush.
 func TestAsyncFlushFallsBackWhenTheRingFails(t *testing.T) {
 	ringOrSkip(t)
-	s := mustOpen(t, testConfig(t, ""))
+	var lb logBuf
+	cfg := testConfig(t, "")
+	cfg.Logger = newTestLogger(&lb)
+	s := mustOpen(t, cfg)
 	defer mustClose(t, s)
 	s.clog.ring.mu.Lock()
 	s.clog.ring.broken = true
@@ -167,5 +174,12 @@ func TestAsyncFlushFallsBackWhenTheRingFails(t *testing.T) {
 	}
 	if s.clog.ring.ops.Load() != n {
 		t.Fatal("a broken ring was still used")
+	}
+	fill(t, s, "b2", 1, 20, 30)
+	if _, err := s.SyncRaw(); err != nil {
+		t.Fatalf("second flush after the ring broke: %v", err)
+	}
+	if c := strings.Count(lb.String(), "io_uring fsync failed"); c != 1 {
+		t.Fatalf("fallback warning logged %d times, want once:\n%s", c, lb.String())
 	}
 }

@@ -203,9 +203,6 @@ func (l *commitLog) closeSegments() {
 	for _, g := range old.segs {
 		g.release()
 	}
-	if l.ring != nil {
-		l.ring.close() // no flush after this (Close, after its last flushOnce)
-	}
 }
 
 // setSegments publishes the segment list recovered (recovery).

@@ -433,9 +433,11 @@ func (s *Store) Close() error {
 	return errors.Join(errFlush, errDisp, errCkpt, errAbort)
 }
 
-// closeFiles drops the segment list's references and closes index files.
+// closeFiles drops the segment list's references, closes index files and
+// the commit log's fsync ring (Close calls it after its last flush).
 func (s *Store) closeFiles() {
 	s.clog.closeSegments()
+	s.clog.ring.close()
 	s.files.closeAll()
 	if s.keys != nil {
 		s.keys.close()

@@ -283,7 +283,7 @@ func startMachineCPU() machineMeter {
 	return machineMeter{m, ok}
 }
 
-// note is "machine CPU busy x% (iowait y%) of n cores" since the start.
+// note is "machine CPU busy x% (iowait y%, steal z%) of n cores" since the start.
 func (mm machineMeter) note() string {
 	e, ok := readMachineCPU()
 	if !mm.ok || !ok || e.total <= mm.m.total {
