@@ -79,17 +79,13 @@ func (c *conn) statsConfig(opaque int32) {
 
 func (s *Server) appendSystemStats(b []byte) []byte {
 	st := s.store.Stats()
-	topics := s.store.Topics()
 	// total_messages and topics count the users' topics, as MetaQ's did; the broker's own
 	// records (system topics, e.g. the delay timer's progress records, written in the
 	// background) are counted apart, in system_messages.
 	var total, system int64
 	nTopics := 0
-	for _, t := range topics {
-		var n int64
-		for _, p := range t.Partitions {
-			n += p.Max - p.Min
-		}
+	for _, t := range st.Topics {
+		n := t.Messages
 		if protocol.IsSystemTopic(t.Topic) {
 			system += n
 			continue
