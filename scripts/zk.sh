@@ -340,6 +340,11 @@ cmd_stop() {
 	fi
 	stop_pid "$pid" "$ZK_STOP_TIMEOUT" ZooKeeper \
 		"ZooKeeper (pid $pid) ignored SIGTERM for ${ZK_STOP_TIMEOUT}s; sending SIGKILL" || return 1
+	# A restart binds the same port at once: return only once nothing listens there any more.
+	local deadline=$(($(now_ms) + ZK_STOP_TIMEOUT * 1000))
+	while port_open "$ZK_HOST" "$ZK_PORT" && (($(now_ms) < deadline)); do
+		sleep 0.05
+	done
 	rm -f "$PID_FILE"
 	msg "ZooKeeper on $ZK_HOST:$ZK_PORT stopped (pid $pid)"
 }

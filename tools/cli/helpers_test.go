@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -134,14 +133,11 @@ func jsonLines[T any](t *testing.T, s string) []T {
 	return out
 }
 
+// freePort: a port for a broker or ZooKeeper that a test may restart on it
+// (below the ephemeral range: zktest.FreePort).
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return zktest.FreePort(t)
 }
 
 var (

@@ -157,13 +157,13 @@ func requireZooKeeper(t testing.TB) string {
 	return script
 }
 
-// freePorts returns n distinct free ports (see freePort).
+// freePorts returns n distinct free ports (see FreePort).
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
 	seen := map[int]bool{}
 	var out []int
 	for len(out) < n {
-		p := freePort(t)
+		p := FreePort(t)
 		if !seen[p] {
 			seen[p] = true
 			out = append(out, p)

@@ -338,7 +338,7 @@ type ZooKeeper struct {
 func StartZooKeeper(t testing.TB) *ZooKeeper {
 	t.Helper()
 	script := requireZooKeeper(t)
-	z := &ZooKeeper{Port: freePort(t), Dir: t.TempDir(), script: script}
+	z := &ZooKeeper{Port: FreePort(t), Dir: t.TempDir(), script: script}
 	tick := os.Getenv("METAQ_TEST_ZK_TICK_MS")
 	if tick == "" {
 		tick = "500"
@@ -395,11 +395,14 @@ func (z *ZooKeeper) run(t testing.TB, cmd string) error {
 	return nil
 }
 
-func freePort(t testing.TB) int {
+// FreePort returns a loopback port that is free now, for a server that a
+// test starts (and may restart) on a fixed port: ZooKeeper here, brokers
+// restarted with an unchanged server.ini in tools/cli's process tests. It
+// lies below the kernel's ephemeral port range: a port inside it can be
+// taken at any moment as the local end of an outgoing connection (the
+// tests make thousands), and then the server's bind fails.
+func FreePort(t testing.TB) int {
 	t.Helper()
-	// Below the kernel's ephemeral port range: a port inside it can be taken
-	// at any moment as the local end of an outgoing connection, and then
-	// ZooKeeper's bind fails.
 	lo := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
