@@ -2,25 +2,18 @@ package store
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/metaqgo/metaq/protocol"
-	"golang.org/x/sys/unix"
 )
 
 func TestTenThousandPartitions(t *testing.T) {
 	const parts, each = 10000, 3
-	// 10,000 partitions mean 10,000 directories and index files. On this
-	// project's shared ext4 VM disk a mkdir or create costs ~300µs, which
-	// would dominate the package's test time; this test checks the store's
-	// logic (lazy files, fd LRU, no goroutine per partition), so its
-	// t.TempDir goes to tmpfs when there is one.
-	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() && unix.Access("/dev/shm", unix.W_OK) == nil {
-		t.Setenv("TMPDIR", "/dev/shm")
-	}
+	// This test checks the store's logic (lazy files, fd LRU, no goroutine
+	// per partition), not the disk.
+	tempDirOnTmpfs(t)
 	cfg := testConfig(t, "")
 	cfg.UnflushThreshold = 1000
 	cfg.SegmentSize = 1 << 20

@@ -123,9 +123,9 @@ func (s *Store) Stats() Stats {
 	for name, t := range s.topics {
 		ts := TopicStats{Topic: name, PutMessages: puts[name]}
 		for _, p := range t.parts {
-			if max := p.next.Load(); max > 0 {
+			if min, max, ok := p.stored(); ok {
 				ts.Partitions++
-				ts.Messages += max - p.min.Load()
+				ts.Messages += max - min
 			}
 		}
 		if ts.Partitions > 0 {
@@ -150,6 +150,15 @@ type TopicInfo struct {
 	Partitions []PartitionInfo
 }
 
+// stored is p's offset range as Topics and Stats report it: ok when p was
+// ever assigned a queue offset.
+func (p *partition) stored() (min, max int64, ok bool) {
+	if max = p.next.Load(); max <= 0 {
+		return 0, 0, false
+	}
+	return p.min.Load(), max, true
+}
+
 // Topics returns every topic with at least one stored record (ever
 // assigned a queue offset), sorted by name, partitions sorted by number.
 func (s *Store) Topics() []TopicInfo {
@@ -158,8 +167,8 @@ func (s *Store) Topics() []TopicInfo {
 	for name, t := range s.topics {
 		ti := TopicInfo{Topic: name}
 		for id, p := range t.parts {
-			if max := p.next.Load(); max > 0 {
-				ti.Partitions = append(ti.Partitions, PartitionInfo{Partition: id, Min: p.min.Load(), Max: max})
+			if min, max, ok := p.stored(); ok {
+				ti.Partitions = append(ti.Partitions, PartitionInfo{Partition: id, Min: min, Max: max})
 			}
 		}
 		if len(ti.Partitions) > 0 {
