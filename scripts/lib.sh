@@ -132,8 +132,8 @@ now_ms() { date +%s%3N; }
 # A multi-threaded process (a JVM) that is exiting shows its first thread as a zombie while its
 # other threads are still being torn down, and holds its files and sockets until the last one is
 # gone: a zombie with more than one thread ("Threads:" in /proc/<pid>/status) is still alive.
-# (zk.sh restarting ZooKeeper on the same port right after a stop found the port still listening
-# when this said "dead" at the first zombie state: 1 run in a few hundred, under load.)
+# (Suspected, not reproduced, behind one failure of a ZooKeeper restart on the same port right
+# after a stop, under load; zk.sh stop also waits for the port itself.)
 alive() {
 	kill -0 "$1" 2>/dev/null || return 1
 	local st="" threads=""

@@ -342,7 +342,12 @@ cmd_stop() {
 		"ZooKeeper (pid $pid) ignored SIGTERM for ${ZK_STOP_TIMEOUT}s; sending SIGKILL" || return 1
 	# A restart binds the same port at once: return only once nothing listens there any more.
 	local deadline=$(($(now_ms) + ZK_STOP_TIMEOUT * 1000))
-	while port_open "$ZK_HOST" "$ZK_PORT" && (($(now_ms) < deadline)); do
+	while port_open "$ZK_HOST" "$ZK_PORT"; do
+		if (($(now_ms) >= deadline)); then
+			rm -f "$PID_FILE"
+			err "ZooKeeper (pid $pid) stopped, but $ZK_HOST:$ZK_PORT still accepts connections after ${ZK_STOP_TIMEOUT}s (another process?)"
+			return 1
+		fi
 		sleep 0.05
 	done
 	rm -f "$PID_FILE"

@@ -359,8 +359,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"produce", "-t", "ec", "-m", "x", "--partition", "7"}, ExitNotFound},
 		{[]string{"produce", "-t", "unaccepted", "-m", "x", "--broker", c.brokers[0].Addr}, ExitRefused},
 		{[]string{"consume", "-t", "ec", "--count", "1", "--timeout", "300ms"}, ExitTimeout},
-		{[]string{"stats", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, ExitUnavailable},
-		{[]string{"brokers", "--zk", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--connect-timeout", "1s"}, ExitUnavailable},
+		{[]string{"stats", fmt.Sprintf("127.0.0.1:%d", zktest.FreePort(t))}, ExitUnavailable},
+		{[]string{"brokers", "--zk", fmt.Sprintf("127.0.0.1:%d", zktest.FreePort(t)), "--connect-timeout", "1s"}, ExitUnavailable},
 		{[]string{"version"}, ExitOK},
 		{[]string{"completion", "bash"}, ExitOK},
 	}

@@ -16,7 +16,7 @@ import (
 // without a broker of its own.
 func TestDashboardCommand(t *testing.T) {
 	c := newCluster(t, 1, map[string]int{"orders": 2}, false)
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", zktest.FreePort(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {

@@ -58,7 +58,7 @@ func writeFailoverINI(t *testing.T, dir string, slaveID int, zkConnect string) (
 
 func writeGroupINI(t *testing.T, dir string, slaveID int, zkConnect string, auto bool) (path, addr string) {
 	t.Helper()
-	port := freePort(t)
+	port := zktest.FreePort(t)
 	var b strings.Builder
 	fmt.Fprintf(&b, "[system]\nbrokerId=%d\nhostName=127.0.0.1\nbindHost=127.0.0.1\nserverPort=%d\ndashboardHttpPort=0\n", foBrokerID, port)
 	fmt.Fprintf(&b, "dataPath=%s\nmaxSegmentSize=1048576\nindexFileSize=65536\nmaxMessageSize=65536\nunflushThreshold=0\n", filepath.Join(dir, "data"))

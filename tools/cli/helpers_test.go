@@ -133,13 +133,6 @@ func jsonLines[T any](t *testing.T, s string) []T {
 	return out
 }
 
-// freePort: a port for a broker or ZooKeeper that a test may restart on it
-// (below the ephemeral range: zktest.FreePort).
-func freePort(t *testing.T) int {
-	t.Helper()
-	return zktest.FreePort(t)
-}
-
 var (
 	buildOnce sync.Once
 	binPath   string

@@ -17,7 +17,7 @@ import (
 // needs ZooKeeper exits 4 at once, saying so, instead of waiting --connect-timeout (an hour
 // here: a command that waited would be cut by the test's context and exit 130).
 func TestZooKeeperRefusedFailsFast(t *testing.T) {
-	zk := fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/chroot", freePort(t), freePort(t), freePort(t))
+	zk := fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/chroot", zktest.FreePort(t), zktest.FreePort(t), zktest.FreePort(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	for _, args := range [][]string{
@@ -153,7 +153,7 @@ func TestCompletionFromZooKeeper(t *testing.T) {
 		}
 	}
 	// ZooKeeper away: nothing suggested, no error, no wait for --connect-timeout.
-	out, errs, code := runCLI(t, context.Background(), fmt.Sprintf("127.0.0.1:%d", freePort(t)), "", "__complete", "topics", "describe", "")
+	out, errs, code := runCLI(t, context.Background(), fmt.Sprintf("127.0.0.1:%d", zktest.FreePort(t)), "", "__complete", "topics", "describe", "")
 	if code != 0 || strings.TrimSpace(out) != ":4" {
 		t.Errorf("__complete without ZooKeeper: exit %d, stdout %q, stderr %q", code, out, errs)
 	}

@@ -34,7 +34,7 @@ type brokerProc struct {
 // writeINI writes a server.ini for a child broker and returns its path and address.
 func writeINI(t *testing.T, dir string, sync bool, zk string, zkSyncMs int, extra string) (path, addr string) {
 	t.Helper()
-	port := freePort(t)
+	port := zktest.FreePort(t)
 	var b strings.Builder
 	fmt.Fprintf(&b, "[system]\nbrokerId=1\nhostName=127.0.0.1\nbindHost=127.0.0.1\nserverPort=%d\ndashboardHttpPort=0\n", port)
 	fmt.Fprintf(&b, "dataPath=%s\nmaxSegmentSize=1048576\nindexFileSize=65536\nmaxMessageSize=65536\n", filepath.Join(dir, "data"))
@@ -359,7 +359,7 @@ func TestBrokerLocalZooKeeper(t *testing.T) {
 		t.Fatalf("zookeeper is not installed: %v", err)
 	}
 	dir := t.TempDir()
-	zkPort := freePort(t)
+	zkPort := zktest.FreePort(t)
 	zk := "127.0.0.1:" + strconv.Itoa(zkPort)
 	ini, addr := writeINI(t, dir, false, zk, 100, "")
 	zkDir := filepath.Join(dir, "zk")

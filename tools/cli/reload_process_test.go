@@ -19,7 +19,7 @@ import (
 // serves /metrics on dashboardHttpPort.
 func TestBrokerReloadProcess(t *testing.T) {
 	dir := t.TempDir()
-	httpPort := freePort(t)
+	httpPort := zktest.FreePort(t)
 	path, addr := writeINI(t, dir, false, "", 0, "")
 	ini, err := os.ReadFile(path)
 	if err != nil {
