@@ -79,9 +79,11 @@ func ServerOptions(c *conf.Config, log *slog.Logger) Options {
 		ConfigPath:         c.Path,
 		DataPath:           sys.DataPath,
 		Tx: tx.Config{
-			MaxTimeout:    sys.MaxTxTimeout,
-			CheckInterval: sys.TransactionCheckInterval,
-			CheckMax:      sys.TransactionCheckMax,
+			MaxTimeout:     sys.MaxTxTimeout,
+			CheckInterval:  sys.TransactionCheckInterval,
+			CheckMax:       sys.TransactionCheckMax,
+			MaxOpen:        sys.MaxTxTimeoutTimerCapacity,
+			MaxOpenPerConn: sys.MaxTxPerConnection,
 			// flushTxLogAtCommit 1 (the default): a txend's reply waits for its group commit.
 			EndWithoutFlush: sys.FlushTxLogAtCommit != 1,
 		},

@@ -97,10 +97,11 @@ type System struct {
 	QuartzThreadCount           int    // quartzThreadCount, default 5
 	AppClassPath                string // appClassPath, default ""
 
-	// Transactions (accepted, not yet used).
+	// Transactions (maxCheckpoints and checkpointInterval accepted, not yet used).
 	MaxCheckpoints            int           // maxCheckpoints, default 3
 	CheckpointInterval        time.Duration // checkpointInterval (ms), default 1h
-	MaxTxTimeoutTimerCapacity int           // maxTxTimeoutTimerCapacity, default 30000
+	MaxTxTimeoutTimerCapacity int           // maxTxTimeoutTimerCapacity, default 30000: open transactions, broker-wide
+	MaxTxPerConnection        int           // maxTxPerConnection (metaq), default 1024: open transactions begun on one connection
 	MaxTxTimeout              time.Duration // maxTxTimeoutInSeconds, default 60s
 	FlushTxLogAtCommit        int           // flushTxLogAtCommit 0|1|2, default 1
 
@@ -261,6 +262,7 @@ func defaults(brokerID int) *Config {
 			MaxCheckpoints:            3,
 			CheckpointInterval:        time.Hour,
 			MaxTxTimeoutTimerCapacity: 30000,
+			MaxTxPerConnection:        1024,
 			MaxTxTimeout:              60 * time.Second,
 			FlushTxLogAtCommit:        1,
 			TransactionCheckInterval:  60 * time.Second,

@@ -140,9 +140,10 @@ var systemKeys = []keyDef{
 	{"checkpointInterval", notYetUsed, "", func(p *parser, c *Config, v string) error {
 		return setDuration(&c.System.CheckpointInterval, v, time.Millisecond)
 	}},
-	{"maxTxTimeoutTimerCapacity", notYetUsed, "", func(p *parser, c *Config, v string) error {
+	{"maxTxTimeoutTimerCapacity", used, "", func(p *parser, c *Config, v string) error {
 		return setInt(&c.System.MaxTxTimeoutTimerCapacity, v)
 	}},
+	{"maxTxPerConnection", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MaxTxPerConnection, v) }},
 	{"maxTxTimeoutInSeconds", used, "", func(p *parser, c *Config, v string) error {
 		return setDuration(&c.System.MaxTxTimeout, v, time.Second)
 	}},

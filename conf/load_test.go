@@ -82,6 +82,7 @@ func TestMinimalConfigHasMetaQDefaults(t *testing.T) {
 		{"maxCheckpoints", s.MaxCheckpoints, 3},
 		{"checkpointInterval", s.CheckpointInterval, time.Hour},
 		{"maxTxTimeoutTimerCapacity", s.MaxTxTimeoutTimerCapacity, 30000},
+		{"maxTxPerConnection", s.MaxTxPerConnection, 1024},
 		{"maxTxTimeoutInSeconds", s.MaxTxTimeout, time.Minute},
 		{"flushTxLogAtCommit", s.FlushTxLogAtCommit, 1},
 		{"transactionCheckInterval", s.TransactionCheckInterval, time.Minute},
@@ -204,7 +205,7 @@ putDataTimeoutMs = 5000
 		IdleTimeout: 90 * time.Second, MaxConnections: 10000, MaxPendingPutBytes: 64 << 20, PutDataTimeout: 5 * time.Second,
 		GetProcessThreadCount: 80, PutProcessThreadCount: 80, LoadMessageStoresInParallel: true, QuartzThreadCount: 2,
 		AppClassPath: "/opt/meta/provided/", MaxCheckpoints: 5, CheckpointInterval: time.Minute,
-		MaxTxTimeoutTimerCapacity: 100, MaxTxTimeout: 30 * time.Second, FlushTxLogAtCommit: 2,
+		MaxTxTimeoutTimerCapacity: 100, MaxTxPerConnection: 1024, MaxTxTimeout: 30 * time.Second, FlushTxLogAtCommit: 2,
 		TransactionCheckInterval: 5 * time.Second, TransactionCheckMax: 3,
 	}
 	if !reflect.DeepEqual(s, want) {

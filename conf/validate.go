@@ -150,6 +150,9 @@ func validateTx(c *Config, p *problems) {
 	if s.MaxTxTimeoutTimerCapacity < 1 {
 		p.bad(sysSection, "maxTxTimeoutTimerCapacity", "must be >= 1")
 	}
+	if s.MaxTxPerConnection < 1 {
+		p.bad(sysSection, "maxTxPerConnection", "must be >= 1")
+	}
 	if s.MaxTxTimeout <= 0 {
 		p.bad(sysSection, "maxTxTimeoutInSeconds", "must be > 0")
 	}

@@ -33,6 +33,15 @@ type Config struct {
 	MaxHeldBytes int64
 	// MaxPendingHalf bounds the half messages waiting for an outcome.
 	MaxPendingHalf int
+	// MaxOpen (maxTxTimeoutTimerCapacity) bounds the transactions begun and
+	// not prepared, broker-wide, and MaxOpenPerConn (maxTxPerConnection)
+	// those begun on one connection (Session), local and XA: a BEGIN without
+	// puts holds no bytes, so MaxHeldBytes does not bound them, yet each is
+	// an entry and a timer until its timeout. A BEGIN beyond either is
+	// refused with ErrBusy (503). Prepared transactions are not counted: they
+	// hold nothing in memory but their entry (docs/transactions.md).
+	MaxOpen        int
+	MaxOpenPerConn int
 	// ScanBudget bounds the time one check scan may take.
 	ScanBudget time.Duration
 	// Schedule turns a message about to be committed into its %SCHEDULE%
@@ -73,6 +82,8 @@ const (
 	DefaultCheckMax       = 15
 	DefaultMaxHeldBytes   = 256 << 20
 	DefaultMaxPendingHalf = 1 << 20
+	DefaultMaxOpen        = 30000 // MetaQ's maxTxTimeoutTimerCapacity default
+	DefaultMaxOpenPerConn = 1024
 	DefaultScanBudget     = 100 * time.Millisecond
 )
 
@@ -90,12 +101,15 @@ type Tx struct {
 	kind  Kind
 	uq    string
 	sess  *Session // local transactions: the owning connection's session
+	by    *Session // the session that began it (nil: none), counted in by.open while not prepared
 	state txState
 	busy  bool // a prepare/commit/rollback is appending; others get XAER_PROTO
 	msgs  []store.Message
 	bytes int64
 	timer *time.Timer
 	ids   []int64 // the traced messages' provisional ids (event.go; nil when none is traced)
+	// uncounted: no longer counted in Manager.openN and by.open (prepared or forgotten)
+	uncounted bool
 
 	halfFrom int64 // prepared: %TX_HALF%/0 [halfFrom, halfFrom+halfN)
 	halfN    int
@@ -147,6 +161,7 @@ type Manager struct {
 	free     []*half // finished halves for reuse
 	groups   map[string]*group
 	localN   int
+	openN    int // transactions begun and not prepared (Config.MaxOpen)
 	closed   bool
 	lastWarn time.Time // rate limit of "no live producer" warnings
 
@@ -168,6 +183,12 @@ var (
 	ErrNotFound = errors.New("tx: no such pending half message")
 	ErrClosed   = errors.New("tx: closed")
 )
+
+// busyError is an ErrBusy with its reason (reply 503).
+type busyError struct{ msg string }
+
+func (e *busyError) Error() string        { return e.msg }
+func (e *busyError) Is(target error) bool { return target == ErrBusy }
 
 // BadRequest is an error the client caused (reply 400).
 type BadRequest struct{ Msg string }
@@ -197,6 +218,12 @@ func Open(cfg Config) (*Manager, error) {
 	}
 	if cfg.ScanBudget <= 0 {
 		cfg.ScanBudget = DefaultScanBudget
+	}
+	if cfg.MaxOpen <= 0 {
+		cfg.MaxOpen = DefaultMaxOpen
+	}
+	if cfg.MaxOpenPerConn <= 0 {
+		cfg.MaxOpenPerConn = DefaultMaxOpenPerConn
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -285,6 +312,7 @@ type Session struct {
 	probes []string       // producer groups this connection registered in (guarded by m.mu)
 	probe  Prober
 	closed bool
+	open   int // transactions begun on this connection and not prepared (guarded by m.mu)
 
 	// Used only by the connection's reader goroutine (the one caller of
 	// PutHalf and EndBatch with this session): buffers reused command
@@ -429,7 +457,17 @@ func (m *Manager) begin(s *Session, key string, kind Kind, uq string, timeoutS i
 	if kind == KindLocal && (s == nil || s.closed) {
 		return ErrClosed
 	}
-	t := &Tx{key: key, kind: kind, uq: uq}
+	if m.openN >= m.cfg.MaxOpen {
+		return &busyError{msg: "tx: " + strconv.Itoa(m.openN) + " transactions open on this broker (maxTxTimeoutTimerCapacity): BEGIN refused, retry later"}
+	}
+	if s != nil && s.open >= m.cfg.MaxOpenPerConn {
+		return &busyError{msg: "tx: " + strconv.Itoa(s.open) + " transactions open on this connection (maxTxPerConnection): BEGIN refused, finish some first"}
+	}
+	t := &Tx{key: key, kind: kind, uq: uq, by: s}
+	m.openN++
+	if s != nil {
+		s.open++
+	}
 	d := m.cfg.MaxTimeout
 	if timeoutS > 0 && time.Duration(timeoutS)*time.Second < d {
 		d = time.Duration(timeoutS) * time.Second
@@ -460,11 +498,13 @@ func (m *Manager) expire(t *Tx) {
 	m.log.Info("transaction timed out and was rolled back", "tx", t.key, "messages", len(t.msgs))
 }
 
-// dropLocked forgets t (rollback of a transaction that is not prepared).
+// dropLocked forgets t (rollback of a transaction that is not prepared,
+// or the end of a prepared one).
 func (m *Manager) dropLocked(t *Tx) {
 	if t.timer != nil {
 		t.timer.Stop()
 	}
+	m.unopenLocked(t)
 	m.held -= t.bytes
 	t.msgs, t.bytes = nil, 0
 	if t.kind == KindXA {
@@ -555,6 +595,18 @@ func (m *Manager) take(s *Session, key string, kind Kind, check func(*Tx) error)
 		t.timer.Stop()
 	}
 	return t, nil
+}
+
+// unopenLocked stops counting t as open (it is prepared or gone).
+func (m *Manager) unopenLocked(t *Tx) {
+	if t.state == stPrepared || t.uncounted {
+		return
+	}
+	t.uncounted = true
+	m.openN--
+	if t.by != nil {
+		t.by.open--
+	}
 }
 
 // release ends an append started by take: done removes t from the table.
@@ -659,6 +711,7 @@ func (m *Manager) prepare(s *Session, key string, kind Kind) (Result, error) {
 		}
 	}
 	m.mu.Lock()
+	m.unopenLocked(t)
 	t.state = stPrepared
 	t.halfFrom, t.halfN = res[0].QueueOffset, len(t.msgs)
 	m.held -= t.bytes

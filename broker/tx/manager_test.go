@@ -1,0 +1,124 @@
+package tx
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"testing"
+
+	"github.com/metaqgo/metaq/broker/store"
+)
+
+// openManager opens a store in a temporary directory and a table on it with
+// cfg (Store and Logger filled in); both are closed when the test ends.
+func openManager(t *testing.T, cfg Config) (*store.Store, *Manager) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(store.Config{Dir: t.TempDir(), SegmentSize: 1 << 20, IndexFileSize: 1 << 12, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store, cfg.Logger = st, log
+	m, err := Open(cfg)
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		st.Close()
+	})
+	return st, m
+}
+
+// A BEGIN without puts holds no bytes, so MaxHeldBytes does not bound it:
+// the open transactions are counted, per connection and broker-wide, and a
+// BEGIN beyond either cap is refused with ErrBusy. Finishing a transaction
+// (rollback, prepare, timeout) makes room again; prepared ones do not
+// count.
+func TestOpenTransactionsBounded(t *testing.T) {
+	t.Run("defaults", func(t *testing.T) {
+		_, m := openManager(t, Config{})
+		s := m.NewSession(nil)
+		defer s.Close()
+		ok := 0
+		for i := 0; i < 2*DefaultMaxOpenPerConn; i++ {
+			if _, err := m.Command(s, "TX:s:"+strconv.Itoa(i), "BEGIN", 0, ""); err == nil {
+				ok++
+			} else if !errors.Is(err, ErrBusy) {
+				t.Fatalf("BEGIN %d: %v, want ErrBusy", i, err)
+			}
+		}
+		if ok != DefaultMaxOpenPerConn {
+			t.Fatalf("%d local BEGINs accepted on one connection, want %d", ok, DefaultMaxOpenPerConn)
+		}
+		for i := 0; i < 2*DefaultMaxOpen; i++ {
+			if _, err := m.Command(nil, fmt.Sprintf("XID:1:0a:%08x:q", i), "BEGIN", 0, ""); err == nil {
+				ok++
+			} else if !errors.Is(err, ErrBusy) {
+				t.Fatalf("XA BEGIN %d: %v, want ErrBusy", i, err)
+			}
+		}
+		if st := m.Stats(); ok != DefaultMaxOpen || st.Open != DefaultMaxOpen {
+			t.Fatalf("%d BEGINs accepted, %d open, want %d", ok, st.Open, DefaultMaxOpen)
+		}
+	})
+	t.Run("release", func(t *testing.T) {
+		_, m := openManager(t, Config{MaxOpen: 5, MaxOpenPerConn: 3})
+		a, b := m.NewSession(nil), m.NewSession(nil)
+		defer a.Close()
+		defer b.Close()
+		begin := func(s *Session, key string) error {
+			_, err := m.Command(s, key, "BEGIN", 0, "")
+			return err
+		}
+		for _, k := range []string{"TX:a:1", "TX:a:2", "XID:1:0a:01:q"} { // XA ones begun on a count for a too
+			if err := begin(a, k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := begin(a, "TX:a:3"); !errors.Is(err, ErrBusy) {
+			t.Fatalf("4th BEGIN on a connection capped at 3: %v", err)
+		}
+		if err := begin(a, "TX:a:1"); err != nil { // an existing one: a no-op, not refused
+			t.Fatal(err)
+		}
+		if err := begin(b, "TX:b:1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := begin(nil, "XID:1:0a:02:q"); err != nil {
+			t.Fatal(err)
+		}
+		if err := begin(b, "TX:b:2"); !errors.Is(err, ErrBusy) {
+			t.Fatalf("6th BEGIN on a broker capped at 5: %v", err)
+		}
+		// A rollback makes room on its connection and the broker.
+		if _, err := m.Command(a, "TX:a:2", "ROLLBACK", 0, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := begin(a, "TX:a:3"); err != nil {
+			t.Fatal(err)
+		}
+		// A prepared transaction is no longer counted.
+		msg := store.Message{Topic: "t", Data: []byte("m")}
+		if _, err := m.Put(a, []byte("XID:1:0a:01:q"), &msg); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := m.Command(a, "XID:1:0a:01:q", "PREPARE", 0, ""); err != nil || r.Body != "0" {
+			t.Fatalf("prepare: %+v %v", r, err)
+		}
+		if err := begin(a, "TX:a:4"); err != nil {
+			t.Fatal(err)
+		}
+		// A closed connection's local transactions are rolled back: room again.
+		b.Close()
+		if err := begin(nil, "XID:1:0a:03:q"); err != nil {
+			t.Fatal(err)
+		}
+		if st := m.Stats(); st.Open != 5 || st.Prepared != 1 {
+			t.Fatalf("stats %+v, want 5 open, 1 prepared", st)
+		}
+	})
+}
