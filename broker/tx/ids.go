@@ -60,6 +60,20 @@ func ParseKey(key []byte) (Kind, string, error) {
 	return 0, "", errors.New("invalid transaction id " + strconv.Quote(string(key)) + ": want TX:…, XID:… or null")
 }
 
+// printableKey reports whether key is printable ASCII, without spaces
+// (0x21-0x7e): what BEGIN accepts as a new transaction key. The wire parser
+// splits a line on ' ' and refuses control bytes, but passes any other byte;
+// a key must also survive the text of its %TX_OP% records and be typed back
+// by an operator (metaq tx commit <xid>).
+func printableKey(key string) bool {
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= ' ' || c > '~' {
+			return false
+		}
+	}
+	return true
+}
+
 func isHex(b []byte) bool {
 	for _, c := range b {
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {

@@ -446,6 +446,11 @@ func (m *Manager) begin(s *Session, key string, kind Kind, uq string, timeoutS i
 	if kind == KindNull {
 		return &BadRequest{Msg: "BEGIN needs a transaction id, not null"}
 	}
+	if !printableKey(key) {
+		// Only BEGIN refuses: a prepared transaction of an older broker
+		// whose key has such bytes can still be committed or rolled back.
+		return &BadRequest{Msg: "invalid transaction id " + strconv.Quote(key) + ": only printable ASCII (no spaces)"}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {

@@ -191,8 +191,12 @@ func appendCommitOp(dst []byte, o *op) []byte {
 	return dst
 }
 
+// parseOp decodes a %TX_OP% record. Its fields are separated by ASCII
+// spaces only: an XA key may hold any other byte an older broker accepted
+// (bytes.Fields would also split on U+00A0, U+0085, U+2000…, and the op of
+// such a key would be lost at recovery).
 func parseOp(data []byte) (op, error) {
-	f := bytes.Fields(data)
+	f := splitSpaces(data)
 	bad := errors.New("tx: malformed " + OpTopic + " record " + strconv.Quote(string(data[:min(len(data), 128)])))
 	if len(f) < 2 {
 		return op{}, bad
@@ -240,6 +244,24 @@ func parseOp(data []byte) (op, error) {
 		return op{}, bad
 	}
 	return o, nil
+}
+
+// splitSpaces splits b on runs of ' ' (no other byte separates).
+func splitSpaces(b []byte) [][]byte {
+	var f [][]byte
+	for len(b) > 0 {
+		if b[0] == ' ' {
+			b = b[1:]
+			continue
+		}
+		i := bytes.IndexByte(b, ' ')
+		if i < 0 {
+			i = len(b)
+		}
+		f = append(f, b[:i:i])
+		b = b[i:]
+	}
+	return f
 }
 
 // withoutProp returns props without the pairs whose key is key (a copy).
