@@ -107,7 +107,10 @@ type Tx struct {
 	msgs  []store.Message
 	bytes int64
 	timer *time.Timer
-	ids   []int64 // the traced messages' provisional ids (event.go; nil when none is traced)
+	// deadline: when it times out unless prepared (its timer is stopped
+	// while a command appends it, re-armed for the rest if it stays open)
+	deadline time.Time
+	ids      []int64 // the traced messages' provisional ids (event.go; nil when none is traced)
 	// uncounted: no longer counted in Manager.openN and by.open (prepared or forgotten)
 	uncounted bool
 
@@ -477,6 +480,7 @@ func (m *Manager) begin(s *Session, key string, kind Kind, uq string, timeoutS i
 	if timeoutS > 0 && time.Duration(timeoutS)*time.Second < d {
 		d = time.Duration(timeoutS) * time.Second
 	}
+	t.deadline = time.Now().Add(d)
 	t.timer = time.AfterFunc(d, func() { m.expire(t) })
 	if kind == KindXA {
 		m.xa[key] = t
@@ -560,6 +564,9 @@ func (m *Manager) Put(s *Session, key []byte, msg *store.Message) (int64, error)
 		return 0, xaErr(XAErrProto, "transaction '"+string(key)+"' is prepared or finishing: no more puts")
 	case m.held+size > m.cfg.MaxHeldBytes:
 		return 0, ErrBusy
+	case kind == KindXA && !halfFits(msg, t.key):
+		return 0, &BadRequest{Msg: "properties too long for a transaction: with the " + HalfTopic +
+			" prefix rt=&rp=&xid= its prepared record would have more than " + strconv.Itoa(protocol.MaxPropertiesLen) + " bytes of properties"}
 	}
 	buf := make([]byte, len(msg.Properties)+len(msg.Data))
 	copy(buf, msg.Properties)
@@ -579,6 +586,21 @@ func (m *Manager) Put(s *Session, key []byte, msg *store.Message) (int64, error)
 		m.emit(Event{Kind: EvTxPut, ID: id, Key: t.key, Topic: cp.Topic, Partition: cp.Partition, Props: cp.Properties, SysFlag: cp.SysFlag})
 	}
 	return id, nil
+}
+
+// halfFits reports whether the %TX_HALF% record of msg, put in the XA
+// transaction key, keeps its properties within the record's limit (a put's
+// own properties may take the whole limit; PREPARE prefixes them).
+func halfFits(msg *store.Message, key string) bool {
+	if len(msg.Properties)+3*(len(msg.Topic)+len(key))+32 <= protocol.MaxPropertiesLen {
+		return true // whatever the escaping
+	}
+	var pre [256]byte
+	n := len(halfProps(pre[:0], msg.Topic, msg.Partition, "xid", key, nil))
+	if len(msg.Properties) > 0 {
+		n += 1 + len(msg.Properties)
+	}
+	return n <= protocol.MaxPropertiesLen
 }
 
 // take marks t busy for an append, after checking it may do op.
@@ -623,8 +645,17 @@ func (m *Manager) release(t *Tx, done bool) {
 		m.dropLocked(t)
 		return
 	}
-	if t.sess != nil && t.sess.closed && t.state != stPrepared {
+	if t.state == stPrepared {
+		return // no timeout: it waits for its coordinator
+	}
+	if t.sess != nil && t.sess.closed {
 		m.dropLocked(t) // the connection closed meanwhile
+		return
+	}
+	// Still open after a failed command (a PREPARE whose append failed):
+	// its timeout runs on, for what was left of it when take stopped it.
+	if t.timer != nil && !m.closed {
+		t.timer.Reset(max(time.Until(t.deadline), 0))
 	}
 }
 

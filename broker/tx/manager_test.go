@@ -6,7 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
 )
@@ -121,4 +123,62 @@ func TestOpenTransactionsBounded(t *testing.T) {
 			t.Fatalf("stats %+v, want 5 open, 1 prepared", st)
 		}
 	})
+}
+
+// A PREPARE whose append fails answers XAER_RMERR and leaves the
+// transaction open; take stopped its timeout timer for the append, and the
+// failure must re-arm it, or the transaction and its held bytes stay until
+// someone rolls it back by hand (every transactional put eventually 503).
+// Here the run does not fit a segment. A put whose properties would not fit
+// a prepared record (the rt=&rp=&xid= prefix added) is refused at once
+// (400) instead of failing its PREPARE.
+func TestFailedPrepareStillTimesOut(t *testing.T) {
+	_, m := openManager(t, Config{MaxTimeout: 500 * time.Millisecond})
+	long := []byte("k=" + strings.Repeat("v", 65530))
+	if _, err := m.Command(nil, "XID:1:0a:02:q", "BEGIN", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	var br *BadRequest
+	if _, err := m.Put(nil, []byte("XID:1:0a:02:q"), &store.Message{Topic: "t", Data: []byte("m"), Properties: long}); !errors.As(err, &br) {
+		t.Fatalf("XA put with %d bytes of properties: %v, want a BadRequest", len(long), err)
+	}
+	s := m.NewSession(nil)
+	defer s.Close()
+	if _, err := m.Command(s, "TX:s:1", "BEGIN", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Put(s, []byte("TX:s:1"), &store.Message{Topic: "t", Data: []byte("m"), Properties: long}); err != nil {
+		t.Fatalf("local put (no prepared record) with %d bytes of properties: %v", len(long), err)
+	}
+	for _, k := range []string{"TX:s:1", "XID:1:0a:02:q"} {
+		if _, err := m.Command(s, k, "ROLLBACK", 0, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	const key = "XID:1:0a:01:q"
+	if _, err := m.Command(nil, key, "BEGIN", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ { // 1.2 MB: more than a 1 MiB segment holds
+		if _, err := m.Put(nil, []byte(key), &store.Message{Topic: "t", Data: make([]byte, 600<<10)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var xe *XAError
+	if _, err := m.Command(nil, key, "PREPARE", 0, ""); !errors.As(err, &xe) || xe.Code != XAErrRMErr {
+		t.Fatalf("prepare of a run larger than a segment: %v, want XAER_RMERR", err)
+	}
+	if s := m.Stats(); s.Open != 1 || s.HeldBytes == 0 {
+		t.Fatalf("after the failed prepare: %+v, want the transaction open", s)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		s := m.Stats()
+		if s.Open == 0 && s.HeldBytes == 0 && s.TimedOut == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10× MaxTimeout after the failed prepare: %d open, %d held bytes, %d timed out (want 0, 0, 1)", s.Open, s.HeldBytes, s.TimedOut)
+		}
+	}
 }
