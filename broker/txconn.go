@@ -230,9 +230,10 @@ func (c *conn) halfPut(ts *topicState, rawGrp []byte, msg *store.Message, opaque
 	res, flush, err := s.tx.PutHalf(sess, grp, msg)
 	if err != nil {
 		code := protocol.StatusInternalServerError
+		var br *tx.BadRequest
 		if errors.Is(err, tx.ErrBusy) || errors.Is(err, store.ErrClosed) {
 			code = protocol.StatusServiceUnavailable
-		} else if errors.Is(err, store.ErrMessageTooLarge) {
+		} else if errors.Is(err, store.ErrMessageTooLarge) || errors.As(err, &br) {
 			code = protocol.StatusBadRequest
 		}
 		c.failPut(ts, code, s.putError([]byte(ts.name), msg.Partition, err.Error()), opaque)

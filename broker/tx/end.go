@@ -209,7 +209,11 @@ func (m *Manager) loadReal(names *nameCache, it *endItem) error {
 }
 
 // planReal routes a delayed real message to %SCHEDULE% (Config.Schedule)
-// and sizes its record.
+// and sizes its record. A record the store would refuse is this item's
+// error, not its run's: the run of a batch is one append, which one record
+// too large fails whole (PutHalf refuses such a message at the put; one
+// stored before that check, or while no delay service ran, stays pending
+// and is rolled back after transactionCheckMax checks).
 func (m *Manager) planReal(it *endItem) error {
 	if mayDelay(it.msg.Properties) && m.cfg.Schedule != nil {
 		out, ok, err := m.cfg.Schedule(&it.msg)
@@ -221,6 +225,14 @@ func (m *Manager) planReal(it *endItem) error {
 		}
 	}
 	it.size = int64(protocol.RecordSize(len(it.msg.Topic), len(it.msg.Properties), len(it.msg.Data)))
+	switch {
+	case len(it.msg.Properties) > protocol.MaxPropertiesLen:
+		return errors.New("tx: cannot commit " + strconv.FormatInt(it.h.id, 10) + ": its record to " + it.msg.Topic + " would have " +
+			strconv.Itoa(len(it.msg.Properties)) + " bytes of properties, more than " + strconv.Itoa(protocol.MaxPropertiesLen))
+	case it.size+2*protocol.BlankMinSize > m.st.SegmentSize():
+		return errors.New("tx: cannot commit " + strconv.FormatInt(it.h.id, 10) + ": its record of " + strconv.FormatInt(it.size, 10) +
+			" bytes does not fit a segment")
+	}
 	return nil
 }
 

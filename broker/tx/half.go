@@ -93,6 +93,17 @@ func (m *Manager) PutHalf(s *Session, grp string, msg *store.Message) (store.App
 	if s != nil {
 		s.props = buf
 	}
+	if len(buf) > protocol.MaxPropertiesLen {
+		return store.AppendResult{}, nil, &BadRequest{Msg: "properties too long for a half message: with the " + HalfTopic +
+			" prefix rt=&rp=&pg= its record would have more than " + strconv.Itoa(protocol.MaxPropertiesLen) + " bytes of properties"}
+	}
+	if m.cfg.Schedule != nil && mayDelay(buf[pre:]) {
+		committed := *msg
+		committed.Properties = ownProps(buf, pre)
+		if err := m.scheduleFits(&committed); err != nil {
+			return store.AppendResult{}, nil, err
+		}
+	}
 	rec := store.Message{
 		Topic: HalfTopic, Flag: msg.Flag, BornTime: msg.BornTime, SysFlag: protocol.SysFlagTxPrepared | msg.SysFlag&protocol.SysFlagTraced,
 		Properties: buf, Data: msg.Data,
@@ -126,6 +137,26 @@ func (m *Manager) PutHalf(s *Session, grp string, msg *store.Message) (store.App
 	m.emit(Event{Kind: EvHalf, ID: res.MsgID, Group: grp, Topic: msg.Topic, Partition: msg.Partition, Props: msg.Properties,
 		SysFlag: msg.SysFlag, Result: res})
 	return res, f, nil
+}
+
+// scheduleFits refuses (BadRequest) a delayed transactional message, as it
+// will be committed, whose %SCHEDULE% record could not be appended: its
+// properties with realTopic= and realPartition= added beyond the record's
+// limit. The commit would fail, at every attempt (docs/transactions.md: a
+// delay the broker cannot honour is refused at the put).
+func (m *Manager) scheduleFits(msg *store.Message) error {
+	if m.cfg.Schedule == nil || !mayDelay(msg.Properties) {
+		return nil
+	}
+	out, ok, err := m.cfg.Schedule(msg)
+	if err != nil {
+		return &BadRequest{Msg: err.Error()}
+	}
+	if ok && len(out.Properties) > protocol.MaxPropertiesLen {
+		return &BadRequest{Msg: "properties too long for a delayed transactional message: its %SCHEDULE% record (realTopic=, realPartition= added) would have " +
+			strconv.Itoa(len(out.Properties)) + " bytes of properties, more than " + strconv.Itoa(protocol.MaxPropertiesLen)}
+	}
+	return nil
 }
 
 // Half bodies kept in memory from the put to the commit: each at most

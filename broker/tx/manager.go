@@ -548,6 +548,9 @@ func (m *Manager) Put(s *Session, key []byte, msg *store.Message) (int64, error)
 		}
 		return 0, &BadRequest{Msg: "a transactional put needs a transaction id, not null"}
 	}
+	if err := m.scheduleFits(msg); err != nil {
+		return 0, err
+	}
 	size := int64(len(msg.Data) + len(msg.Properties) + len(msg.Topic))
 	m.mu.Lock()
 	defer m.mu.Unlock()

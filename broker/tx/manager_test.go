@@ -7,10 +7,13 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/store"
+	"github.com/metaqgo/metaq/protocol"
 )
 
 // openManager opens a store in a temporary directory and a table on it with
@@ -180,5 +183,70 @@ func TestFailedPrepareStillTimesOut(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("10× MaxTimeout after the failed prepare: %d open, %d held bytes, %d timed out (want 0, 0, 1)", s.Open, s.HeldBytes, s.TimedOut)
 		}
+	}
+}
+
+// The txends of one batch are appended as one run, and one record the
+// store refuses fails a run whole. A committed delayed half message whose
+// properties fit its half record but not its %SCHEDULE% record (realTopic=
+// and realPartition= added) is refused at the put (400); one already
+// stored (here: put while the table did not schedule, as before the check
+// or without a delay service) fails its own txend only, not the others of
+// its batch.
+func TestBadCommitFailsOnlyItsOwnTxEnd(t *testing.T) {
+	var scheduling atomic.Bool
+	_, m := openManager(t, Config{Schedule: func(msg *store.Message) (store.Message, bool, error) {
+		if !scheduling.Load() {
+			return store.Message{}, false, nil
+		}
+		out, _ := delay.ScheduleMessage(msg, delay.Plan{Partition: 1}, nil)
+		return out, true, nil
+	}})
+	s := m.NewSession(nil)
+	defer s.Close()
+	put := func(props string) (int64, error) {
+		msg := store.Message{Topic: "t", Data: []byte("m"), Properties: []byte(props)}
+		res, f, err := m.PutHalf(s, "g", &msg)
+		if err == nil && f != nil {
+			err = f.Wait()
+		}
+		return res.MsgID, err
+	}
+	// Its own properties (without tx=half) fit the half record's rt=t&rp=0&pg=g& prefix
+	// (15 bytes), not the 28 bytes of &realTopic=t&realPartition=0.
+	own := "pgroup=g&delay=1&k="
+	own += strings.Repeat("v", protocol.MaxPropertiesLen-15-len(own))
+	bigProps := "tx=half&" + own
+
+	scheduling.Store(true)
+	var br *BadRequest
+	if _, err := put(bigProps); !errors.As(err, &br) {
+		t.Fatalf("half put whose %%SCHEDULE%% record would be too long: %v, want a BadRequest", err)
+	}
+	if _, err := m.Command(s, "TX:s:1", "BEGIN", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Put(s, []byte("TX:s:1"), &store.Message{Topic: "t", Data: []byte("m"), Properties: []byte(own)}); !errors.As(err, &br) {
+		t.Fatalf("local put whose %%SCHEDULE%% record would be too long: %v, want a BadRequest", err)
+	}
+
+	scheduling.Store(false)
+	big, err := put(bigProps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := put("tx=half&pgroup=g&delay=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheduling.Store(true)
+	reqs := []EndReq{{ID: big, Action: Commit}, {ID: good, Action: Commit}}
+	m.EndBatch(s, reqs)
+	if reqs[0].Err == nil || reqs[1].Err != nil {
+		t.Fatalf("txend commit of the one too long for %%SCHEDULE%%: %v (want an error); of the other one in the same batch: %v (want none)",
+			reqs[0].Err, reqs[1].Err)
+	}
+	if st := m.Stats(); st.PendingHalf != 1 || st.Committed != 1 {
+		t.Fatalf("stats %+v: want the failed one pending, the other committed", st)
 	}
 }
