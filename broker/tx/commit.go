@@ -149,12 +149,19 @@ type commitAt struct {
 	runStart int64 // physical offset right after the op record
 }
 
-// checkCommitRun is recovery's check of the newest commit op of a
-// transaction: when the run after it is shorter than the op says (a power
+// checkCommitRun is recovery's check of the commit op that is the newest
+// op of the log: when the run after it is shorter than the op says (a power
 // loss kept only a prefix), the missing messages are appended now, after a
 // new commit op that names them. A retried COMMIT finds the transaction
-// committed (XAER_NOTA), so nothing is appended twice.
+// committed (XAER_NOTA), so nothing is appended twice. When retention has
+// deleted the transaction's %TX_HALF% records, the run cannot be checked
+// (nor completed): that is logged and the run taken as whole.
 func (m *Manager) checkCommitRun(c *commitAt) error {
+	if lo := m.st.MinOffset(HalfTopic, 0); c.halfFrom+int64(c.from) < lo {
+		m.log.Warn("not checking the newest two-phase commit for a run cut by a crash: retention deleted its messages in "+HalfTopic,
+			"tx", c.key, "halfFrom", c.halfFrom+int64(c.from), "messages", c.n-c.from, "halfMinOffset", lo)
+		return nil
+	}
 	want := c.n - c.from
 	have := survivedRun(c.runStart, c.runBytes, c.lastBytes, want, func(pos int64, i int) (int64, bool) {
 		return m.committedRecordAt(pos, func() (*store.ReadResult, error) {

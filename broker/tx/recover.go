@@ -17,13 +17,16 @@ import (
 func (m *Manager) recover() error {
 	start := time.Now()
 	prepared := map[string]op{}
-	commits := map[string]*commitAt{} // the newest commit op of each XA transaction
 	done := map[int64]struct{}{}
 	checks := map[int64]int{}
 	bad := 0
-	var lastEnd *endAt // the newest op, when it is an hend op
+	// The newest op, when it is an hend or a commit op: only its run can
+	// have been cut by a crash (any record after an op means its run is
+	// whole, and the records of that run may be gone with retention since).
+	var lastEnd *endAt
+	var lastCommit *commitAt
 	err := m.scanAll(OpTopic, func(r *protocol.Record) error {
-		lastEnd = nil // a record after an hend op: that op's run is whole
+		lastEnd, lastCommit = nil, nil // a record after the op: its run is whole
 		o, err := parseOp(r.Data)
 		if err != nil {
 			if bad++; bad <= 10 {
@@ -37,10 +40,8 @@ func (m *Manager) recover() error {
 		case "commit", "rollback":
 			delete(prepared, o.key)
 			if o.verb == "commit" && o.runKnown {
-				commits[o.key] = &commitAt{op: o, runStart: r.PhysicalOffset +
+				lastCommit = &commitAt{op: o, runStart: r.PhysicalOffset +
 					int64(protocol.RecordSize(len(r.Topic), len(r.Properties), len(r.Data)))}
-			} else {
-				delete(commits, o.key)
 			}
 		case "hend":
 			for _, x := range o.ends {
@@ -100,11 +101,8 @@ func (m *Manager) recover() error {
 			return err
 		}
 	}
-	for _, c := range commits {
-		if m.standby.Load() {
-			break // a slave's log: the master completes the run (standby.go)
-		}
-		if err := m.checkCommitRun(c); err != nil {
+	if lastCommit != nil && !m.standby.Load() { // a slave's log: the master completes the run (standby.go)
+		if err := m.checkCommitRun(lastCommit); err != nil {
 			return err
 		}
 	}

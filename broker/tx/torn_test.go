@@ -352,3 +352,120 @@ func TestTornCommitWithoutHalves(t *testing.T) {
 		t.Fatalf("%d messages appended by the failed recovery", n)
 	}
 }
+
+// Retention deletes whole segments: the %TX_HALF% records of a transaction
+// may be gone while the op that committed it (a later segment) is kept.
+// Recovery checks only the newest op for a run a crash cut (any record after
+// an op proves its run whole), and when the half records it would check
+// against are gone it logs that and goes on: before, it re-checked every
+// retained commit op, found no half records, took the run for torn, failed
+// to complete it, and the broker did not start.
+func TestRestartAfterRetentionCutPreparedHalves(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		half  bool // a half message committed by txend (else an XA transaction)
+		later bool // another op after the commit's
+	}{{"xa-newest", false, false}, {"xa-older", false, true}, {"half-newest", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			open := func() (*store.Store, *Manager, error) {
+				st, err := store.Open(store.Config{Dir: dir, SegmentSize: 64 << 10, IndexFileSize: 1 << 12, Logger: log, Retention: time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, err := Open(Config{Store: st, Logger: log})
+				if err != nil {
+					st.Close()
+					return nil, nil, err
+				}
+				return st, m, nil
+			}
+			wait := func(f *store.Flush, err error) {
+				t.Helper()
+				if err == nil && f != nil {
+					err = f.Wait()
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			st, m, err := open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			const key = "XID:1:0a:01:q"
+			s := m.NewSession(nil)
+			var halfID int64
+			if tc.half {
+				res, f, err := m.PutHalf(s, "g", &store.Message{Topic: "t", Data: []byte("m")})
+				wait(f, err)
+				halfID = res.MsgID
+			} else {
+				if _, err := m.Command(nil, key, "BEGIN", 0, ""); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := m.Put(nil, []byte(key), &store.Message{Topic: "t", Data: []byte("m")}); err != nil {
+					t.Fatal(err)
+				}
+				r, err := m.Command(nil, key, "PREPARE", 0, "")
+				wait(r.Flush, err)
+			}
+			// Fill past the first segment, then commit in a later one.
+			for i := 0; i < 40; i++ {
+				if _, err := st.Append(&store.Message{Topic: "f", Data: make([]byte, 4000)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.half {
+				reqs := []EndReq{{ID: halfID, Action: Commit}}
+				m.EndBatch(s, reqs)
+				wait(reqs[0].Flush, reqs[0].Err)
+			} else {
+				r, err := m.Command(nil, key, "COMMIT_TWO_PHASE", 0, "")
+				wait(r.Flush, err)
+			}
+			if tc.later { // an XA transaction prepared and rolled back: two more ops
+				const k2 = "XID:1:0a:02:q"
+				if _, err := m.Command(nil, k2, "BEGIN", 0, ""); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := m.Put(nil, []byte(k2), &store.Message{Topic: "t", Data: []byte("n")}); err != nil {
+					t.Fatal(err)
+				}
+				r, err := m.Command(nil, k2, "PREPARE", 0, "")
+				wait(r.Flush, err)
+				r, err = m.Command(nil, k2, "ROLLBACK", 0, "")
+				wait(r.Flush, err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); st.MaxOffset("t", 0) < 1; {
+				if time.Now().After(deadline) {
+					t.Fatal("commit not indexed")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			s.Close()
+			n, err := st.DeleteExpired(time.Now().Add(2 * time.Hour))
+			if err != nil || n == 0 {
+				t.Fatalf("retention deleted %d segments: %v", n, err)
+			}
+			if lo := st.MinOffset(HalfTopic, 0); lo < 1 {
+				t.Fatalf("%s min offset %d: the half record was not cut", HalfTopic, lo)
+			}
+			closeTorn(t, st, m)
+			for restart := 0; restart < 2; restart++ {
+				st, m, err = open()
+				if err != nil {
+					t.Fatalf("restart %d after retention: %v", restart, err)
+				}
+				if got := st.MaxOffset("t", 0) - st.MinOffset("t", 0); got != 1 {
+					t.Fatalf("restart %d: %d messages in t, want the committed one once", restart, got)
+				}
+				if s := m.Stats(); s.Prepared != 0 || s.PendingHalf != 0 {
+					t.Fatalf("restart %d: %+v", restart, s)
+				}
+				closeTorn(t, st, m)
+			}
+		})
+	}
+}
