@@ -163,6 +163,7 @@ type Manager struct {
 	dueTail  *half
 	free     []*half // finished halves for reuse
 	groups   map[string]*group
+	sessions map[*Session]struct{} // open sessions (their local transactions' timers, for Close)
 	localN   int
 	openN    int // transactions begun and not prepared (Config.MaxOpen)
 	closed   bool
@@ -235,13 +236,14 @@ func Open(cfg Config) (*Manager, error) {
 		cfg.Now = time.Now
 	}
 	m := &Manager{
-		cfg:    cfg,
-		st:     cfg.Store,
-		log:    cfg.Logger.With("component", "tx"),
-		xa:     make(map[string]*Tx),
-		halves: make(map[int64]*half),
-		groups: make(map[string]*group),
-		stop:   make(chan struct{}),
+		cfg:      cfg,
+		st:       cfg.Store,
+		log:      cfg.Logger.With("component", "tx"),
+		xa:       make(map[string]*Tx),
+		halves:   make(map[int64]*half),
+		groups:   make(map[string]*group),
+		sessions: make(map[*Session]struct{}),
+		stop:     make(chan struct{}),
 	}
 	m.standby.Store(cfg.Standby)
 	if err := m.recover(); err != nil {
@@ -264,6 +266,13 @@ func (m *Manager) Close() {
 	for _, t := range m.xa {
 		if t.timer != nil {
 			t.timer.Stop()
+		}
+	}
+	for s := range m.sessions { // local transactions belong to their session
+		for _, t := range s.txs {
+			if t.timer != nil {
+				t.timer.Stop()
+			}
 		}
 	}
 	m.mu.Unlock()
@@ -348,7 +357,13 @@ func (c *nameCache) topicName(raw []byte) string {
 // NewSession returns the transaction state of a new connection; p is the
 // connection as a check-back target.
 func (m *Manager) NewSession(p Prober) *Session {
-	return &Session{m: m, txs: make(map[string]*Tx), probe: p}
+	s := &Session{m: m, txs: make(map[string]*Tx), probe: p}
+	m.mu.Lock()
+	if !m.closed {
+		m.sessions[s] = struct{}{}
+	}
+	m.mu.Unlock()
+	return s
 }
 
 // Close rolls back the session's local transactions (a closed connection
@@ -361,6 +376,7 @@ func (s *Session) Close() {
 		return
 	}
 	s.closed = true
+	delete(m.sessions, s)
 	n := 0
 	for _, t := range s.txs {
 		if !t.busy {
@@ -498,7 +514,7 @@ func (m *Manager) begin(s *Session, key string, kind Kind, uq string, timeoutS i
 func (m *Manager) expire(t *Tx) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if t.busy || t.state == stPrepared || m.lookupLocked(t.sess, t.key, t.kind) != t {
+	if m.closed || t.busy || t.state == stPrepared || m.lookupLocked(t.sess, t.key, t.kind) != t {
 		return
 	}
 	m.emitTxRollbackLocked(t, "rolled back: not prepared within its timeout") // event.go

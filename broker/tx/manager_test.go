@@ -250,3 +250,23 @@ func TestBadCommitFailsOnlyItsOwnTxEnd(t *testing.T) {
 		t.Fatalf("stats %+v: want the failed one pending, the other committed", st)
 	}
 }
+
+// Close stops the timeouts of every open transaction, local ones (which
+// belong to their connection's session) as well as XA ones: none fires on
+// the closed table.
+func TestCloseStopsLocalTimeouts(t *testing.T) {
+	var events atomic.Int64
+	_, m := openManager(t, Config{MaxTimeout: 100 * time.Millisecond, OnEvent: func(*Event) { events.Add(1) }})
+	s := m.NewSession(nil)
+	for _, k := range []string{"TX:s:1", "XID:1:0a:01:q"} {
+		if _, err := m.Command(s, k, "BEGIN", 0, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Close()
+	time.Sleep(400 * time.Millisecond) // 4× MaxTimeout
+	if st := m.Stats(); st.TimedOut != 0 || events.Load() != 0 {
+		t.Fatalf("after Close: %d transactions timed out, %d events", st.TimedOut, events.Load())
+	}
+	s.Close()
+}
