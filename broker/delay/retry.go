@@ -3,6 +3,7 @@ package delay
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/conf"
@@ -32,8 +33,9 @@ type RetryResult struct {
 // into %RETRY%<group> partition 0; once it has come back
 // MaxReconsumeTimes times, or when delayLevel < 0, it goes to
 // %DLQ%<group> at once. Its properties keep the first topic (retryTopic)
-// and the first id (origMsgId). The caller acknowledges the retry like a
-// put (flush in sync mode; WriteOut in async mode).
+// and the first id (origMsgId). A record of a system topic other than a retry or dead-letter topic, or a
+// transaction half, is ErrNotFound. The caller acknowledges the retry like
+// a put (flush in sync mode; WriteOut in async mode).
 func (s *Service) Retry(group string, msgID int64, delayLevel int, reason []byte, scratch []byte) (RetryResult, *store.Flush, []byte, error) {
 	var out RetryResult
 	res, r, err := s.readRecord(msgID)
@@ -47,6 +49,13 @@ func (s *Service) Retry(group string, msgID int64, delayLevel int, reason []byte
 	}
 	if string(r.Topic) == scheduleTopic {
 		return out, nil, scratch, fmt.Errorf("%w: %d is a delayed message not yet delivered", ErrNotFound, msgID)
+	}
+	// Only messages a consumer can have been given are given back: a record
+	// of any other system topic (a transaction half, possibly rolled back,
+	// the transaction log, resend markers, %POP% state) or a half message
+	// is not a message to this group (docs/delay.md, "Retry and dead letters").
+	if protocol.IsSystemTopic(r.Topic) && !isRetryOrDLQ(string(r.Topic)) || r.SysFlag&protocol.SysFlagTxPrepared != 0 {
+		return out, nil, scratch, fmt.Errorf("%w: %d is not a message that can be given back", ErrNotFound, msgID)
 	}
 	_, hasOrig := protocol.PropertyRaw(r.Properties, PropOrigMsgID)
 	scratch = appendWithout(scratch[:0], r.Properties, isRetryOwned)
@@ -129,6 +138,13 @@ func (s *Service) readRecord(msgID int64) (*store.ReadResult, protocol.Record, e
 		return nil, protocol.Record{}, err
 	}
 	return res, r, nil
+}
+
+// isRetryOrDLQ reports whether topic is a group's retry or dead-letter
+// topic: the system topics whose messages consumers read and give back.
+func isRetryOrDLQ(topic string) bool {
+	return len(topic) > len(conf.RetryPrefix) && strings.HasPrefix(topic, conf.RetryPrefix) ||
+		len(topic) > len(conf.DLQPrefix) && strings.HasPrefix(topic, conf.DLQPrefix)
 }
 
 // isRetryOwned reports the keys a retried or resent message does not keep
