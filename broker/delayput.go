@@ -78,6 +78,8 @@ func (c *conn) retryErrCode(err error, what string, cmd *protocol.Command) int {
 		return protocol.StatusConflict
 	case errors.Is(err, delay.ErrNotFound):
 		return protocol.StatusNotFound
+	case errors.Is(err, delay.ErrBadReason):
+		return protocol.StatusBadRequest
 	case errors.Is(err, store.ErrClosed):
 		return protocol.StatusServiceUnavailable
 	}

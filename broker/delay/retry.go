@@ -1,6 +1,7 @@
 package delay
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,6 +17,38 @@ func DLQTopic(group string) string   { return conf.DLQPrefix + group }
 
 // ErrNotFound: the message to give back is not in this broker's log.
 var ErrNotFound = errors.New("message not found")
+
+// ErrBadReason: a retry reason that is not URL-escaped text (400).
+var ErrBadReason = errors.New("bad reason")
+
+// maxReason is how much of a reason is kept.
+const maxReason = 512
+
+// checkReason refuses a reason that could add properties to the record it
+// is stored in: the reason is URL-escaped text (docs/protocol.md, "retry"),
+// so '&' and '=' are %26 and %3D in it, and control bytes are refused as
+// the parser refuses them.
+func checkReason(reason []byte) error {
+	for _, c := range reason {
+		if c == '&' || c == '=' || c < 0x20 || c == 0x7f {
+			return fmt.Errorf("%w: %.40q: '&', '=' and control bytes must be URL-escaped", ErrBadReason, reason)
+		}
+	}
+	return nil
+}
+
+// cutReason keeps the first maxReason bytes of an escaped reason, without
+// the half of an escape sequence the cut would leave at the end.
+func cutReason(reason []byte) []byte {
+	if len(reason) <= maxReason {
+		return reason
+	}
+	reason = reason[:maxReason]
+	if i := bytes.LastIndexByte(reason[len(reason)-2:], '%'); i >= 0 {
+		reason = reason[:len(reason)-2+i]
+	}
+	return reason
+}
 
 // RetryResult tells where a given-back message went.
 type RetryResult struct {
@@ -33,11 +66,16 @@ type RetryResult struct {
 // into %RETRY%<group> partition 0; once it has come back
 // MaxReconsumeTimes times, or when delayLevel < 0, it goes to
 // %DLQ%<group> at once. Its properties keep the first topic (retryTopic)
-// and the first id (origMsgId). A record of a system topic other than a retry or dead-letter topic, or a
+// and the first id (origMsgId) and gain reason, which is URL-escaped text
+// as on the wire (ErrBadReason when it holds '&', '=' or control bytes).
+// A record of a system topic other than a retry or dead-letter topic, or a
 // transaction half, is ErrNotFound. The caller acknowledges the retry like
 // a put (flush in sync mode; WriteOut in async mode).
 func (s *Service) Retry(group string, msgID int64, delayLevel int, reason []byte, scratch []byte) (RetryResult, *store.Flush, []byte, error) {
 	var out RetryResult
+	if err := checkReason(reason); err != nil {
+		return out, nil, scratch, err
+	}
 	res, r, err := s.readRecord(msgID)
 	if err != nil {
 		return out, nil, scratch, err
@@ -64,7 +102,7 @@ func (s *Service) Retry(group string, msgID int64, delayLevel int, reason []byte
 		scratch = appendIntPair(scratch, PropOrigMsgID, r.MsgID)
 	}
 	if len(reason) > 0 {
-		scratch = appendPair(scratch, PropReason, reason[:min(len(reason), 512)])
+		scratch = appendPair(scratch, PropReason, cutReason(reason))
 	}
 	times := int(r.ReconsumeTimes)
 	out.ReconsumeTimes = times + 1

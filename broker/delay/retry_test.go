@@ -3,6 +3,7 @@ package delay_test
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/metaqgo/metaq/broker/brokertest"
@@ -83,5 +84,29 @@ func TestRetryBadInput(t *testing.T) {
 	id, _, _ := putProps(t, c, "test", 0, "delay=18", "x", 3)
 	if code, _ := retry(t, c, "g", id, 1, ""); code != 404 {
 		t.Fatalf("retry of a %%SCHEDULE%% record: %d", code)
+	}
+}
+
+// TestRetryReasonCannotReroute: a reason holding '&' or '=' could add
+// realTopic/realPartition to the retried record and route the message into
+// any topic (here the transaction log): it is answered 400 and nothing is
+// stored; the same text URL-escaped is kept and reads back as sent.
+func TestRetryReasonCannotReroute(t *testing.T) {
+	b := runBroker(t, brokertest.Options{})
+	c := b.Dial()
+	id, _, _ := c.Put("test", 0, "m", 1)
+	code, body := retry(t, c, "g", id, 1, "x&realTopic=%25TX_OP%25&realPartition=0")
+	if code != 400 || !strings.Contains(body, "reason") {
+		t.Fatalf("retry with '&' and '=' in the reason: %d %s", code, body)
+	}
+	if code, body := retry(t, c, "g", id, 1, "x%26realTopic%3D%2525TX_OP%2525%26realPartition%3D0"); code != 200 {
+		t.Fatalf("retry with an escaped reason: %d %s", code, body)
+	}
+	rs := waitRecords(t, c, "%RETRY%g", 0, 0)
+	if len(rs) != 1 || protocol.Property(rs[0].Properties, "reason") != "x&realTopic=%25TX_OP%25&realPartition=0" {
+		t.Fatalf("retried records %+v", rs)
+	}
+	if rs := get(t, c, "%TX_OP%", 0, 0, 0); len(rs) != 0 {
+		t.Fatalf("delivered into %%TX_OP%%: %+v", rs)
 	}
 }
