@@ -25,6 +25,7 @@ func openDelay(c *conf.Config, st *store.Store, log *slog.Logger, zk *zkRegistra
 	if zk != nil {
 		dc.OnTopic = zk.topicWritten
 	}
+	dc.Partitions = func(topic string) (int, bool) { return delayPartitions(c, topic) }
 	if adjust != nil {
 		adjust(&dc)
 	}
@@ -33,4 +34,20 @@ func openDelay(c *conf.Config, st *store.Store, log *slog.Logger, zk *zkRegistra
 		return nil, fmt.Errorf("starting the delay service: %w", err)
 	}
 	return d, nil
+}
+
+// delayPartitions is the delay service's Config.Partitions: how many
+// partitions topic has here, from server.ini and the online configuration.
+// In ZooKeeper mode nothing is known until the online configuration was
+// read (topicwatch.go): a delayed message due at start for a topic only
+// ZooKeeper configures is delivered, not refused.
+func delayPartitions(c *conf.Config, topic string) (int, bool) {
+	if c.ZK.Enable {
+		v, ok := overlays.Load(c)
+		if !ok || v.(*topicOverlay).online.Load() == nil {
+			return 0, false
+		}
+	}
+	t, ok := topicConfig(c, topic)
+	return t.NumPartitions, ok
 }

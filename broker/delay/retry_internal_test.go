@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/protocol"
@@ -54,6 +55,70 @@ func TestRetryReasonCut(t *testing.T) {
 		if got := cutReason(reason); len(got) != c.n {
 			t.Errorf("...%s: cut to %d bytes, want %d", c.tail, len(got), c.n)
 		}
+	}
+}
+
+// A %SCHEDULE% record written by a broker that did not check reasons has
+// two realTopic and realPartition pairs, the reason's first: delivery
+// follows the broker's, the last.
+func TestDeliverFollowsTheBrokersRoutingKeys(t *testing.T) {
+	st, _ := openService(t, nil)
+	props := "retryTopic=t&origMsgId=1&reason=x&realTopic=%25TX_OP%25&realPartition=0&realTopic=%25RETRY%25g&realPartition=0"
+	if _, err := st.Append(&store.Message{Topic: scheduleTopic, Partition: 1, Data: []byte("m"),
+		SysFlag: protocol.SysFlagDelayed | protocol.SysFlagRetry, Properties: []byte(props)}); err != nil {
+		t.Fatal(err)
+	}
+	if !waitTopic(st, RetryTopic("g")) {
+		t.Fatalf("not delivered to %s", RetryTopic("g"))
+	}
+	if n := st.MaxOffset("%TX_OP%", 0); n != 0 {
+		t.Fatalf("%d records delivered into %%TX_OP%%", n)
+	}
+}
+
+// A due record is delivered to a consumers' topic, or to partition 0 of a
+// retry or dead-letter topic, and nowhere else: not into another system
+// topic (forged %SCHEDULE% progress records, the transaction log), not
+// into a partition the topic does not have. Such records are skipped.
+func TestDeliverRefusesSystemTopicsAndMissingPartitions(t *testing.T) {
+	st, s := openService(t, func(c *Config) {
+		c.Partitions = func(topic string) (int, bool) { return 2, topic == "t" }
+	})
+	for _, dst := range []struct {
+		topic string
+		part  int
+	}{{"%TX_OP%", 0}, {"%TX_HALF%", 0}, {"%SCHEDULE%", int(ProgressPartition)}, {"%RETRY%g", 1}, {"t", 2}, {"t", 1}} {
+		m := store.Message{Topic: dst.topic, Partition: int32(dst.part), Data: []byte("forged")}
+		if dst.topic == "t" && dst.part == 1 {
+			m.Data = []byte("last")
+		}
+		sm, _ := ScheduleMessage(&m, Plan{Partition: 1}, nil)
+		if _, err := st.Append(&sm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Level 1 delivers in order: once "last" is in t-1, every record
+	// before it was handled.
+	for deadline := time.Now().Add(3 * time.Second); st.MaxOffset("t", 1) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the valid record was not delivered")
+		}
+	}
+	for _, c := range []struct {
+		topic string
+		part  int32
+	}{{"%TX_OP%", 0}, {"%TX_HALF%", 0}, {"%RETRY%g", 1}, {"%RETRY%g", 0}, {"t", 2}} {
+		if n := st.MaxOffset(c.topic, c.part); n != 0 {
+			t.Errorf("%d records delivered into %s-%d", n, c.topic, c.part)
+		}
+	}
+	for _, r := range readAll(t, st, scheduleTopic, ProgressPartition) {
+		if string(r.Data) == "forged" {
+			t.Errorf("a record was delivered into the progress partition: %q", r.Properties)
+		}
+	}
+	if n := s.delivered.Load(); n != 1 {
+		t.Errorf("%d delivered, want 1", n)
 	}
 }
 

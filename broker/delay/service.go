@@ -41,6 +41,10 @@ type Config struct {
 	// to its real topic as m (res): the broker's trace events
 	// (docs/trace.md). It must not block.
 	OnDelivered func(r *protocol.Record, m *store.Message, res store.AppendResult)
+	// Partitions, when set, tells how many partitions this broker serves
+	// for a topic (known false when it cannot tell): a due record bound
+	// for a partition beyond them is not delivered (deliver).
+	Partitions func(topic string) (n int, known bool)
 	// Lookahead is how early the timer loads a time bucket into memory
 	// (default 500ms); ProgressEvery how often progress records are written
 	// while anything moves (default 200ms).
@@ -245,13 +249,15 @@ func (s *Service) announce(topic string) {
 // deliver appends the due %SCHEDULE% record r to its real topic: a new
 // record (new queue offset, storeTime = now) whose properties lose the
 // routing keys and delay, keep deliverAt (set to when it fell due) and
-// gain origMsgId. A record without a valid destination is dropped (logged).
+// gain origMsgId. A record without a valid destination is not delivered
+// (logged; it stays in %SCHEDULE% until retention, `query id` shows it).
 func (s *Service) deliver(r *protocol.Record, dueMs int64, scratch []byte) ([]byte, error) {
-	topicRaw, _ := protocol.PropertyRaw(r.Properties, PropRealTopic)
-	topic := protocol.Unescape(topicRaw)
-	part, ok := propInt(r.Properties, PropRealPartition)
-	if !ok || !protocol.ValidName(topic) || part < 0 || part > math.MaxInt32 {
-		s.log.Error("dropping a delayed record without a valid destination", "msgId", r.MsgID, "properties", string(r.Properties))
+	topic, part, why := s.destination(r.Properties)
+	if why != "" {
+		// A constant message: the broker's log limiter (internal/logx)
+		// summarises repeats.
+		s.log.Error("dropping a delayed record without a valid destination", "msgId", r.MsgID, "why", why,
+			"properties", string(r.Properties[:min(len(r.Properties), 512)]))
 		return scratch, nil
 	}
 	_, hasOrig := protocol.PropertyRaw(r.Properties, PropOrigMsgID)
@@ -263,7 +269,7 @@ func (s *Service) deliver(r *protocol.Record, dueMs int64, scratch []byte) ([]by
 		scratch = appendIntPair(scratch, PropOrigMsgID, r.MsgID)
 	}
 	m := store.Message{
-		Topic: topic, Partition: int32(part), Flag: r.Flag, BornTime: r.BornTime,
+		Topic: topic, Partition: part, Flag: r.Flag, BornTime: r.BornTime,
 		SysFlag: r.SysFlag &^ protocol.SysFlagDelayed, ReconsumeTimes: r.ReconsumeTimes,
 		Properties: scratch, Data: r.Data,
 	}
@@ -280,6 +286,51 @@ func (s *Service) deliver(r *protocol.Record, dueMs int64, scratch []byte) ([]by
 	}
 	s.announce(topic)
 	return scratch, nil
+}
+
+// destination reads where a %SCHEDULE% record goes; why is not empty when
+// it must not go there. The broker appends its routing keys after every
+// property it copies (ScheduleProps, Retry), so the last realTopic and
+// realPartition are its own: one a retry reason added before them (a
+// broker before reasons were checked) is not followed. Besides the
+// consumers' own topics, only the retry and dead-letter topics (partition
+// 0) are destinations: a record naming another system topic (the
+// transaction log, %SCHEDULE% itself) is refused, as is a partition that
+// Config.Partitions says the topic does not have.
+func (s *Service) destination(props []byte) (topic string, part int32, why string) {
+	topicRaw, _ := lastPropertyRaw(props, PropRealTopic)
+	topic = protocol.Unescape(topicRaw)
+	p, ok := int64(0), false
+	if raw, has := lastPropertyRaw(props, PropRealPartition); has {
+		v, err := strconv.ParseInt(string(raw), 10, 64)
+		p, ok = v, err == nil
+	}
+	switch {
+	case !ok || !protocol.ValidName(topic) || p < 0 || p > math.MaxInt32:
+		return topic, 0, "no valid realTopic and realPartition"
+	case protocol.IsSystemTopic(topic) && !isRetryOrDLQ(topic):
+		return topic, 0, "realTopic is a system topic"
+	case protocol.IsSystemTopic(topic) && p != 0:
+		return topic, 0, "retry and dead-letter topics have partition 0 only"
+	}
+	if s.cfg.Partitions != nil && !protocol.IsSystemTopic(topic) {
+		if n, known := s.cfg.Partitions(topic); known && p >= int64(n) {
+			return topic, 0, "realPartition does not exist"
+		}
+	}
+	return topic, int32(p), ""
+}
+
+// lastPropertyRaw is protocol.PropertyRaw taking the last pair of key.
+func lastPropertyRaw(props []byte, key string) (v []byte, found bool) {
+	for len(props) > 0 {
+		var k, val []byte
+		k, val, props = protocol.NextProperty(props)
+		if string(k) == key {
+			v, found = val, true
+		}
+	}
+	return v, found
 }
 
 // rollForward re-appends the timer record r as a new %SCHEDULE% partition-0
