@@ -19,7 +19,8 @@ import (
 // The log order makes it safe: a marker that survives a crash implies its
 // copy did. A dead letter with a marker is not resent again (409). The
 // markers of a group are read back from the log the first time the group
-// resends after a start and kept in memory (16 bytes a resent letter).
+// resends one of its dead letters after a start and kept in memory (16
+// bytes a resent letter), for at most maxResentGroups groups.
 
 // ResentTopic names a group's resend-marker topic.
 func ResentTopic(group string) string { return "%RESENT%" + group }
@@ -46,14 +47,8 @@ func (s *Service) Resend(group string, msgID int64, partition func(topic string)
 	var out ResendResult
 	s.resendMu.Lock()
 	defer s.resendMu.Unlock()
-	marks, err := s.resentLocked(group)
-	if err != nil {
-		return out, nil, scratch, err
-	}
-	if id, done := marks[msgID]; done {
-		out.NewMsgID = id
-		return out, nil, scratch, fmt.Errorf("%w: %d as %d", ErrAlreadyResent, msgID, id)
-	}
+	// The letter first: a group that is asked about costs nothing unless
+	// it has this dead letter (resentLocked caches the group's markers).
 	res, r, err := s.readRecord(msgID)
 	if err != nil {
 		return out, nil, scratch, err
@@ -61,6 +56,14 @@ func (s *Service) Resend(group string, msgID int64, partition func(topic string)
 	defer res.Release()
 	if string(r.Topic) != DLQTopic(group) {
 		return out, nil, scratch, fmt.Errorf("%w: %d is not a dead letter of group %s", ErrNotFound, msgID, group)
+	}
+	marks, err := s.resentLocked(group)
+	if err != nil {
+		return out, nil, scratch, err
+	}
+	if id, done := marks[msgID]; done {
+		out.NewMsgID = id
+		return out, nil, scratch, fmt.Errorf("%w: %d as %d", ErrAlreadyResent, msgID, id)
 	}
 	topic := protocol.Property(r.Properties, PropRetryTopic)
 	if !protocol.ValidName(topic) || protocol.IsSystemTopic(topic) {
@@ -89,20 +92,33 @@ func (s *Service) Resend(group string, msgID int64, partition func(topic string)
 	if err != nil {
 		return out, nil, scratch, err
 	}
+	if marks == nil { // the group's first marker
+		marks = map[int64]int64{}
+		s.cacheResentLocked(group, marks)
+	}
 	marks[msgID] = ar.MsgID
 	out.AppendResult, out.Topic, out.Partition, out.NewMsgID = ar, topic, part, ar.MsgID
 	return out, flush, scratch, nil
 }
 
-// resentLocked returns group's markers, reading them from the log once.
+// maxResentGroups bounds the groups whose markers are kept in memory; a
+// group evicted is read back from the log when it resends again.
+const maxResentGroups = 1024
+
+// resentLocked returns group's markers, reading them from the log once; nil
+// (not cached) when the group has no marker at all.
 func (s *Service) resentLocked(group string) (map[int64]int64, error) {
 	if m, ok := s.resent[group]; ok {
 		return m, nil
 	}
-	m := map[int64]int64{}
 	topic := ResentTopic(group)
+	hi := s.st.MaxOffset(topic, 0)
+	if hi == 0 {
+		return nil, nil
+	}
+	m := map[int64]int64{}
 	off := s.st.MinOffset(topic, 0)
-	for hi := s.st.MaxOffset(topic, 0); off < hi; {
+	for off < hi {
 		res, err := s.st.Read(topic, 0, off, 1<<20, nil)
 		if err != nil {
 			return nil, err
@@ -137,9 +153,21 @@ func (s *Service) resentLocked(group string) (map[int64]int64, error) {
 		}
 		res.Release()
 	}
+	s.cacheResentLocked(group, m)
+	return m, nil
+}
+
+// cacheResentLocked keeps group's markers, evicting another group's when
+// maxResentGroups are kept.
+func (s *Service) cacheResentLocked(group string, m map[int64]int64) {
 	if s.resent == nil {
 		s.resent = map[string]map[int64]int64{}
 	}
+	if len(s.resent) >= maxResentGroups {
+		for g := range s.resent {
+			delete(s.resent, g)
+			break
+		}
+	}
 	s.resent[group] = m
-	return m, nil
 }
