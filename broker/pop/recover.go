@@ -274,13 +274,18 @@ func (s *Pop) applyState(st ckState) {
 	if st.from != p.cursor {
 		return // a fragment that does not continue the previous one
 	}
+	// Not bounded by MaxInflight, which may have been lowered since the
+	// checkpoint was written: dropping its tail would deliver acknowledged
+	// messages again. The checkpoint bounds it, and so does what was ever
+	// written to the partition (a damaged length cannot run away).
 	now := nowMs()
+	end := s.st.MaxOffset(st.topic, st.part)
 	for _, r := range st.runs {
 		e := entry{attempt: r.val, state: stReady}
 		if r.val == runDone {
 			e = entry{state: stDone}
 		}
-		for i := uint32(0); i < r.n && p.inflight() < s.cfg.MaxInflight; i++ {
+		for i := uint32(0); i < r.n && p.cursor < end; i++ {
 			p.push(e, now)
 		}
 	}
@@ -298,14 +303,18 @@ func (s *Pop) applyDone(group, topic string, part int32, off int64) {
 		p.base = s.st.MinOffset(topic, part)
 		p.cursor, p.inited = p.base, true
 	}
-	if off < p.base {
+	// An offset never written is not a message (a damaged record); below
+	// base it is done already. Otherwise it is marked done however far
+	// past base it lies: the window held it before the crash, and base
+	// moves over the done prefix at once, so the window replayed is never
+	// longer than the one the broker had.
+	if off < p.base || off >= s.st.MaxOffset(topic, part) {
 		return
 	}
-	if off-p.base >= int64(s.cfg.MaxInflight) {
-		return
-	}
+	now := nowMs()
 	for p.cursor <= off {
-		p.push(entry{state: stReady}, nowMs()) // delivered or not: unknown (attempt 0)
+		p.push(entry{state: stReady}, now) // delivered or not: unknown (attempt 0)
 	}
 	p.at(off).state = stDone
+	p.advance()
 }
