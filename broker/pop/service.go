@@ -402,7 +402,7 @@ func (s *Pop) Poll(group, topic string, f Filter, limit int, invisible time.Dura
 			p.base = s.st.MinOffset(topic, p.id)
 			p.cursor, p.inited = p.base, true
 		}
-		s.redeliverLocked(q, p, b, limit, deadline)
+		s.redeliverLocked(q, p, f, b, limit, deadline)
 		s.freshLocked(q, p, f, b, limit, now, deadline)
 	}
 	if len(b.Items) == 0 {
@@ -428,18 +428,34 @@ func (s *Pop) Poll(group, topic string, f Filter, limit int, invisible time.Dura
 // ready offsets (a batch whose lock ended) is read with one store read and
 // locked with one timer entry, as a fresh batch is: a burst of expiries is
 // redelivered as fast as new messages are delivered.
-func (s *Pop) redeliverLocked(q *queue, p *part, b *Batch, limit int, deadline int64) {
+//
+// An entry of attempt 0 is one recovery could not place: an offset past
+// the last checkpoint that no done record finishes, delivered before the
+// crash or not, and perhaps one the group's filter skipped (skipped
+// offsets are in no done record). It is read through f, and one the
+// filter skips is done, as it is for a first delivery.
+func (s *Pop) redeliverLocked(q *queue, p *part, f Filter, b *Batch, limit int, deadline int64) {
 	runStart, runEnd := int64(-1), int64(-1) // delivered offsets not yet on the timer
 	for !b.full(limit) {
 		o, ok := p.peekReady()
 		if !ok {
 			break
 		}
+		var rf Filter
+		if p.at(o).attempt == 0 {
+			rf = f
+		}
 		size := 1 // a lone offset: one record
 		if n := min(p.readyRun(), int64(limit-len(b.Items))); n > 1 {
 			size = int(min(max(n*512, 16<<10), 1<<20))
 		}
-		res, err := s.st.Read(q.topic, p.id, o, size, nil)
+		from := o
+		res, err := s.st.Read(q.topic, p.id, from, size, rf)
+		if err == nil && rf != nil && res.Status == store.ReadFiltered {
+			res.Release()
+			s.filteredLocked(p, from, res.NextOffset) // none of [from, NextOffset) is for the group
+			continue
+		}
 		if err != nil || res.Status != store.ReadFound {
 			if res != nil {
 				res.Release()
@@ -450,20 +466,31 @@ func (s *Pop) redeliverLocked(q *queue, p *part, b *Batch, limit int, deadline i
 			s.dropGoneLocked(p, o) // gone (retention) or unreadable: nothing left to deliver
 			continue
 		}
-		used := false
+		used, moved, whole := false, false, true
 	scan:
 		for _, buf := range res.Bufs {
 			for len(buf) > 0 {
 				rec := firstRecord(buf)
 				if rec == nil {
+					whole = false
 					break scan
 				}
 				buf = buf[len(rec):]
 				ro := int64(be.Uint64(rec[protocol.OffQueueOffset:]))
+				for ro > o && o >= from && rf != nil && p.at(o).attempt == 0 {
+					// the filtered read passed over o: the filter skips it
+					s.filteredOneLocked(p, o)
+					moved = true
+					if o, ok = p.peekReady(); !ok {
+						whole = false
+						break scan
+					}
+				}
 				if ro < o {
 					continue
 				}
 				if ro > o {
+					whole = false
 					break scan // o is not in this read (a gap, or the run ended)
 				}
 				p.dropReady()
@@ -484,23 +511,54 @@ func (s *Pop) redeliverLocked(q *queue, p *part, b *Batch, limit int, deadline i
 				}
 				runEnd = o + 1
 				if b.full(limit) {
+					whole = false
 					break scan
 				}
 				if o, ok = p.peekReady(); !ok {
+					whole = false
 					break scan
 				}
 			}
+		}
+		if whole && rf != nil {
+			// the read scanned up to NextOffset: what it passed over is skipped
+			moved = s.filteredLocked(p, from, res.NextOffset) || moved
 		}
 		if used {
 			b.reads = append(b.reads, res)
 		} else {
 			res.Release()
-			s.dropGoneLocked(p, o) // the read starts past o: o is gone
+			if !moved {
+				s.dropGoneLocked(p, o) // the read starts past o: o is gone
+			}
 		}
 	}
 	if runStart >= 0 {
 		s.tm.schedule(tentry{at: deadline, q: q, p: p, off: runStart, n: int32(runEnd - runStart)})
 	}
+}
+
+// filteredLocked ends the oldest ready entries while they are of attempt 0
+// and in [from, to) (a read through the group's filter passed over them);
+// true if it ended any.
+func (s *Pop) filteredLocked(p *part, from, to int64) bool {
+	moved := false
+	for {
+		o, ok := p.peekReady()
+		if !ok || o < from || o >= to || p.at(o).attempt != 0 {
+			return moved
+		}
+		s.filteredOneLocked(p, o)
+		moved = true
+	}
+}
+
+// filteredOneLocked ends ready offset o (the oldest), which the group's
+// filter skips.
+func (s *Pop) filteredOneLocked(p *part, o int64) {
+	p.dropReady()
+	p.at(o).state = stDone
+	p.advance()
 }
 
 // dropGoneLocked ends ready offset o, whose message cannot be read any more.
