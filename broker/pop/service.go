@@ -850,7 +850,7 @@ func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratc
 		switch op {
 		case OpAck:
 			e.state = stDone
-			p.advance()
+			s.advanceLocked(q, p)
 			done = append(done, doneRef{topic: q.topic, part: p.id, off: h.Offset})
 			s.stats.Acked.Add(1)
 		case OpRelease:
@@ -887,6 +887,17 @@ func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratc
 		flush, scratch, err = s.appendDone(string(group), done, scratch)
 	}
 	return applied, stale, flush, scratch, err
+}
+
+// advanceLocked moves p's base over its done prefix. A full window that
+// this makes room in wakes the receivers waiting for q: they do not wait on
+// the store for a full partition (Poll), so nothing else would.
+func (s *Pop) advanceLocked(q *queue, p *part) {
+	full := p.inflight() >= s.cfg.MaxInflight
+	p.advance()
+	if full && p.inflight() < s.cfg.MaxInflight {
+		q.signalLocked()
+	}
 }
 
 func (s *Pop) event(op Op, q *queue, p int32, off int64, attempt int) {
@@ -1056,7 +1067,7 @@ func (s *Pop) deadLetter(d deadItem) bool {
 	q.mu.Lock()
 	if e := p.at(d.off); e != nil && e.state == stDead {
 		e.state = stDone
-		p.advance()
+		s.advanceLocked(q, p)
 		q.dirty = true
 	}
 	q.mu.Unlock()
