@@ -495,7 +495,7 @@ func (s *Pop) redeliverLocked(q *queue, p *part, f Filter, b *Batch, limit int, 
 				}
 				p.dropReady()
 				e := p.at(o)
-				e.state, e.deadline = stInflight, deadline
+				e.state, e.deadline, e.late = stInflight, deadline, false
 				if e.attempt < 0xFFFE {
 					e.attempt++
 				}
@@ -862,13 +862,12 @@ func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratc
 				p.addReady(h.Offset)
 				q.signalLocked()
 			} else {
-				e.state, e.deadline = stWaiting, now+min(arg, MaxInvisible).Milliseconds()
-				s.tm.schedule(tentry{at: e.deadline, q: q, p: p, off: h.Offset, n: 1})
+				e.state = stWaiting
+				s.moveDeadlineLocked(q, p, h.Offset, e, now+min(arg, MaxInvisible).Milliseconds())
 			}
 			s.stats.Released.Add(1)
 		case OpExtend:
-			e.deadline = now + clampInvisible(arg).Milliseconds()
-			s.tm.schedule(tentry{at: e.deadline, q: q, p: p, off: h.Offset, n: 1})
+			s.moveDeadlineLocked(q, p, h.Offset, e, now+clampInvisible(arg).Milliseconds())
 			s.stats.Extended.Add(1)
 		case OpReject:
 			e.state = stDead
@@ -887,6 +886,21 @@ func (s *Pop) Finish(group []byte, hs []Handle, op Op, arg time.Duration, scratc
 		flush, scratch, err = s.appendDone(string(group), done, scratch)
 	}
 	return applied, stale, flush, scratch, err
+}
+
+// moveDeadlineLocked sets the deadline of e (offset off, locked: a timer
+// entry at or before its deadline is pending) to d. A later deadline adds
+// no timer entry (timer.go): the pending one reschedules it.
+func (s *Pop) moveDeadlineLocked(q *queue, p *part, off int64, e *entry, d int64) {
+	if d == e.deadline {
+		return
+	}
+	if d > e.deadline {
+		e.deadline, e.late = d, true
+		return
+	}
+	e.deadline, e.late = d, false
+	s.tm.schedule(tentry{at: d, q: q, p: p, off: off, n: 1})
 }
 
 // advanceLocked moves p's base over its done prefix. A full window that
@@ -978,9 +992,24 @@ func (s *Pop) expire(due []tentry, now int64) {
 		q, p := t.q, t.p
 		q.mu.Lock()
 		ready := false
+		var later tentry // a run of offsets whose deadline moved later, to reschedule
 		for o := t.off; o < t.off+int64(t.n); o++ {
 			e := p.at(o)
-			if e == nil || (e.state != stInflight && e.state != stWaiting) || e.deadline != t.at {
+			if e == nil || (e.state != stInflight && e.state != stWaiting) {
+				continue
+			}
+			if e.deadline != t.at {
+				if e.late && e.deadline > t.at {
+					e.late = false
+					if later.n > 0 && (later.at != e.deadline || later.off+int64(later.n) != o || later.n == 1<<31-1) {
+						s.tm.schedule(later)
+						later.n = 0
+					}
+					if later.n == 0 {
+						later = tentry{at: e.deadline, q: q, p: p, off: o}
+					}
+					later.n++
+				}
 				continue
 			}
 			q.dirty = true
@@ -991,7 +1020,7 @@ func (s *Pop) expire(due []tentry, now int64) {
 				case s.dead <- deadItem{q: q, p: p, off: o, reason: "maxDeliveries"}:
 				default:
 					// the dead-letter worker is behind: try again in a second
-					e.state, e.deadline = stWaiting, now+1000
+					e.state, e.deadline, e.late = stWaiting, now+1000, false
 					s.tm.schedule(tentry{at: e.deadline, q: q, p: p, off: o, n: 1})
 				}
 				continue
@@ -999,6 +1028,9 @@ func (s *Pop) expire(due []tentry, now int64) {
 			e.state = stReady
 			p.addReady(o)
 			ready = true
+		}
+		if later.n > 0 {
+			s.tm.schedule(later)
 		}
 		if ready {
 			q.signalLocked()
@@ -1052,7 +1084,7 @@ func (s *Pop) deadLetter(d deadItem) bool {
 		if err != nil {
 			q.mu.Lock()
 			if e := p.at(d.off); e != nil && e.state == stDead {
-				e.state, e.deadline = stWaiting, nowMs()+5000
+				e.state, e.deadline, e.late = stWaiting, nowMs()+5000, false
 				s.tm.schedule(tentry{at: e.deadline, q: q, p: p, off: d.off, n: 1})
 			}
 			q.mu.Unlock()

@@ -1,6 +1,7 @@
 package pop
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -40,5 +41,80 @@ func testFinishOnFullWindowWakesReceive(t *testing.T, op string) {
 	r := <-got
 	if len(r) != 1 || r[0].QueueOffset != 2 || time.Since(t0) > time.Second {
 		t.Fatalf("receive parked on a full window returned %d deliveries after %v, want offset 2 at once after the %s", len(r), time.Since(t0).Round(time.Millisecond), op)
+	}
+}
+
+// Extending the same delivery again and again, or one command carrying its
+// handle many times, must not add a timer entry each time (entries are held
+// until their deadline, up to 12 h): the heap would grow with what a client
+// sends.
+func TestRepeatedExtendKeepsOneTimerEntry(t *testing.T) {
+	dir := t.TempDir()
+	st := testStore(t, dir)
+	defer st.Close()
+	putN(t, st, 1, nil)
+	s := testPop(t, st, 0)
+	defer s.Close()
+	ds := recv(t, s, nil, 1, 5*time.Second)
+	h, _ := ParseHandle([]byte(ds[0].Handle))
+	hs := make([]Handle, 65536) // one `extend g 43200000 <len>` command's worth (maxHandles)
+	for i := range hs {
+		hs[i] = h
+	}
+	before := s.TimerLen()
+	for round := 0; round < 4; round++ {
+		if _, _, _, _, err := s.Finish([]byte("g"), hs, OpExtend, MaxInvisible, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.TimerLen() - before; n > 16 {
+		t.Fatalf("one in-flight message, 4 extend commands: %d timer entries added (each held until its deadline)", n)
+	}
+}
+
+// An extended lock ends at its new deadline: the timer entry of the old one
+// fires, finds the deadline moved later and schedules it; a lock shortened
+// by an extend ends at the shorter deadline.
+func TestExtendMovesLockEnd(t *testing.T) {
+	dir := t.TempDir()
+	st := testStore(t, dir)
+	defer st.Close()
+	putN(t, st, 2, nil)
+	s := testPop(t, st, 0)
+	defer s.Close()
+	ctx := context.Background()
+	ds, err := s.Receive(ctx, "g", "t", nil, 1, 300*time.Millisecond)
+	if err != nil || len(ds) != 1 {
+		t.Fatal(ds, err)
+	}
+	long, err := s.Receive(ctx, "g", "t", nil, 1, time.Hour)
+	if err != nil || len(long) != 1 {
+		t.Fatal(long, err)
+	}
+	t0 := time.Now()
+	if err := s.Extend("g", ds[0].Handle, 900*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Extend("g", long[0].Handle, 400*time.Millisecond); err != nil { // shorter
+		t.Fatal(err)
+	}
+	var got []int64
+	var at []time.Duration
+	for len(got) < 2 {
+		r := recv(t, s, nil, 10, 5*time.Second)
+		if len(r) == 0 {
+			t.Fatalf("redelivered %v, want both", got)
+		}
+		for _, d := range r {
+			got = append(got, d.QueueOffset)
+			at = append(at, time.Since(t0))
+		}
+	}
+	if got[0] != 1 || got[1] != 0 || at[0] < 350*time.Millisecond || at[1] < 850*time.Millisecond || at[1] > 3*time.Second {
+		t.Fatalf("redelivered %v after %v, want 1 after 400 ms (shortened) and 0 after 900 ms (extended)", got, at)
+	}
+	// the 2 redeliveries' and the shortened lock's first (stale until it fires)
+	if n := s.TimerLen(); n != 3 {
+		t.Fatalf("%d timer entries, want 3", n)
 	}
 }

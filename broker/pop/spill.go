@@ -24,7 +24,7 @@ import (
 // Format: files spill-NNN.bin in Config.SpillDir, each segSlots slots of
 // one slice (sliceLen entries); a slot holds the entries of one slice in
 // the process's own layout of type entry (16 bytes: deadline int64,
-// attempt uint16, state uint8, padding), so that the mapping is used as
+// attempt uint16, state uint8, late uint8, padding), so that the mapping is used as
 // the slice's []entry directly. Files are created sparse and never
 // shrink while the service runs; freed slots are reused.
 //

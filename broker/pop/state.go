@@ -77,8 +77,12 @@ const (
 
 type entry struct {
 	deadline int64  // unix ms (stInflight, stWaiting)
-	attempt  uint16 // deliveries so far (a lower bound after a crash)
+	attempt  uint16 // deliveries so far (a lower bound after a crash; 0: unknown, see redeliverLocked)
 	state    uint8
+	// late: the deadline was moved later (extend, release) without a timer
+	// entry of its own; the entry at the earlier deadline reschedules it
+	// when it fires (timer.go).
+	late bool
 }
 
 // rrun is a run of ready offsets [off, off+n).

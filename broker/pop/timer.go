@@ -14,6 +14,14 @@ import (
 // only if its entry still has that deadline and is still locked or
 // waiting (an ack, release or extension since then makes it stale).
 //
+// A deadline moved later (extend, a release with a delay) adds no entry:
+// the one at the earlier deadline is still there, and the message's entry
+// is marked late; when that timer entry fires it schedules one entry at
+// the new deadline (one per run of consecutive offsets with the same
+// deadline). Only a deadline moved earlier adds an entry. So extending a
+// delivery again and again, or one command carrying the same handle many
+// times, keeps one entry for it.
+//
 // Lock rules: timer.mu guards the heap only; it is taken inside queue.mu
 // (schedule) but never held while taking queue.mu (the loop pops due
 // entries, unlocks, then expires them).
