@@ -630,11 +630,10 @@ func (s *Pop) freshLocked(q *queue, p *part, f Filter, b *Batch, limit int, now,
 				if o < p.cursor {
 					continue
 				}
-				if b.full(limit) || p.inflight() >= s.cfg.MaxInflight {
+				if b.full(limit) || !s.skipLocked(p, o, now) || p.inflight() >= s.cfg.MaxInflight {
 					all = false
 					break scan
 				}
-				s.skipLocked(p, o, now)
 				p.push(entry{state: stInflight, attempt: 1, deadline: deadline}, now)
 				if first < 0 {
 					first = o
@@ -661,18 +660,22 @@ func (s *Pop) freshLocked(q *queue, p *part, f Filter, b *Batch, limit int, now,
 }
 
 // skipLocked marks the offsets from cursor up to to as done (filtered out
-// or removed by retention).
-func (s *Pop) skipLocked(p *part, to, now int64) {
+// or removed by retention); false when the window filled up first. Done
+// entries count towards MaxInflight like any others: a long gap behind an
+// unfinished message is crossed as the window moves (an empty window jumps
+// it at once), never grows the window past its cap.
+func (s *Pop) skipLocked(p *part, to, now int64) bool {
 	if to <= p.cursor {
-		return
+		return true
 	}
 	if p.inflight() == 0 {
 		p.reset(to)
-		return
+		return true
 	}
-	for p.cursor < to {
+	for p.cursor < to && p.inflight() < s.cfg.MaxInflight {
 		p.push(entry{state: stDone}, now)
 	}
+	return p.cursor == to
 }
 
 // Receive implements Service.

@@ -118,3 +118,24 @@ func TestExtendMovesLockEnd(t *testing.T) {
 		t.Fatalf("%d timer entries, want 3", n)
 	}
 }
+
+// popMaxInflight bounds a window (the bound on the side file and memory),
+// done entries included: offsets retention removed below a lagging cursor,
+// while an older message is still in flight, are skipped only as far as the
+// window's cap, and the rest once the window moved.
+func TestRetentionGapKeepsMaxInflight(t *testing.T) {
+	s := &Pop{cfg: Config{MaxInflight: 1000}}
+	p := &part{inited: true}
+	p.push(entry{state: stInflight, attempt: 1, deadline: 1 << 62}, 1) // offset 0 held
+	// the store's min offset moved to 5,000,000 (ReadOffsetTooSmall in freshLocked)
+	s.skipLocked(p, 5_000_000, 1)
+	if p.inflight() > s.cfg.MaxInflight {
+		t.Fatalf("window of %d entries (%d MiB) with popMaxInflight=%d", p.inflight(), p.inflight()*entrySize>>20, s.cfg.MaxInflight)
+	}
+	p.at(0).state = stDone // acknowledged: the window empties
+	p.advance()
+	s.skipLocked(p, 5_000_000, 1)
+	if p.base != 5_000_000 || p.inflight() != 0 {
+		t.Fatalf("after the ack: base %d cursor %d, want the gap skipped", p.base, p.cursor)
+	}
+}
