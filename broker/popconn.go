@@ -82,7 +82,7 @@ func (s *Server) popReply(q *outQueue, b *pop.Batch, err error, opaque int32) {
 			code = protocol.StatusNotFound
 		case errors.Is(err, pop.ErrBadRequest), errors.Is(err, pop.ErrBadHandle):
 			code = protocol.StatusBadRequest
-		case errors.Is(err, pop.ErrClosed):
+		case errors.Is(err, pop.ErrClosed), errors.Is(err, pop.ErrTooManyGroups):
 			code = protocol.StatusServiceUnavailable
 		}
 		q.addResultString(code, err.Error(), opaque)

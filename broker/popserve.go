@@ -33,6 +33,7 @@ func startPop(c *conf.Config, st *store.Store, d *delay.Service, srv *Server, ad
 		Topics:        srv.popTopic,
 		MaxDeliveries: c.System.Pop.MaxDeliveries,
 		MaxInflight:   c.System.Pop.MaxInflight,
+		MaxGroups:     c.System.Pop.MaxGroups,
 		MaxRecordSize: c.System.MaxMessageSize,
 		Logger:        srv.log,
 		SpillAfter:    time.Duration(c.System.Pop.SpillAfterMs) * time.Millisecond,

@@ -109,6 +109,7 @@ var systemKeys = []keyDef{
 	{"maxReconsumeTimes", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Delay.MaxReconsumeTimes, v) }},
 	{"maxDeliveries", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Pop.MaxDeliveries, v) }},
 	{"popMaxInflight", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Pop.MaxInflight, v) }},
+	{"popMaxGroups", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Pop.MaxGroups, v) }},
 	{"popSpillAfterMs", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Pop.SpillAfterMs, v) }},
 	{"popMemoryMb", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Pop.MemoryMb, v) }},
 	{"dashboardToken", used, "", func(p *parser, c *Config, v string) error { c.System.DashboardToken = v; return nil }},

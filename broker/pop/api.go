@@ -101,13 +101,16 @@ const (
 
 // Errors of Service. The text protocol answers ErrBadHandle and
 // ErrBadRequest with 400, ErrStale and ErrUnknownTopic with 404, ErrClosed
-// with 503.
+// and ErrTooManyGroups with 503.
 var (
 	ErrBadRequest   = errors.New("pop: bad request")
 	ErrBadHandle    = errors.New("pop: malformed handle")
 	ErrStale        = errors.New("pop: the handle is not the current delivery of its message (acknowledged, released, timed out or redelivered)")
 	ErrUnknownTopic = errors.New("pop: topic not served for subscription by this broker")
 	ErrClosed       = errors.New("pop: service closed")
+	// ErrTooManyGroups: a Receive of a new group while MaxGroups groups
+	// have delivery state (popMaxGroups).
+	ErrTooManyGroups = errors.New("pop: too many groups with delivery state on this broker")
 )
 
 // ErrUnavailable: this broker does not run the delivery service (a slave).

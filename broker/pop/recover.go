@@ -263,7 +263,7 @@ func (s *Pop) applyState(st ckState) {
 	if checkName(st.group) != nil || st.part < 0 || st.part > 1<<16 {
 		return
 	}
-	q := s.queueFor(st.group, st.topic)
+	q, _ := s.queueFor(st.group, st.topic, false)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	p := q.partLocked(st.part)
@@ -295,7 +295,7 @@ func (s *Pop) applyDone(group, topic string, part int32, off int64) {
 	if checkName(group) != nil || part < 0 || part > 1<<16 {
 		return
 	}
-	q := s.queueFor(group, topic)
+	q, _ := s.queueFor(group, topic, false)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	p := q.partLocked(part)

@@ -33,6 +33,12 @@ type Config struct {
 	// from the oldest unfinished one to the newest delivered one
 	// (`popMaxInflight`, default 2,000,000).
 	MaxInflight int
+	// MaxGroups caps the groups with delivery state (`popMaxGroups`,
+	// default 10,000): a Receive of a new group beyond it is refused with
+	// ErrTooManyGroups. A group's state is kept for good, so without a cap
+	// every group name a client sends would cost memory and checkpoint
+	// space forever. Groups recovered at start are never refused.
+	MaxGroups int
 	// CheckpointInterval: how often the state is checkpointed into %POP%
 	// while it changes (default 1s; once a minute when idle).
 	CheckpointInterval time.Duration
@@ -72,6 +78,7 @@ type Event struct {
 const (
 	DefaultMaxDeliveries = 5
 	DefaultMaxInflight   = 2_000_000
+	DefaultMaxGroups     = 10_000
 	DefaultSpillAfter    = 5 * time.Second
 	DefaultSpillMemory   = 32 << 20
 )
@@ -142,6 +149,9 @@ func Open(cfg Config) (*Pop, error) {
 	}
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = DefaultMaxInflight
+	}
+	if cfg.MaxGroups <= 0 {
+		cfg.MaxGroups = DefaultMaxGroups
 	}
 	if cfg.CheckpointInterval <= 0 {
 		cfg.CheckpointInterval = time.Second
@@ -274,17 +284,23 @@ func (s *Pop) lookup(group, topic []byte) *queue {
 	return q
 }
 
-func (s *Pop) queueFor(group, topic string) *queue {
+// queueFor returns the queue of group/topic, creating it. A new group
+// beyond MaxGroups is refused (ErrTooManyGroups) when capped (Poll; not
+// recovery, which restores what exists).
+func (s *Pop) queueFor(group, topic string, capped bool) (*queue, error) {
 	s.mu.RLock()
 	q := s.queues[group][topic]
 	s.mu.RUnlock()
 	if q != nil {
-		return q
+		return q, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.queues[group]
 	if m == nil {
+		if capped && len(s.queues) >= s.cfg.MaxGroups {
+			return nil, fmt.Errorf("%w (popMaxGroups=%d; the state of a group is kept for good)", ErrTooManyGroups, s.cfg.MaxGroups)
+		}
 		m = make(map[string]*queue)
 		s.queues[group] = m
 	}
@@ -292,7 +308,7 @@ func (s *Pop) queueFor(group, topic string) *queue {
 		q = &queue{group: group, topic: topic, spill: s.spill}
 		m[topic] = q
 	}
-	return q
+	return q, nil
 }
 
 // partLocked returns partition id of q, creating its state.
@@ -390,7 +406,10 @@ func (s *Pop) Poll(group, topic string, f Filter, limit int, invisible time.Dura
 	limit = min(max(limit, 1), MaxReceive)
 	invisible = clampInvisible(invisible)
 	b.Topic = topic
-	q := s.queueFor(group, topic)
+	q, err := s.queueFor(group, topic, true)
+	if err != nil {
+		return err
+	}
 	now := nowMs()
 	deadline := now + invisible.Milliseconds()
 	q.mu.Lock()

@@ -2,6 +2,8 @@ package pop
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -137,5 +139,43 @@ func TestRetentionGapKeepsMaxInflight(t *testing.T) {
 	s.skipLocked(p, 5_000_000, 1)
 	if p.base != 5_000_000 || p.inflight() != 0 {
 		t.Fatalf("after the ack: base %d cursor %d, want the gap skipped", p.base, p.cursor)
+	}
+}
+
+// Every distinct group name a client sends in a pop creates delivery state
+// that is kept for good and written into every checkpoint: popMaxGroups
+// bounds it. A new group beyond it is refused; existing groups go on, and
+// groups recovered at start are kept whatever the cap.
+func TestGroupsCapped(t *testing.T) {
+	dir := t.TempDir()
+	st := testStore(t, dir)
+	defer st.Close()
+	s := testPopConfig(t, Config{Store: st, MaxGroups: 1000})
+	var b Batch
+	refused := 0
+	for i := 0; i < 20000; i++ {
+		err := s.Poll(fmt.Sprintf("g%d", i), "t", nil, 1, time.Second, &b)
+		b.Release()
+		switch {
+		case errors.Is(err, ErrTooManyGroups):
+			refused++
+		case err != nil:
+			t.Fatal(err)
+		}
+	}
+	if n := len(s.Snapshots()); n > 1000 || refused != 19000 {
+		t.Fatalf("%d queues kept for %d one-off group names, %d refused", n, 20000, refused)
+	}
+	if err := s.Poll("g7", "t", nil, 1, time.Second, &b); err != nil {
+		t.Fatalf("an existing group refused: %v", err)
+	}
+	b.Release()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = testPopConfig(t, Config{Store: st, MaxGroups: 10})
+	defer s.Close()
+	if n := len(s.Snapshots()); n != 1000 {
+		t.Fatalf("%d groups recovered with popMaxGroups=10, want the 1000 checkpointed", n)
 	}
 }
