@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -325,5 +326,56 @@ func TestPopParkedReplyKeepsOrder(t *testing.T) {
 		if order[0] != 1 {
 			t.Fatalf("round %d: the pop's reply came before the ack's (opaques %v…)", i, order[:4])
 		}
+	}
+}
+
+// Each parked pop is a goroutine with its own timer: one connection parks at
+// most 512 (maxParkedPops), and a pipelined pop beyond that which finds
+// nothing is answered 503 at once, so a client pipelining pops with a long
+// maxWait does not grow the broker's goroutines with what it sends.
+func TestParkedPopsPerConnectionCapped(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"test": 1}})
+	c := b.Dial()
+	defer c.Close()
+	before := runtime.NumGoroutine()
+	const n = 5000
+	var sb strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&sb, "pop test g 1 1000 600000 %d\r\n", i)
+	}
+	c.Send(sb.String())
+	busy := 0
+	for busy < n-512 {
+		r, err := c.TryReply(10 * time.Second)
+		if err != nil {
+			t.Fatalf("%d pipelined pops: %d answered 503, then %v", n, busy, err)
+		}
+		if r.Code != 503 || !strings.Contains(string(r.Body), "pops already wait on this connection") {
+			t.Fatalf("reply %d: %d %q, want 503 (too many parked pops)", busy, r.Code, r.Body)
+		}
+		busy++
+	}
+	if grown := runtime.NumGoroutine() - before; grown >= 1000 {
+		t.Fatalf("%d pipelined pops (%d bytes sent) left %d more goroutines in the broker", n, sb.Len(), grown)
+	}
+	// the parked ones are still answered, at their wait's end (or a message)
+	c.Send("put test 0 1 0 -1\r\nm")
+	kinds := map[string]int{}
+	for i := 0; i < 2; i++ { // the put's reply and a parked pop's delivery, in either order
+		r, err := c.TryReply(10 * time.Second)
+		if err != nil {
+			t.Fatalf("after a put: %v (got %v)", err, kinds)
+		}
+		switch {
+		case r.Opaque == -1 && r.Code == 200:
+			kinds["put"]++
+		case r.Kind == protocol.ReplyValue:
+			kinds["pop"]++
+		default:
+			t.Fatalf("after a put: %+v %q", r, r.Body)
+		}
+	}
+	if kinds["put"] != 1 || kinds["pop"] != 1 {
+		t.Fatalf("after a put: %v, want its reply and one parked pop's delivery", kinds)
 	}
 }

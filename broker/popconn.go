@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/metaqgo/metaq/broker/pop"
@@ -24,11 +25,20 @@ import (
 // maxHandles bounds the handles of one command.
 const maxHandles = 65536
 
-// popConn is a connection's reusable scratch (reader only).
+// maxParkedPops bounds the pops parked on one connection. A parked pop is a
+// goroutine and a timer; a client library keeps one pop in flight per
+// subscription and broker, so only a client pipelining pops reaches it:
+// beyond it a pop that finds nothing is answered 503 at once (busy: the
+// client backs off) instead of growing the broker with what it sends.
+const maxParkedPops = 512
+
+// popConn is a connection's reusable scratch (reader only) and its count
+// of parked pops.
 type popConn struct {
 	batch   pop.Batch
 	handles []pop.Handle
 	scratch []byte
+	parked  atomic.Int32 // pops parked now (parkPop's goroutines)
 }
 
 func (c *conn) handlePop(cmd *protocol.Command) {
@@ -53,6 +63,12 @@ func (c *conn) handlePop(cmd *protocol.Command) {
 	group := c.internGroup(cmd.Group)
 	err := p.Poll(group, ts.name, f, int(cmd.Count), time.Duration(cmd.Millis)*time.Millisecond, b)
 	if err == nil && len(b.Items) == 0 && cmd.MaxWaitMs > 0 && !s.shuttingDown.Load() {
+		if c.pop.parked.Load() >= maxParkedPops {
+			b.Release()
+			c.rq.addResultString(protocol.StatusServiceUnavailable, "no message to deliver, and "+strconv.Itoa(maxParkedPops)+
+				" pops already wait on this connection (the most it parks): wait for their replies", cmd.Opaque)
+			return
+		}
 		waits := append([]<-chan struct{}(nil), b.Waits...)
 		b.Release()
 		c.parkPop(popReq{group: group, topic: ts.name, filter: f, max: int(cmd.Count),
@@ -117,10 +133,11 @@ func (c *conn) parkPop(r popReq, waits []<-chan struct{}, maxWaitMs int64) {
 	c.handOffReplies() // a parked pop may be answered at once (a lock ending)
 	s := c.srv
 	c.parked.Add(1)
+	c.pop.parked.Add(1)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		defer func() { c.parked.Add(-1); c.signalWriter() }()
+		defer func() { c.pop.parked.Add(-1); c.parked.Add(-1); c.signalWriter() }()
 		timer := time.NewTimer(time.Duration(maxWaitMs) * time.Millisecond)
 		defer timer.Stop()
 		var b pop.Batch
