@@ -255,7 +255,14 @@ func (c *conn) handleFinish(cmd *protocol.Command) {
 	default:
 		c.rq.addResult(protocol.StatusSuccess, strconv.AppendInt(nb[:0], int64(applied), 10), cmd.Opaque)
 	}
-	c.rq.replies[len(c.rq.replies)-1].flush = flush
+	// An ack or reject applied appended a done record. In async-flush mode
+	// (flush nil) it is durable only once the reader's write-out at the end
+	// of this batch succeeds; when that fails the reply becomes a 500, as a
+	// put's does (failUnflushedPuts), instead of a 200 for an ack that was
+	// never written.
+	r := &c.rq.replies[len(c.rq.replies)-1]
+	r.flush = flush
+	r.needsWriteOut = applied > 0 && (op == pop.OpAck || op == pop.OpReject)
 	clear(hs)
 }
 
