@@ -37,6 +37,11 @@ import (
 //   - the pinger sends a ping every wsPingInterval and closes a peer that
 //     does not answer.
 //
+// Rights: the subscribe right is decided at the upgrade and again before
+// each receive, on what a receive returns, and before each batch of
+// operations; refused, the socket gets an error frame (403) and closes
+// with 1008.
+//
 // Flow control: a message counts against K from the moment it is received
 // until its ack, release or reject succeeds, its handle turns out stale,
 // or its invisibility time passes (the service may then deliver it again,
@@ -142,7 +147,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		dataError(w, badRequest("bad topic name %q", topic))
 		return
 	}
-	if err := s.authorizeData(r, DataAccess{Op: "subscribe", Topic: topic, Group: group}); err != nil {
+	access := DataAccess{Op: "subscribe", Topic: topic, Group: group}
+	if err := s.authorizeData(r, access); err != nil {
 		dataError(w, err)
 		return
 	}
@@ -155,7 +161,10 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		dataError(w, &apiError{http.StatusServiceUnavailable, pop.ErrUnavailable.Error()})
 		return
 	}
-	wc := &wsConn{srv: s, svc: s.opts.Delivery, sub: sub, held: make(map[string]time.Time, sub.max),
+	// The upgrade request, kept for its user (its context's values, not its
+	// cancellation): the right is checked again while the socket is open.
+	authReq := r.WithContext(context.WithoutCancel(r.Context()))
+	wc := &wsConn{srv: s, svc: s.opts.Delivery, sub: sub, authReq: authReq, access: access, held: make(map[string]time.Time, sub.max),
 		credit: make(chan struct{}, 1), ops: make(chan wsOpItem, wsOpQueue),
 		ctrl: make(chan []byte, wsCtrlQueue), deliv: make(chan []pop.Delivery, 1)}
 	wc.ctx, wc.cancel = context.WithCancel(context.Background())
@@ -225,6 +234,13 @@ type wsConn struct {
 	svc pop.Service
 	sub *wsSub
 	c   *websocket.Conn
+
+	// authReq and access re-check the socket's right before each receive
+	// and each batch of operations (changed rights apply at once,
+	// docs/security.md).
+	authReq *http.Request
+	access  DataAccess
+	refused atomic.Bool // the refusal was reported (one error frame)
 
 	ctx    context.Context // cancelled by stop
 	cancel context.CancelFunc
@@ -351,6 +367,9 @@ func (wc *wsConn) execLoop() {
 				break drain
 			}
 		}
+		if !wc.permitted(batch[0].fr.f.op.String()) {
+			return
+		}
 		clear(byHandle)
 		for _, op := range batch {
 			byHandle[op.handle] = append(byHandle[op.handle], op)
@@ -366,6 +385,26 @@ func (wc *wsConn) execLoop() {
 		}
 		wg.Wait()
 	}
+}
+
+// permitted checks the socket's right again. Refused, it sends one error
+// frame with the refusal's status (403) and stops the socket with 1008
+// (policy violation).
+func (wc *wsConn) permitted(op string) bool {
+	err := wc.srv.authorizeData(wc.authReq, wc.access)
+	if err == nil {
+		return true
+	}
+	if !wc.refused.Swap(true) {
+		code := http.StatusForbidden
+		var ae *apiError
+		if errors.As(err, &ae) {
+			code = ae.status
+		}
+		wc.sendError(nil, op, "", code, err.Error())
+		wc.stop(websocket.StatusPolicyViolation, "forbidden")
+	}
+	return false
 }
 
 // execute carries out one operation and accounts for it.
@@ -454,7 +493,7 @@ func (wc *wsConn) receiveLoop() {
 	inv := min(max(wc.sub.invisible, pop.MinInvisible), pop.MaxInvisible)
 	for {
 		n := wc.waitCredit()
-		if n == 0 {
+		if n == 0 || !wc.permitted("receive") {
 			return
 		}
 		ds, err := wc.svc.Receive(wc.ctx, wc.sub.group, wc.sub.topic, wc.sub.filter, min(n, wsReceiveBatch), inv)
@@ -485,6 +524,12 @@ func (wc *wsConn) receiveLoop() {
 		}
 		if len(ds) == 0 {
 			continue
+		}
+		if !wc.permitted("receive") { // withdrawn during the long poll
+			for i := range ds {
+				_ = wc.svc.Release(wc.sub.group, ds[i].Handle, 0) // to the group's other members
+			}
+			return
 		}
 		dl := time.Now().Add(inv)
 		wc.mu.Lock()

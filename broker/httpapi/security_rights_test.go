@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,7 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/coder/websocket"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/metaqgo/metaq/broker/auth"
@@ -137,5 +140,101 @@ func TestTraceNeedsLookupRights(t *testing.T) {
 		if st, body := r.get(t, c.tok, c.path); st != 200 {
 			t.Errorf("GET %s: %d %s, want 200", c.path, st, body)
 		}
+	}
+}
+
+// dialWSAs opens a WebSocket on topic orders.a as the token's user and
+// reads the subscribed frame.
+func (r *secureFixture) dialWSAs(t *testing.T, ctx context.Context, tok, group, query string) *websocket.Conn {
+	t.Helper()
+	u := "ws://" + r.hs.Addr().String() + "/api/v1/groups/" + group + "/topics/orders.a/ws?" + query
+	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.CloseNow() })
+	if f := readWSFrame(t, ctx, c); f.Type != "subscribed" {
+		t.Fatalf("first frame %+v", f)
+	}
+	return c
+}
+
+func readWSFrame(t *testing.T, ctx context.Context, c *websocket.Conn) httpapi.WSFrame {
+	t.Helper()
+	_, b, err := c.Read(ctx)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	var f httpapi.WSFrame
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatalf("frame %s: %v", b, err)
+	}
+	return f
+}
+
+// wantRefused reads the 403 error frame of a withdrawn right, then the
+// close with 1008, and no message in between.
+func wantRefused(t *testing.T, ctx context.Context, c *websocket.Conn, who string) {
+	t.Helper()
+	if f := readWSFrame(t, ctx, c); f.Type != "error" || f.Code != 403 {
+		t.Fatalf("%s: %+v, want the error frame 403 of the withdrawn right", who, f)
+	}
+	_, b, err := c.Read(ctx)
+	if got := websocket.CloseStatus(err); got != websocket.StatusPolicyViolation {
+		t.Fatalf("%s: after the 403, %s %v (close status %d), want the close 1008", who, b, err, got)
+	}
+}
+
+// Changed rights apply at once (docs/security.md), also to open sockets:
+// after alice's rights on orders.* are withdrawn, her socket's ack is not
+// carried out and her other socket delivers nothing more; both get a 403
+// error frame and close with 1008, and what they held goes to the group's
+// other members.
+func TestWSWithdrawnRightsCloseTheSocket(t *testing.T) {
+	r := startSecureFixture(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	acker := r.dialWSAs(t, ctx, r.aliceTok, "g1", "max=4&invisibleMs=1000")
+	receiver := r.dialWSAs(t, ctx, r.aliceTok, "g2", "max=4&invisibleMs=600000")
+	r.publish(t, r.rootTok, "orders.a", "", "m1")
+	m1 := readWSFrame(t, ctx, acker)
+	if m1.Type != "message" || m1.Body != "m1" {
+		t.Fatalf("g1: %+v", m1)
+	}
+	if f := readWSFrame(t, ctx, receiver); f.Type != "message" || f.Body != "m1" {
+		t.Fatalf("g2: %+v", f)
+	}
+
+	us, err := auth.ParseUsers([]byte(r.usersINI("")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.b.Server.Authorizer().SetUsers(us)
+	if st, _ := r.get(t, r.aliceTok, "/api/v1/messages?topic=orders.a&key=x"); st != 403 {
+		t.Fatalf("revocation not in force: %d", st)
+	}
+
+	// The ack is refused, not carried out: g1 gets m1 again.
+	b, _ := json.Marshal(map[string]any{"op": "ack", "handle": m1.Handle, "id": 1})
+	if err := acker.Write(ctx, websocket.MessageText, b); err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, ctx, acker, "g1's ack after the revocation")
+	// The receiver's long poll returns m2 after the revocation: refused,
+	// and m2 released to the group.
+	r.publish(t, r.rootTok, "orders.a", "", "m2")
+	wantRefused(t, ctx, receiver, "g2's receive after the revocation")
+
+	root1 := r.dialWSAs(t, ctx, r.rootTok, "g1", "max=4")
+	for got := map[string]int{}; got["m1"] < 2; { // m2, and m1 again once alice's lock of 1 s ends
+		f := readWSFrame(t, ctx, root1)
+		if f.Type != "message" || got[f.Body] != 0 {
+			t.Fatalf("g1 after alice's refused ack: %+v (had %v), want m2 and m1 again", f, got)
+		}
+		got[f.Body] = f.Attempt
+	}
+	root2 := r.dialWSAs(t, ctx, r.rootTok, "g2", "max=4")
+	if f := readWSFrame(t, ctx, root2); f.Type != "message" || f.Body != "m2" {
+		t.Fatalf("g2 after alice's refused receive: %+v, want m2 (released; m1 is still locked to alice's closed socket)", f)
 	}
 }
