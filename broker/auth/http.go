@@ -38,6 +38,15 @@ func UserFrom(ctx context.Context) (user string, ok bool) {
 	return user, ok
 }
 
+type passKey struct{}
+
+// PassedBearer reports whether a request was let through by Guard.PassBearer
+// (it carried the dashboardToken, and no user).
+func PassedBearer(ctx context.Context) bool {
+	ok, _ := ctx.Value(passKey{}).(bool)
+	return ok
+}
+
 // SessionCookie is the dashboard's session cookie.
 const SessionCookie = "metaq_session"
 
@@ -50,10 +59,17 @@ type Guard struct {
 	// MaxBody bounds the body read to check a signature (413 beyond).
 	MaxBody int64
 	// PassBearer reports whether a bearer token that is no user's token
-	// is still let through anonymously (the dashboardToken, which the
-	// administrative handlers check themselves).
+	// is still let through, without a user (the dashboardToken, which the
+	// administrative handlers check themselves). Such a request is marked
+	// (PassedBearer) and served as an anonymous one, except that when
+	// anonymous requests are refused it still reaches the routes PassRoute
+	// accepts.
 	PassBearer func(token string) bool
-	Log        *slog.Logger
+	// PassRoute reports whether a PassBearer request may be served when
+	// anonymous requests are refused (the administrative routes); nil:
+	// none.
+	PassRoute func(r *http.Request) bool
+	Log       *slog.Logger
 
 	sessions sessions
 }
@@ -117,7 +133,7 @@ func (g *Guard) Identify(w http.ResponseWriter, r *http.Request) (req *http.Requ
 			return r, u, true, false
 		}
 		if g.PassBearer != nil && g.PassBearer(tok) {
-			return r, "", false, false
+			return r.WithContext(context.WithValue(r.Context(), passKey{}, true)), "", false, false
 		}
 		g.fail(w, host, http.StatusUnauthorized, "unknown bearer token")
 		return r, "", false, true
@@ -142,7 +158,8 @@ func (g *Guard) fail(w http.ResponseWriter, host string, status int, msg string)
 
 // Wrap authenticates every request before next: /login and /logout are
 // served here; an anonymous request when anonymous=none is sent to the
-// login page (a browser) or answered 401.
+// login page (a browser) or answered 401, unless it passed with the
+// dashboardToken (PassBearer) to a route PassRoute accepts.
 func (g *Guard) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -161,7 +178,8 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		if !ok {
-			if reason := g.A.Check("", OpConnect, nil, nil); reason != "" {
+			if reason := g.A.Check("", OpConnect, nil, nil); reason != "" &&
+				!(PassedBearer(r.Context()) && g.PassRoute != nil && g.PassRoute(r)) {
 				if r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
 					http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 					return

@@ -14,6 +14,7 @@ import (
 
 	"github.com/valyala/bytebufferpool"
 
+	"github.com/metaqgo/metaq/broker/auth"
 	"github.com/metaqgo/metaq/zkmeta"
 )
 
@@ -50,7 +51,7 @@ func (s *Server) apiRoutes() {
 	s.mux.HandleFunc("GET /api/v1/messages", s.api(func(r *http.Request) (any, error) {
 		return s.lookup(r)
 	}))
-	s.mux.HandleFunc("POST /api/v1/groups/{group}/reset", s.api(func(r *http.Request) (any, error) {
+	s.mux.HandleFunc(resetRoute, s.api(func(r *http.Request) (any, error) {
 		if err := s.authorize(r); err != nil {
 			return nil, err
 		}
@@ -126,7 +127,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // authorize checks the dashboardToken of an administrative request:
 // `Authorization: Bearer <token>` or `X-Metaq-Token: <token>`.
 func (s *Server) authorize(r *http.Request) error {
-	if s.adminByUser(r) { // [security]: an authenticated admin (security.go)
+	// [security] (security.go): an authenticated admin, or the token the
+	// guard checked already (PassBearer).
+	if s.adminByUser(r) || auth.PassedBearer(r.Context()) {
 		return nil
 	}
 	if s.opts.Token == "" {

@@ -72,6 +72,7 @@ func (s *Server) setupSecurity() {
 	g.Secure = s.opts.Security.TLS != nil
 	if tok := s.opts.Token; tok != "" {
 		g.PassBearer = func(t string) bool { return subtle.ConstantTimeCompare([]byte(t), []byte(tok)) == 1 }
+		g.PassRoute = s.adminRoute // with anonymous=none, the token still serves administrative actions
 	}
 	s.guard = g
 	s.reg.MustRegister(authCollector{a})
@@ -140,6 +141,19 @@ func (s *Server) messageReadRights(r *http.Request) string {
 
 func writeJSONError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// resetRoute is the offset reset (api.go).
+const resetRoute = "POST /api/v1/groups/{group}/reset"
+
+// adminRoutes are the routes of administrative actions (their handlers
+// call authorize), by mux pattern.
+var adminRoutes = map[string]bool{resetRoute: true}
+
+// adminRoute reports whether r is an administrative action.
+func (s *Server) adminRoute(r *http.Request) bool {
+	_, pattern := s.mux.Handler(r)
+	return adminRoutes[pattern]
 }
 
 // adminByUser reports whether r comes from an authenticated admin.

@@ -238,3 +238,36 @@ func TestWSWithdrawnRightsCloseTheSocket(t *testing.T) {
 		t.Fatalf("g2 after alice's refused receive: %+v, want m2 (released; m1 is still locked to alice's closed socket)", f)
 	}
 }
+
+// docs/security.md: with anonymous=none, "dashboardToken still works as a
+// bearer token for administrative actions", and only for them: every other
+// route still needs a user.
+func TestDashboardTokenWithAnonymousNone(t *testing.T) {
+	r := startSecureFixture(t, false) // runHTTP sets Token "s3cret"
+	reset := func(tok string) (int, string) {
+		req, _ := http.NewRequest("POST", r.hs.URL()+"/api/v1/groups/g/reset", strings.NewReader(`{"topic":"orders.x","to":"earliest"}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	// Without ZooKeeper the reset itself answers 503 once authorized.
+	if st, body := reset("s3cret"); st != http.StatusServiceUnavailable {
+		t.Fatalf("reset with the dashboardToken: %d %s, want 503 (authorized, no ZooKeeper)", st, body)
+	}
+	if st, body := reset("wrong"); st != http.StatusUnauthorized {
+		t.Fatalf("reset with a wrong token: %d %s, want 401", st, body)
+	}
+	if st, body := reset(r.aliceTok); st != http.StatusUnauthorized {
+		t.Fatalf("reset by alice (no admin): %d %s, want 401", st, body)
+	}
+	for _, path := range []string{"/api/v1/topics", "/metrics", "/api/v1/messages?topic=secret&key=k", "/api/v1/trace?id=1"} {
+		if st, body := r.get(t, "s3cret", path); st != http.StatusUnauthorized {
+			t.Errorf("GET %s with the dashboardToken: %d %s, want 401 (a user is needed)", path, st, body)
+		}
+	}
+}
