@@ -1,15 +1,19 @@
 package httpapi_test
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,4 +219,53 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// countHandler counts the records of net/http's error log.
+type countHandler struct{ n *atomic.Int64 }
+
+func (h countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "HTTP server error" {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countHandler) WithGroup(string) slog.Handler      { return h }
+
+// TLS handshake errors (anyone who connects to the HTTPS port with garbage)
+// go to the logger under one constant message, and the HTTP side puts a
+// rate limiter (internal/logx) in front of its logger, also when it is given
+// a plain one (ForBroker gets the CLI's): one line per interval, not one per
+// connection.
+func TestTLSErrorLogRateLimited(t *testing.T) {
+	ca := authtest.NewCA(t)
+	cert, key := ca.Issue(t, "broker")
+	cfg, err := auth.ServerTLS(cert, key, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	hs, err := httpapi.Start(httpapi.Options{Addr: "127.0.0.1:0", Logger: slog.New(countHandler{&n}),
+		Security: httpapi.SecurityOptions{TLS: cfg}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs.Close()
+	const conns = 50
+	for i := 0; i < conns; i++ {
+		c, err := net.Dial("tcp", hs.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, _ = c.Read(make([]byte, 512))
+		c.Close()
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := n.Load(); got > 5 {
+		t.Fatalf("%d 'HTTP server error' lines for %d bad handshakes: not rate-limited", got, conns)
+	}
 }

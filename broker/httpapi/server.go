@@ -25,6 +25,7 @@ import (
 	"github.com/metaqgo/metaq/broker/auth"
 	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/internal/logx"
 	"github.com/metaqgo/metaq/zkmeta"
 )
 
@@ -35,8 +36,8 @@ type Options struct {
 	// ZK is the cluster's ZooKeeper ([zookeeper] section); Enable=false: no
 	// cluster views and no consumer lag.
 	ZK     conf.ZK
-	Token  string // dashboardToken; "" = administrative actions refused
-	Logger *slog.Logger
+	Token  string       // dashboardToken; "" = administrative actions refused
+	Logger *slog.Logger // rate-limited here (internal/logx) unless it is already
 	// Security is [security] (security.go); zero = open, as MetaQ.
 	Security SecurityOptions
 
@@ -63,19 +64,20 @@ type Options struct {
 
 // Server is a running HTTP side.
 type Server struct {
-	opts  Options
-	log   *slog.Logger
-	reg   *prometheus.Registry
-	mux   *http.ServeMux
-	ln    net.Listener
-	hs    *http.Server
-	zk    *zkmeta.Client
-	lag   *lagTracker
-	hist  *latencyHistograms
-	cl    *cluster
-	smp   *sampler
-	pages pages
-	guard *auth.Guard // [security] (security.go); nil = open
+	opts       Options
+	log        *slog.Logger
+	logLimiter *logx.Limiter // rate limiting of log (nil: Options.Logger was limited already)
+	reg        *prometheus.Registry
+	mux        *http.ServeMux
+	ln         net.Listener
+	hs         *http.Server
+	zk         *zkmeta.Client
+	lag        *lagTracker
+	hist       *latencyHistograms
+	cl         *cluster
+	smp        *sampler
+	pages      pages
+	guard      *auth.Guard // [security] (security.go); nil = open
 
 	wsMu     sync.Mutex
 	wsConns  map[*wsConn]struct{} // open WebSocket connections (gateway_ws.go)
@@ -142,7 +144,10 @@ func New(opts Options) (*Server, error) {
 	if opts.LagInterval <= 0 {
 		opts.LagInterval = conf.DefaultMetricsLagInterval
 	}
-	s := &Server{opts: opts, log: opts.Logger.With("component", "http"), reg: newRegistry(), mux: http.NewServeMux()}
+	// Every log line a client can cause (a TLS handshake failing, a bad
+	// request) goes through a rate limiter, as on the broker's port.
+	lg, lim := logx.New(opts.Logger, logx.Options{})
+	s := &Server{opts: opts, log: lg.With("component", "http"), logLimiter: lim, reg: newRegistry(), mux: http.NewServeMux()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if opts.ZK.Enable {
 		zc, err := zkmeta.New(zkmeta.Config{
@@ -152,6 +157,7 @@ func New(opts Options) (*Server, error) {
 			Logger: slogPrintf{s.log},
 		})
 		if err != nil {
+			lim.Stop()
 			return nil, err
 		}
 		s.zk = zc
@@ -161,6 +167,7 @@ func New(opts Options) (*Server, error) {
 		if s.zk != nil {
 			s.zk.Close()
 		}
+		lim.Stop()
 		return nil, err
 	}
 	s.cl, s.smp = cl, newSampler(cl)
@@ -271,6 +278,7 @@ func (s *Server) Close() error {
 		if s.zk != nil {
 			s.zk.Close()
 		}
+		s.logLimiter.Stop() // pending "repeated N times" lines are written now
 	})
 	return err
 }
