@@ -52,7 +52,13 @@ import (
 //
 // Lock rules: wsConn.mu guards held only; it is never held across a
 // service call or a socket operation. Server.wsMu guards the set of
-// connections and wsClosed.
+// connections, wsClosed and wsOwners; the two are never held together.
+//
+// Handles may be acknowledged on another socket of the group
+// (docs/http.md): Server.wsOwners maps every held (group, handle) to the
+// socket holding it (so it is bounded by the sockets' max), and an ack,
+// release or reject on any socket frees the slot of the socket that
+// received the message.
 //
 // Closing: a stop (peer gone, write timeout, ping timeout, broker
 // shutdown) cancels the connection's context; the receiver, executor,
@@ -202,6 +208,13 @@ func (s *Server) addWS(wc *wsConn) error {
 }
 
 func (s *Server) removeWS(wc *wsConn) {
+	wc.mu.Lock()
+	held := make([]string, 0, len(wc.held))
+	for h := range wc.held {
+		held = append(held, h)
+	}
+	wc.mu.Unlock()
+	s.disownHandles(wc, held)
 	s.wsMu.Lock()
 	delete(s.wsConns, wc)
 	s.wsMu.Unlock()
@@ -423,14 +436,15 @@ func (wc *wsConn) execute(op wsOpItem) {
 	}
 	switch {
 	case err == nil && f.op == opExtend:
-		wc.mu.Lock()
-		if _, ok := wc.held[op.handle]; ok {
-			wc.held[op.handle] = time.Now().Add(f.inv)
+		if owner := wc.srv.wsOwner(g, op.handle, false); owner != nil {
+			owner.extendHeld(op.handle, time.Now().Add(f.inv))
 		}
-		wc.mu.Unlock()
 	case err == nil, errors.Is(err, pop.ErrStale), errors.Is(err, pop.ErrBadHandle):
-		// Done with, or never ours to hold: the slot is free.
-		wc.unhold(op.handle)
+		// Done with, or never held: the slot of the socket that received it
+		// (this one or another of the group's) is free.
+		if owner := wc.srv.wsOwner(g, op.handle, true); owner != nil {
+			owner.unhold(op.handle)
+		}
 	}
 	if err != nil {
 		op.fr.failed.Add(1)
@@ -442,6 +456,57 @@ func (wc *wsConn) execute(op wsOpItem) {
 	}
 }
 
+// wsHandle names a delivery: handles are per group.
+type wsHandle struct{ group, handle string }
+
+// wsOwner returns the socket holding handle h of group (nil: none), and
+// forgets it when drop is set.
+func (s *Server) wsOwner(group, h string, drop bool) *wsConn {
+	k := wsHandle{group, h}
+	s.wsMu.Lock()
+	defer s.wsMu.Unlock()
+	wc := s.wsOwners[k]
+	if drop && wc != nil {
+		delete(s.wsOwners, k)
+	}
+	return wc
+}
+
+// ownHandles records wc as the socket holding ds (before they are written:
+// no client can acknowledge a handle it has not received).
+func (s *Server) ownHandles(wc *wsConn, ds []pop.Delivery) {
+	s.wsMu.Lock()
+	defer s.wsMu.Unlock()
+	if s.wsOwners == nil {
+		s.wsOwners = map[wsHandle]*wsConn{}
+	}
+	for i := range ds {
+		s.wsOwners[wsHandle{wc.sub.group, ds[i].Handle}] = wc
+	}
+}
+
+// disownHandles forgets the handles wc held (their invisibility ended, or
+// the socket closed).
+func (s *Server) disownHandles(wc *wsConn, hs []string) {
+	s.wsMu.Lock()
+	defer s.wsMu.Unlock()
+	for _, h := range hs {
+		if k := (wsHandle{wc.sub.group, h}); s.wsOwners[k] == wc {
+			delete(s.wsOwners, k)
+		}
+	}
+}
+
+// extendHeld moves the invisibility deadline of a handle wc holds.
+func (wc *wsConn) extendHeld(h string, dl time.Time) {
+	wc.mu.Lock()
+	if _, ok := wc.held[h]; ok {
+		wc.held[h] = dl
+	}
+	wc.mu.Unlock()
+}
+
+// unhold frees the slot of a handle wc holds.
 func (wc *wsConn) unhold(h string) {
 	wc.mu.Lock()
 	_, ok := wc.held[h]
@@ -462,9 +527,11 @@ func (wc *wsConn) waitCredit() int {
 		now := time.Now()
 		wc.mu.Lock()
 		var earliest time.Time
+		var expired []string
 		for h, dl := range wc.held {
 			if !dl.After(now) {
 				delete(wc.held, h) // invisibility over: the service may deliver it again
+				expired = append(expired, h)
 				continue
 			}
 			if earliest.IsZero() || dl.Before(earliest) {
@@ -473,6 +540,9 @@ func (wc *wsConn) waitCredit() int {
 		}
 		free := wc.sub.max - len(wc.held)
 		wc.mu.Unlock()
+		if expired != nil {
+			wc.srv.disownHandles(wc, expired)
+		}
 		if free > 0 {
 			return free
 		}
@@ -537,6 +607,7 @@ func (wc *wsConn) receiveLoop() {
 			wc.held[ds[i].Handle] = dl
 		}
 		wc.mu.Unlock()
+		wc.srv.ownHandles(wc, ds)
 		select {
 		case wc.deliv <- ds:
 		case <-wc.ctx.Done():

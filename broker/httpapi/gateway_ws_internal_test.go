@@ -198,6 +198,54 @@ func TestWSFlowControlFake(t *testing.T) {
 	}
 }
 
+// docs/http.md: a message counts against a socket's max until its ack is
+// carried out, and handles may be acknowledged on another socket of the
+// group. Socket A (max=1) receives m0; socket B acknowledges m0's handle
+// (done ok=1): A's slot is free at once, not when m0's invisibility time
+// (10 min here) passes.
+func TestWSAckOnAnotherSocketFreesTheSlotFake(t *testing.T) {
+	f := newFakePop(t, "orders")
+	f.add("m0", "m1", "m2")
+	s := startFakeGateway(t, f)
+	a := dialWS(t, wsURL(s, "g", "orders", "max=1&invisibleMs=600000"))
+	m0 := a.next()
+	if m0.Type != "message" {
+		t.Fatalf("A: %+v", m0)
+	}
+	bc := dialWS(t, wsURL(s, "g", "orders", "max=1&invisibleMs=600000"))
+	if m := bc.next(); m.Type != "message" {
+		t.Fatalf("B: %+v", m)
+	}
+	bc.send(map[string]any{"op": "ack", "handle": m0.Handle, "id": 1})
+	if d := bc.next(); d.Type != "done" || d.OK != 1 {
+		t.Fatalf("B's ack of A's handle: %+v", d)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, b, err := a.c.Read(ctx)
+	if err != nil {
+		t.Fatalf("A holds nothing (m0 acknowledged) but received nothing in 3 s: %v", err)
+	}
+	var fr wsFrame
+	if err := json.Unmarshal(b, &fr); err != nil || fr.Type != "message" {
+		t.Fatalf("A: %s %v, want a message", b, err)
+	}
+	// The owners of held handles are forgotten with the sockets.
+	_ = a.c.Close(websocket.StatusNormalClosure, "")
+	_ = bc.c.Close(websocket.StatusNormalClosure, "")
+	for deadline := time.Now().Add(10 * time.Second); s.WSConnections() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sockets still open", s.WSConnections())
+		}
+	}
+	s.wsMu.Lock()
+	n := len(s.wsOwners)
+	s.wsMu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d handle owners left after the sockets closed", n)
+	}
+}
+
 // Release brings a message back (attempt 2); reject ends it; extend keeps
 // it; frames carry tag, keys, properties, and ids are echoed.
 func TestWSOperationsFake(t *testing.T) {

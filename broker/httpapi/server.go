@@ -81,6 +81,7 @@ type Server struct {
 
 	wsMu     sync.Mutex
 	wsConns  map[*wsConn]struct{} // open WebSocket connections (gateway_ws.go)
+	wsOwners map[wsHandle]*wsConn // held handles → the socket holding each
 	wsClosed bool
 	wsWG     sync.WaitGroup
 
