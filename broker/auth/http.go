@@ -56,7 +56,8 @@ type Guard struct {
 	V *Verifier
 	// Secure marks the session cookie Secure (the HTTP side serves TLS).
 	Secure bool
-	// MaxBody bounds the body read to check a signature (413 beyond).
+	// MaxBody bounds the body read to check a signature (413 beyond; a
+	// larger Content-Length is refused before anything is read).
 	MaxBody int64
 	// PassBearer reports whether a bearer token that is no user's token
 	// is still let through, without a user (the dashboardToken, which the
@@ -107,6 +108,10 @@ func (g *Guard) Identify(w http.ResponseWriter, r *http.Request) (req *http.Requ
 		sh, err := ParseSigHeader(h)
 		if err != nil {
 			g.fail(w, host, http.StatusUnauthorized, err.Error())
+			return r, "", false, true
+		}
+		if r.ContentLength > g.MaxBody { // refused before anything is read
+			httpError(w, http.StatusRequestEntityTooLarge, "body too large")
 			return r, "", false, true
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.MaxBody))

@@ -56,7 +56,7 @@ func (s *Server) apiRoutes() {
 			return nil, err
 		}
 		var req ResetRequest
-		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req); err != nil {
+		if err := json.NewDecoder(io.LimitReader(r.Body, maxAPIBody)).Decode(&req); err != nil {
 			return nil, badRequest("bad JSON body: %v", err)
 		}
 		return s.reset(r.Context(), r.PathValue("group"), req)

@@ -56,13 +56,20 @@ const (
 	// publishReadTimeout bounds the time a publisher may take to send its
 	// body (as putDataTimeoutMs does on the text protocol).
 	publishReadTimeout = 30 * time.Second
+	// bodyReadTimeout bounds the time any request's body may take
+	// (security.go's bodyBudget).
+	bodyReadTimeout = publishReadTimeout
+	// maxAPIBody bounds the JSON bodies of the API (an offset reset).
+	maxAPIBody = 64 << 10
 	// publishTimeout bounds the wait for the put budget and the group commit.
 	publishTimeout = 30 * time.Second
 )
 
+const publishRoute = "POST /api/v1/topics/{topic}/messages"
+
 func (s *Server) gatewayRoutes() {
 	if s.opts.Broker != nil {
-		s.mux.HandleFunc("POST /api/v1/topics/{topic}/messages", s.handlePublish)
+		s.mux.HandleFunc(publishRoute, s.handlePublish)
 	}
 	if s.opts.Delivery != nil {
 		s.mux.HandleFunc("GET /api/v1/groups/{group}/topics/{topic}/ws", s.handleWS)
@@ -133,9 +140,8 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	srv := s.opts.Broker.Server
-	// The data block is [attribute] + body; maxMessageSize bounds it whole.
-	maxBody := int64(srv.MaxMessageSize()) - opts.prefixLen()
-	if r.ContentLength > maxBody || maxBody < 0 {
+	want, ok := publishWant(srv.MaxMessageSize(), r.ContentLength, opts)
+	if !ok {
 		writeError(w, http.StatusRequestEntityTooLarge, "message of "+strconv.FormatInt(r.ContentLength+opts.prefixLen(), 10)+
 			" bytes exceeds maxMessageSize "+strconv.Itoa(srv.MaxMessageSize()))
 		return
@@ -144,12 +150,9 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	// Reserve what the body may hold from the broker-wide put budget before
 	// reading it (maxPendingPutBytes): many slow publishers cannot make the
-	// broker hold more than that.
-	want := r.ContentLength
-	if want < 0 { // chunked: up to the limit
-		want = maxBody
-	}
-	release, err := srv.ReservePutBytes(ctx, want+opts.prefixLen())
+	// broker hold more than that. A signed body was reserved before the
+	// guard read it (security.go).
+	release, err := s.publishReservation(ctx, r, want+opts.prefixLen())
 	if err != nil {
 		dataError(w, err)
 		return
@@ -177,6 +180,21 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, PublishReply{MsgID: strconv.FormatInt(res.MsgID, 10), Topic: topic,
 		Partition: res.Partition, Offset: res.QueueOffset})
+}
+
+// publishWant is the most body bytes a publish may bring: its
+// Content-Length, or up to the limit when chunked; ok is false when the
+// Content-Length is beyond the limit. The data block is [attribute] + body;
+// maxMessageSize bounds it whole.
+func publishWant(maxMessageSize int, contentLength int64, opts *publishOptions) (want int64, ok bool) {
+	maxBody := int64(maxMessageSize) - opts.prefixLen()
+	if contentLength > maxBody || maxBody < 0 {
+		return 0, false
+	}
+	if contentLength < 0 {
+		return maxBody, true
+	}
+	return contentLength, true
 }
 
 // publishOptions are a publish's parameters, from the query or X-Metaq-*

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/subtle"
 	"crypto/tls"
 	"log"
@@ -70,6 +71,13 @@ func (s *Server) setupSecurity() {
 	}
 	g := auth.NewGuard(a, s.opts.Security.SignatureWindow, s.opts.Security.SessionTTL, s.log)
 	g.Secure = s.opts.Security.TLS != nil
+	// A signed body is read whole before its signature is checked: no more
+	// than a message and the API's JSON (bodyBudget reserves it from the
+	// put budget first).
+	g.MaxBody = maxAPIBody
+	if b := s.opts.Broker; b != nil {
+		g.MaxBody += int64(b.Server.MaxMessageSize())
+	}
 	if tok := s.opts.Token; tok != "" {
 		g.PassBearer = func(t string) bool { return subtle.ConstantTimeCompare([]byte(t), []byte(tok)) == 1 }
 		g.PassRoute = s.adminRoute // with anonymous=none, the token still serves administrative actions
@@ -96,12 +104,78 @@ func (s *Server) dataAuth(r *http.Request, d DataAccess) error {
 }
 
 // handler is the server's whole handler: the mux, behind the guard when
-// security is on.
+// security is on, behind the bounds of request bodies.
 func (s *Server) handler() http.Handler {
-	if s.guard == nil {
-		return s.mux
+	next := http.Handler(s.mux)
+	if s.guard != nil {
+		next = s.guard.Wrap(http.HandlerFunc(s.routeRights))
 	}
-	return s.guard.Wrap(http.HandlerFunc(s.routeRights))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.bodyBudget(w, r, next) })
+}
+
+// bodyBudget bounds request bodies before anything reads them. On a
+// broker, a signed request's body (which the guard reads whole to check the
+// signature, before anyone knows who sent it) is first reserved from the
+// put budget (maxPendingPutBytes), with the publish handler's copy of it:
+// the handler then uses that reservation (publishReservation). Every body
+// must then arrive within bodyReadTimeout; WebSocket upgrades (no body) get
+// no deadline, which would outlive the upgrade.
+func (s *Server) bodyBudget(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if r.ContentLength == 0 || r.Header.Get("Upgrade") != "" {
+		next.ServeHTTP(w, r)
+		return
+	}
+	if s.guard != nil && s.opts.Broker != nil && r.ContentLength <= s.guard.MaxBody &&
+		strings.HasPrefix(r.Header.Get("Authorization"), auth.SignatureScheme+" ") {
+		n := r.ContentLength
+		if n < 0 { // chunked: up to the limit
+			n = s.guard.MaxBody
+		}
+		copyLen := s.publishCopyLen(r)
+		ctx, cancel := context.WithTimeout(r.Context(), publishTimeout)
+		release, err := s.opts.Broker.Server.ReservePutBytes(ctx, n+copyLen)
+		cancel()
+		if err != nil {
+			dataError(w, err)
+			return
+		}
+		defer release()
+		if copyLen > 0 {
+			r = r.WithContext(context.WithValue(r.Context(), reservedKey{}, copyLen))
+		}
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	next.ServeHTTP(w, r)
+}
+
+// reservedKey carries the bytes bodyBudget reserved for the publish
+// handler's copy of the body.
+type reservedKey struct{}
+
+// publishCopyLen is what the publish handler will reserve for r (0: r is
+// no publish, or one it will refuse before reading).
+func (s *Server) publishCopyLen(r *http.Request) int64 {
+	if _, pattern := s.mux.Handler(r); pattern != publishRoute {
+		return 0
+	}
+	opts, err := parsePublishOptions(r)
+	if err != nil {
+		return 0
+	}
+	want, ok := publishWant(s.opts.Broker.Server.MaxMessageSize(), r.ContentLength, opts)
+	if !ok {
+		return 0
+	}
+	return want + opts.prefixLen()
+}
+
+// publishReservation reserves n bytes of the put budget for a publish,
+// or takes what bodyBudget reserved for it.
+func (s *Server) publishReservation(ctx context.Context, r *http.Request, n int64) (release func(), err error) {
+	if got, _ := r.Context().Value(reservedKey{}).(int64); got >= n {
+		return func() {}, nil
+	}
+	return s.opts.Broker.Server.ReservePutBytes(ctx, n)
 }
 
 // messageReads are the routes that read messages or their traces (the
