@@ -108,7 +108,7 @@ func decodeClientFrame(data []byte) (clientFrame, error) {
 	if err := dec.Decode(&raw); err != nil {
 		return f, &frameError{msg: "bad frame: " + err.Error()}
 	}
-	if dec.More() {
+	if len(bytes.TrimSpace(data[dec.InputOffset():])) > 0 {
 		return f, &frameError{msg: "bad frame: one JSON object per message"}
 	}
 	if len(raw.ID) > 0 {

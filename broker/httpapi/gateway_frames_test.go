@@ -55,3 +55,21 @@ func FuzzDecodeClientFrame(f *testing.F) {
 		}
 	})
 }
+
+// A frame is one JSON value: anything after it but white space is refused.
+func TestDecodeClientFrameTrailingBytes(t *testing.T) {
+	for _, s := range []string{
+		`{"op":"ack","handle":"h"}}`,
+		`{"op":"ack","handle":"h"}]`,
+		`{"op":"ack","handle":"h"}{}`,
+		`{"op":"ack","handle":"h"} x`,
+		`{"op":"ack","handle":"h"}"`,
+	} {
+		if _, err := decodeClientFrame([]byte(s)); err == nil {
+			t.Errorf("%s: decoded, want an error", s)
+		}
+	}
+	if _, err := decodeClientFrame([]byte(" {\"op\":\"ack\",\"handle\":\"h\"} \n")); err != nil {
+		t.Errorf("white space around the frame: %v", err)
+	}
+}
