@@ -103,6 +103,21 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
+// badInput answers a data-plane request whose input does not parse (400),
+// counts it as the text protocol counts its bad requests
+// (metaq_bad_requests_total) and logs it at debug level (rate-limited).
+func (s *Server) badInput(w http.ResponseWriter, r *http.Request, err error) {
+	s.countBadInput(r.URL.Path, err.Error())
+	dataError(w, err)
+}
+
+func (s *Server) countBadInput(path, msg string) {
+	if b := s.opts.Broker; b != nil {
+		b.Server.CountBadRequest()
+	}
+	s.log.Debug("HTTP gateway: bad request", "path", path, "err", msg)
+}
+
 // dataError writes err: an *apiError's or *broker.PutError's status, 503
 // otherwise.
 func dataError(w http.ResponseWriter, err error) {
@@ -127,7 +142,7 @@ func dataError(w http.ResponseWriter, err error) {
 func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	topic := r.PathValue("topic")
 	if !protocol.ValidName(topic) {
-		dataError(w, badRequest("bad topic name %q", topic))
+		s.badInput(w, r, badRequest("bad topic name %q", topic))
 		return
 	}
 	if err := s.authorizeData(r, DataAccess{Op: "publish", Topic: topic}); err != nil {
@@ -136,7 +151,7 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	}
 	opts, err := parsePublishOptions(r)
 	if err != nil {
-		dataError(w, err)
+		s.badInput(w, r, err)
 		return
 	}
 	srv := s.opts.Broker.Server

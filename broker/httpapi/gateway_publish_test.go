@@ -177,7 +177,14 @@ func TestPublishHTTPBadInput(t *testing.T) {
 		{"too large", "test", "", nil, big, 413},
 		{"too large with attribute", "test", "attribute=abc", nil, big[:len(big)-4], 413},
 	}
+	// Refused by the put path, not by the gateway's parsing.
+	putPath := map[string]bool{"partition out of range": true, "deliverAt too far ahead": true, "half message": true}
+	badBefore := scrapeMetrics(t, hs.URL()).must(t, "metaq_bad_requests_total")
+	parseErrors := 0
 	for _, tc := range cases {
+		if tc.want == 400 && !putPath[tc.name] {
+			parseErrors++
+		}
 		st, _, raw := publish(t, hs.URL(), tc.topic, tc.query, tc.hdr, strings.NewReader(tc.body))
 		if st != tc.want {
 			t.Errorf("%s: %d %s, want %d", tc.name, st, raw, tc.want)
@@ -187,6 +194,10 @@ func TestPublishHTTPBadInput(t *testing.T) {
 		if err := json.Unmarshal([]byte(raw), &e); err != nil || e["error"] == "" {
 			t.Errorf("%s: answer %q is not a JSON error", tc.name, raw)
 		}
+	}
+	// The gateway's parse errors count as the text protocol's bad requests.
+	if got := scrapeMetrics(t, hs.URL()).must(t, "metaq_bad_requests_total") - badBefore; got != float64(parseErrors) {
+		t.Errorf("metaq_bad_requests_total moved by %v for %d refused parameters", got, parseErrors)
 	}
 	// A chunked body (no Content-Length) over the limit.
 	pr, pw := io.Pipe()

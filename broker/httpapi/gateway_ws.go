@@ -146,11 +146,11 @@ func parseWSQuery(r *http.Request, group, topic string) (*wsSub, error) {
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	group, topic := r.PathValue("group"), r.PathValue("topic")
 	if !protocol.ValidName(group) {
-		dataError(w, badRequest("bad group name %q", group))
+		s.badInput(w, r, badRequest("bad group name %q", group))
 		return
 	}
 	if !protocol.ValidName(topic) {
-		dataError(w, badRequest("bad topic name %q", topic))
+		s.badInput(w, r, badRequest("bad topic name %q", topic))
 		return
 	}
 	access := DataAccess{Op: "subscribe", Topic: topic, Group: group}
@@ -160,7 +160,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	sub, err := parseWSQuery(r, group, topic)
 	if err != nil {
-		dataError(w, err)
+		s.badInput(w, r, err)
 		return
 	}
 	if av, ok := s.opts.Delivery.(pop.Availability); ok && !av.Available() {
@@ -336,14 +336,14 @@ func (wc *wsConn) readLoop() {
 			return
 		}
 		if typ != websocket.MessageText {
-			wc.sendError(nil, "", "", 400, "binary frames are not accepted: send JSON text frames")
+			wc.badFrame(nil, "binary frames are not accepted: send JSON text frames")
 			continue
 		}
 		f, err := decodeClientFrame(data)
 		if err != nil {
 			var fe *frameError
 			errors.As(err, &fe)
-			wc.sendError(fe.id, "", "", 400, fe.msg)
+			wc.badFrame(fe.id, fe.msg)
 			continue
 		}
 		fr := &wsFrameState{f: f}
@@ -721,6 +721,13 @@ func (wc *wsConn) send(v any) {
 	case wc.ctrl <- b:
 	case <-wc.ctx.Done():
 	}
+}
+
+// badFrame answers a client frame that does not decode (400), counted and
+// logged as the gateway's other bad input.
+func (wc *wsConn) badFrame(id json.RawMessage, msg string) {
+	wc.srv.countBadInput("WebSocket frame", msg)
+	wc.sendError(id, "", "", 400, msg)
 }
 
 func (wc *wsConn) sendError(id json.RawMessage, op, handle string, code int, msg string) {
