@@ -31,6 +31,8 @@ type fakePop struct {
 	maxHeld int
 	holding map[string]bool
 	ops     []string // "ack h", "release h 0", … in order
+	// receiveErr, when set, is what every Receive answers.
+	receiveErr error
 }
 
 type fakeMsg struct {
@@ -93,6 +95,9 @@ func (f *fakePop) Receive(ctx context.Context, group, topic string, filter pop.F
 	}
 	if max < 1 || max > pop.MaxReceive {
 		f.t.Errorf("Receive max %d", max)
+	}
+	if f.receiveErr != nil {
+		return nil, f.receiveErr
 	}
 	for {
 		f.mu.Lock()

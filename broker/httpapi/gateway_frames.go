@@ -311,7 +311,7 @@ func popErrorCode(err error) int {
 		return 400
 	case errors.Is(err, pop.ErrStale), errors.Is(err, pop.ErrUnknownTopic):
 		return 404
-	case errors.Is(err, pop.ErrClosed):
+	case errors.Is(err, pop.ErrClosed), errors.Is(err, pop.ErrTooManyGroups):
 		return 503
 	}
 	return 500

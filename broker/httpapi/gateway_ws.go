@@ -582,6 +582,10 @@ func (wc *wsConn) receiveLoop() {
 			case errors.Is(err, pop.ErrUnavailable): // demoted to a slave
 				wc.stop(websocket.StatusTryAgainLater, "this broker is no longer the master of its group")
 				return
+			case errors.Is(err, pop.ErrTooManyGroups): // a new group beyond popMaxGroups
+				wc.sendError(nil, "receive", "", 503, err.Error())
+				wc.stop(websocket.StatusTryAgainLater, "too many groups with delivery state on this broker")
+				return
 			}
 			wc.srv.log.Warn("WebSocket delivery: receive failed", "group", wc.sub.group, "topic", wc.sub.topic, "err", err)
 			wc.sendError(nil, "receive", "", 500, err.Error())

@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/metaqgo/metaq/broker/pop"
 	"github.com/metaqgo/metaq/protocol"
 )
 
@@ -414,6 +415,27 @@ func TestWSBadQueryFake(t *testing.T) {
 	_, _, err := w.c.Read(ctx)
 	if st := websocket.CloseStatus(err); st != closeUnknownTopic {
 		t.Errorf("unknown topic closed with %v (%v)", st, err)
+	}
+}
+
+// A new group beyond the broker's popMaxGroups: an error frame 503, then
+// close code 1013 (try again later), instead of a 500 and a retry loop.
+func TestWSTooManyGroupsFake(t *testing.T) {
+	f := newFakePop(t, "orders")
+	f.receiveErr = fmt.Errorf("%w (popMaxGroups=1)", pop.ErrTooManyGroups)
+	s := startFakeGateway(t, f)
+	w := dialWS(t, wsURL(s, "g", "orders", ""))
+	if e := w.next(); e.Type != "error" || e.Code != 503 {
+		t.Errorf("group cap: %+v", e)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wsTestTimeout)
+	defer cancel()
+	_, _, err := w.c.Read(ctx)
+	if st := websocket.CloseStatus(err); st != websocket.StatusTryAgainLater {
+		t.Errorf("group cap closed with %v (%v)", st, err)
+	}
+	if c := popErrorCode(f.receiveErr); c != 503 {
+		t.Errorf("popErrorCode(ErrTooManyGroups) = %d", c)
 	}
 }
 
