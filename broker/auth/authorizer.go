@@ -224,9 +224,10 @@ func (a *Authorizer) Authenticate(host, user string, secret []byte, stop <-chan 
 		}
 	}
 	a.checks.Add(1)
-	u := a.users.Load().byName[user]
+	us := a.users.Load()
+	u := us.byName[user]
 	if u == nil || u.hash == nil {
-		_ = bcrypt.CompareHashAndPassword(dummyHash, secret)
+		_ = bcrypt.CompareHashAndPassword(us.dummy(), secret) // as long as a wrong secret
 	} else if u.checkSecret(secret) {
 		a.limiter.Succeeded(host)
 		return ""

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"sync"
 
 	"golang.org/x/crypto/bcrypt"
 )
@@ -63,6 +64,58 @@ func (u *User) checkSecret(secret []byte) bool {
 	return true
 }
 
-// dummyHash keeps the time of a login for an unknown user close to a
-// known user's (no user enumeration by timing).
-var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("metaq-no-such-user"), bcrypt.MinCost)
+// dummyHashes are the hashes an unknown user's secret (or one given for a
+// user without a secret) is compared with, one per bcrypt cost: the
+// comparison then costs what a wrong secret of a real user costs (no user
+// enumeration by timing, docs/security.md). Made once per cost and kept.
+var dummyHashes struct {
+	mu sync.Mutex
+	by map[int][]byte
+}
+
+// dummyHash returns the dummy hash at bcrypt cost cost.
+func dummyHash(cost int) []byte {
+	dummyHashes.mu.Lock()
+	defer dummyHashes.mu.Unlock()
+	if h := dummyHashes.by[cost]; h != nil {
+		return h
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte("metaq-no-such-user"), cost)
+	if err != nil { // cost out of range: cannot come from a parsed hash
+		h, _ = bcrypt.GenerateFromPassword([]byte("metaq-no-such-user"), bcrypt.DefaultCost)
+	}
+	if dummyHashes.by == nil {
+		dummyHashes.by = map[int][]byte{}
+	}
+	dummyHashes.by[cost] = h
+	return h
+}
+
+// dummyCost is the cost of the dummy hash for a user table: the highest
+// cost of its users' hashes (an unknown user is then never faster than a
+// real one), bcrypt's default cost (what `metaq auth hash` writes) when no
+// user has a secret.
+func dummyCost(byName map[string]*User) int {
+	c := 0
+	for _, u := range byName {
+		if u.hash == nil {
+			continue
+		}
+		if n, err := bcrypt.Cost(u.hash); err == nil && n > c {
+			c = n
+		}
+	}
+	if c == 0 {
+		c = bcrypt.DefaultCost
+	}
+	return c
+}
+
+// dummy is the hash Authenticate compares a secret with when the user is
+// unknown or has no secret.
+func (u *Users) dummy() []byte {
+	if u.unknownHash != nil {
+		return u.unknownHash
+	}
+	return dummyHash(bcrypt.DefaultCost) // the empty table of New
+}

@@ -53,8 +53,9 @@ type Perms struct {
 
 // Users is an immutable parsed users file.
 type Users struct {
-	byName  map[string]*User
-	byToken map[[sha256.Size]byte]*User
+	byName      map[string]*User
+	byToken     map[[sha256.Size]byte]*User
+	unknownHash []byte // what an unknown user's secret is compared with (secret.go)
 }
 
 // Lookup returns the named user.
@@ -125,6 +126,7 @@ func ParseUsers(data []byte) (*Users, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	us.unknownHash = dummyHash(dummyCost(us.byName))
 	return us, nil
 }
 
