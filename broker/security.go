@@ -175,13 +175,13 @@ func (c *conn) authorize(cmd *protocol.Command) bool {
 	var op auth.Op
 	topic, group := cmd.Topic, cmd.Group
 	switch cmd.Op {
-	case protocol.OpAuth, protocol.OpQuit, protocol.OpVersion, protocol.OpTrace:
+	case protocol.OpAuth, protocol.OpQuit, protocol.OpVersion:
 		return true
 	case protocol.OpPut, protocol.OpBatchPut:
 		op = auth.OpPublish
 	case protocol.OpGet, protocol.OpOffset, protocol.OpSeek, protocol.OpQueryKey:
 		op = auth.OpSubscribe
-	case protocol.OpStats:
+	case protocol.OpStats, protocol.OpTrace: // trace on|off marks the identity's later puts
 		op = auth.OpConnect
 	case protocol.OpRetry, protocol.OpProducer:
 		op = auth.OpGroup
