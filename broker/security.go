@@ -213,6 +213,26 @@ func (c *conn) authorize(cmd *protocol.Command) bool {
 	return false
 }
 
+// denied is a check a handler makes itself, for what authorize cannot see
+// from the command line: a half message's producer group (in its
+// properties), the topic of a message retried or resent by id, the owner
+// of a half message (read from the log). It returns "" when allowed (or
+// without [security]); else it logs the denial and returns the body of
+// the 403 to send.
+func (c *conn) denied(cmd protocol.Op, op auth.Op, topic, group []byte) string {
+	a := c.srv.opts.Auth
+	if a == nil {
+		return ""
+	}
+	reason := a.Check(c.user, op, topic, group)
+	if reason == "" {
+		return ""
+	}
+	c.log.Info("request denied", "op", cmd.String(), "user", c.user, "reason", reason,
+		"topic", string(topic), "group", string(group))
+	return "forbidden: " + reason
+}
+
 func eqFoldStr(b []byte, s string) bool {
 	if len(b) != len(s) {
 		return false

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaqgo/metaq/broker/auth"
 	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/broker/tx"
@@ -222,6 +223,12 @@ func (c *conn) halfPut(ts *topicState, rawGrp []byte, msg *store.Message, opaque
 	grp := sess.GroupName(rawGrp)
 	if grp == "" || !protocol.ValidName(grp) {
 		c.failPut(ts, protocol.StatusBadRequest, "a half message (tx=half) needs pgroup=<producer group>, a valid group name", opaque)
+		return
+	}
+	// The put makes the connection a producer of grp (the target of its
+	// checks), as `producer <grp>` does: it needs the same right.
+	if r := c.denied(protocol.OpPut, auth.OpGroup, nil, []byte(grp)); r != "" {
+		c.failPut(ts, protocol.StatusForbidden, r, opaque)
 		return
 	}
 	if !c.delayPropsOK(ts, msg, opaque) {
