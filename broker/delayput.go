@@ -2,8 +2,10 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 
+	"github.com/metaqgo/metaq/broker/auth"
 	"github.com/metaqgo/metaq/broker/delay"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/protocol"
@@ -33,6 +35,10 @@ func (c *conn) handleRetry(cmd *protocol.Command) {
 		c.rq.addResultString(protocol.StatusServiceUnavailable, "retry is not enabled on this broker", cmd.Opaque)
 		return
 	}
+	if code, msg := c.retryDenied(cmd); code != 0 {
+		c.rq.addResultString(code, msg, cmd.Opaque)
+		return
+	}
 	if cmd.DelayLevel == protocol.ResendDeadLetter {
 		c.handleResend(d, cmd)
 		return
@@ -47,6 +53,62 @@ func (c *conn) handleRetry(cmd *protocol.Command) {
 	if res.Traced && s.opts.Trace != nil {
 		s.traceRetry(string(cmd.Group), cmd.MsgID, &res) // traceemit.go
 	}
+}
+
+// retryDenied is the check of a retry or a resend beyond the group's
+// (authorize): the message they copy is named by its id, so its topic is
+// read from the log here. A retry copies the message into the group's
+// %RETRY%/%DLQ% topics, which the group may read: it needs subscribe on
+// the message's original topic — its own, or for a record of the group's
+// %RETRY%<group>/%DLQ%<group> the one its retryTopic property names —
+// (another system topic: admins only). A resend appends the dead letter to
+// its original topic: it needs publish there (docs/security.md). code 0:
+// allowed (or nothing to check: the delay service answers for a record
+// that is not there, or not a dead letter of the group).
+func (c *conn) retryDenied(cmd *protocol.Command) (code int, msg string) {
+	a := c.srv.opts.Auth
+	if a == nil || a.Unrestricted(c.user) {
+		return 0, ""
+	}
+	rd, err := c.srv.store.ReadByID(cmd.MsgID)
+	if err == nil && rd.Count == 0 {
+		rd.Release()
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = fmt.Errorf("%w: %d", delay.ErrNotFound, cmd.MsgID)
+		}
+		what := "retry of message " + strconv.FormatInt(cmd.MsgID, 10) + " failed: "
+		if cmd.DelayLevel == protocol.ResendDeadLetter {
+			what = ""
+		}
+		return c.retryErrCode(err, "reading the message to retry", cmd), what + err.Error()
+	}
+	defer rd.Release()
+	r, _, err := protocol.DecodeRecord(rd.Bufs[0], 0)
+	if err != nil {
+		return c.retryErrCode(err, "reading the message to retry", cmd), err.Error()
+	}
+	group := string(cmd.Group)
+	own := string(r.Topic) == delay.RetryTopic(group) || string(r.Topic) == delay.DLQTopic(group)
+	var reason string
+	if cmd.DelayLevel == protocol.ResendDeadLetter {
+		if string(r.Topic) != delay.DLQTopic(group) {
+			return 0, "" // not a dead letter of the group: the delay service answers 404
+		}
+		reason = c.denied(cmd.Op, auth.OpPublish, []byte(protocol.Property(r.Properties, delay.PropRetryTopic)), nil)
+	} else {
+		orig := r.Topic
+		if t := protocol.Property(r.Properties, delay.PropRetryTopic); own && t != "" {
+			orig = []byte(t)
+		}
+		reason = c.denied(cmd.Op, auth.OpSubscribe, orig, cmd.Group)
+	}
+	if reason != "" {
+		return protocol.StatusForbidden, reason
+	}
+	return 0, ""
 }
 
 // handleResend answers `retry <group> <dlqMsgId> -2 <opaque>`: the dead

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/metaqgo/metaq/broker/brokertest"
 	"github.com/metaqgo/metaq/protocol"
 )
 
@@ -49,4 +51,91 @@ func TestHalfPutNeedsGroup(t *testing.T) {
 	if r := a.Reply(); r.Code != 200 {
 		t.Fatalf("alice's half put of group billing-1: %d %q, want 200", r.Code, r.Body)
 	}
+}
+
+// dlqRecords reads %DLQ%<group> as c (its records, waiting for the first).
+func dlqRecords(t *testing.T, c *brokertest.Client, group string) []protocol.Record {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		c.Send("get %DLQ%" + group + " " + group + " 0 0 65536 40\r\n")
+		if g := c.Reply(); g.Code == 200 {
+			return brokertest.Records(t, g.Body)
+		}
+	}
+	t.Fatalf("nothing in %%DLQ%%%s", group)
+	return nil
+}
+
+// TestRetryNeedsSubscribeOnTopic: `retry <group> <msgId> -1` checked only
+// the group, and the delay service copies ANY message id into
+// %DLQ%<group>, which the group's user may read: alice (no right on topic
+// test) read root's message in test. A retry now needs subscribe on the
+// message's original topic; other system topics are for admins.
+func TestRetryNeedsSubscribeOnTopic(t *testing.T) {
+	b := runSecure(t, false, "", nil)
+	root := b.Dial()
+	login(t, root, "root", "pw-root")
+	id, _, _ := root.Put("test", 0, "top-secret", 1)
+
+	a := b.Dial()
+	login(t, a, "alice", "pw-alice")
+	want(t, a, "get test billing-1 0 0 65536 2\r\n", 403) // alice cannot read test directly
+	r := want(t, a, fmt.Sprintf("retry billing-1 %d -1 3\r\n", id), 403)
+	if !strings.Contains(string(r.Body), "subscribe") {
+		t.Errorf("refused retry: %q, want the reason", r.Body)
+	}
+
+	// Her own topic's message goes to her DLQ; retried from there, the
+	// topic its retryTopic names (orders.eu) is the one checked.
+	own, _, _ := a.Put("orders.eu", 0, "mine", 4)
+	want(t, a, fmt.Sprintf("retry billing-1 %d -1 5\r\n", own), 200)
+	recs := dlqRecords(t, a, "billing-1")
+	if len(recs) != 1 || string(recs[0].Data) != "mine" {
+		t.Fatalf("%%DLQ%%billing-1: %+v, want alice's message only", recs)
+	}
+	want(t, a, fmt.Sprintf("retry billing-1 %d -1 6\r\n", recs[0].MsgID), 200)
+
+	// A dead letter of another group (root put it there), and any other
+	// system topic's record: admins only.
+	want(t, root, fmt.Sprintf("retry billing-2 %d -1 7\r\n", own), 200)
+	other := dlqRecords(t, root, "billing-2")[0].MsgID
+	want(t, a, fmt.Sprintf("retry billing-1 %d -1 8\r\n", other), 403)
+	want(t, root, fmt.Sprintf("retry billing-1 %d -1 9\r\n", id), 200) // an admin may
+	want(t, a, fmt.Sprintf("retry billing-1 %d -1 10\r\n", int64(1)<<60), 404)
+}
+
+// TestResendNeedsPublishOnTopic: `retry <group> <dlqId> -2` (resend a dead
+// letter) appended to the dead letter's original topic with only the group
+// checked: alice (no publish right on test) resent into test a dead letter
+// of her group whose original topic is test. A resend now needs publish on
+// that topic.
+func TestResendNeedsPublishOnTopic(t *testing.T) {
+	b := runSecure(t, false, "", nil)
+	root := b.Dial()
+	login(t, root, "root", "pw-root")
+	id, _, _ := root.Put("test", 0, "pay 100", 1)
+	a := b.Dial()
+	login(t, a, "alice", "pw-alice")
+	want(t, a, "put test 0 3 0 2\r\nnew", 403) // alice may not publish to test
+	want(t, root, fmt.Sprintf("retry billing-1 %d -1 3\r\n", id), 200)
+	dlq := dlqRecords(t, a, "billing-1")[0].MsgID
+	a.Send(fmt.Sprintf("retry billing-1 %d -2 5\r\n", dlq))
+	r := a.Reply()
+	if n := b.Store.MaxOffset("test", 0); r.Code != 403 || n != 1 {
+		t.Fatalf("alice's resend into test: %d %q, want 403; test now holds %d messages (was 1)", r.Code, r.Body, n)
+	}
+
+	// Her own topic's dead letter she may resend.
+	own, _, _ := a.Put("orders.eu", 0, "mine", 6)
+	want(t, a, fmt.Sprintf("retry billing-1 %d -1 7\r\n", own), 200)
+	var mine int64 = -1
+	for deadline := time.Now().Add(10 * time.Second); mine < 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, rec := range dlqRecords(t, a, "billing-1") {
+			if string(rec.Data) == "mine" {
+				mine = rec.MsgID
+			}
+		}
+	}
+	want(t, a, fmt.Sprintf("retry billing-1 %d -2 8\r\n", mine), 200)
+	want(t, root, fmt.Sprintf("retry billing-1 %d -2 9\r\n", dlq), 200) // an admin may
 }
