@@ -139,3 +139,68 @@ func TestResendNeedsPublishOnTopic(t *testing.T) {
 	want(t, a, fmt.Sprintf("retry billing-1 %d -2 8\r\n", mine), 200)
 	want(t, root, fmt.Sprintf("retry billing-1 %d -2 9\r\n", dlq), 200) // an admin may
 }
+
+// TestTxEndNeedsGroup: txend needed only an identity, and the transaction
+// table finishes any pending half message by id, whoever's it is: bob (no
+// group, no subscribe) rolled back alice's half message of group
+// billing-1. Ending a half message now needs its producer group, a commit
+// also publish on its topic.
+func TestTxEndNeedsGroup(t *testing.T) {
+	b := runSecure(t, false, "", nil)
+	a := b.Dial()
+	login(t, a, "alice", "pw-alice")
+	half := func(opaque int) int64 {
+		body := "tx=half&pgroup=billing-1\npayload"
+		a.Send(fmt.Sprintf("put orders.eu 0 %d %d %d\r\n%s", len(body), protocol.FlagHasProperties, opaque, body))
+		r := a.Reply()
+		if r.Code != 200 {
+			t.Fatalf("alice's half put: %d %q", r.Code, r.Body)
+		}
+		id, _, _, err := protocol.ParsePutResult(r.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	id := half(1)
+
+	bob := b.Dial()
+	login(t, bob, "bob", "pw bob+")
+	want(t, bob, "producer billing-1 1\r\n", 403) // bob is no producer of billing-1
+	for i, act := range []string{"rollback", "commit", "unknown"} {
+		if r := want(t, bob, fmt.Sprintf("txend %d %s %d\r\n", id, act, 2+i), 403); !strings.Contains(string(r.Body), "group") {
+			t.Errorf("bob's txend %s: %q, want the reason", act, r.Body)
+		}
+	}
+	// Refusals in a batch keep their places among the replies.
+	bob.Send(fmt.Sprintf("version 5\r\ntxend %d rollback 6\r\ntxend %d rollback 7\r\nversion 8\r\n", id, int64(1)<<60))
+	for _, w := range []struct {
+		code   int
+		opaque int32
+	}{{200, 5}, {403, 6}, {404, 7}, {200, 8}} {
+		if r := bob.Reply(); r.Code != w.code || r.Opaque != w.opaque {
+			t.Fatalf("batch: %d %q opaque %d, want %d opaque %d", r.Code, r.Body, r.Opaque, w.code, w.opaque)
+		}
+	}
+	plain, _, _ := bob.Put("test", 0, "plain", 9)
+	want(t, bob, fmt.Sprintf("txend %d commit 9\r\n", plain), 404) // not a half message
+
+	want(t, a, fmt.Sprintf("txend %d commit 10\r\n", id), 200) // still alice's to end
+	root := b.Dial()
+	login(t, root, "root", "pw-root")
+	want(t, root, fmt.Sprintf("txend %d rollback 11\r\n", half(12)), 200) // an admin may (metaq tx rollback)
+
+	// root's half message of billing-1 to test: alice, a producer of the
+	// group, may roll it back but not commit it into test.
+	body := "tx=half&pgroup=billing-1\nx"
+	root.Send(fmt.Sprintf("put test 0 %d %d 13\r\n%s", len(body), protocol.FlagHasProperties, body))
+	r := root.Reply()
+	rid, _, _, err := protocol.ParsePutResult(r.Body)
+	if r.Code != 200 || err != nil {
+		t.Fatalf("root's half put: %d %q", r.Code, r.Body)
+	}
+	if r := want(t, a, fmt.Sprintf("txend %d commit 14\r\n", rid), 403); !strings.Contains(string(r.Body), "publish") {
+		t.Errorf("alice's commit into test: %q, want the reason", r.Body)
+	}
+	want(t, a, fmt.Sprintf("txend %d rollback 15\r\n", rid), 200)
+}

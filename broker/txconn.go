@@ -257,10 +257,72 @@ func (c *conn) halfPut(ts *topicState, rawGrp []byte, msg *store.Message, opaque
 // its place among the batch's replies, and filled in then.
 func (c *conn) handleTxEnd(cmd *protocol.Command) {
 	a, _ := tx.ParseAction(cmd.Key)
+	if code, msg := c.txEndDenied(cmd.MsgID, a); code != 0 {
+		c.rq.addResultString(code, msg, cmd.Opaque) // in its place among the batch's replies
+		return
+	}
 	c.txEnds.reqs = append(c.txEnds.reqs, tx.EndReq{ID: cmd.MsgID, Action: a})
 	c.txEnds.replies = append(c.txEnds.replies, len(c.rq.replies))
 	c.rq.replies = append(c.rq.replies, reply{kind: replyResult, code: protocol.StatusSuccess, opaque: cmd.Opaque})
 	c.rq.bytes += replyHeaderEstimate
+}
+
+// The first three properties of a half message's %TX_HALF% record:
+// rt=<real topic>&rp=<real partition>&pg=<producer group>
+// (docs/transactions.md, "State in the commit log").
+const (
+	halfPropTopic = "rt"
+	halfPropPart  = "rp"
+	halfPropGroup = "pg"
+)
+
+// txEndDenied checks a txend of a user who is not an admin: the half
+// message's record is read from the log by its id, and ending it needs
+// the right on its producer group (it is the group's message, as a check
+// of it goes to the group's producers), a commit also publish on its real
+// topic (docs/security.md). code 0: allowed; 404 when id is no half
+// message, 403 with the reason when the user may not end it.
+func (c *conn) txEndDenied(id int64, act tx.Action) (code int, msg string) {
+	a := c.srv.opts.Auth
+	if a == nil || a.Unrestricted(c.user) {
+		return 0, ""
+	}
+	notFound := "no pending half message " + strconv.FormatInt(id, 10) + " (finished already, or unknown)"
+	rd, err := c.srv.store.ReadByID(id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return protocol.StatusNotFound, notFound
+	case errors.Is(err, store.ErrClosed):
+		return protocol.StatusServiceUnavailable, err.Error()
+	case err != nil:
+		return protocol.StatusInternalServerError, err.Error()
+	}
+	defer rd.Release()
+	if rd.Count == 0 {
+		return protocol.StatusNotFound, notFound
+	}
+	r, _, err := protocol.DecodeRecord(rd.Bufs[0], 0)
+	if err != nil {
+		return protocol.StatusInternalServerError, err.Error()
+	}
+	if string(r.Topic) != tx.HalfTopic {
+		return protocol.StatusNotFound, notFound
+	}
+	k1, rt, rest := protocol.NextProperty(r.Properties)
+	k2, _, rest := protocol.NextProperty(rest)
+	k3, pg, _ := protocol.NextProperty(rest)
+	if string(k1) != halfPropTopic || string(k2) != halfPropPart || string(k3) != halfPropGroup {
+		return protocol.StatusNotFound, notFound // a prepared XA transaction's message (xid=): no half message
+	}
+	if r := c.denied(protocol.OpTxEnd, auth.OpGroup, nil, []byte(protocol.Unescape(pg))); r != "" {
+		return protocol.StatusForbidden, r
+	}
+	if act == tx.Commit {
+		if r := c.denied(protocol.OpTxEnd, auth.OpPublish, []byte(protocol.Unescape(rt)), nil); r != "" {
+			return protocol.StatusForbidden, r
+		}
+	}
+	return 0, ""
 }
 
 // txEndBatch is the txends read in the current batch and the indexes of
