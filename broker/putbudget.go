@@ -226,6 +226,15 @@ func (c *conn) trackPartialPut(n int) bool {
 	if want == 0 {
 		return true
 	}
+	if !c.mayPut() {
+		if want <= maxUnauthorizedPutData {
+			return true // buffered without a reservation; authorize refuses it when complete
+		}
+		c.srv.stats.putFailed.Add(1)
+		c.closeReason(protocol.StatusForbidden, pd.Opaque, "forbidden: this connection may not put to any topic ("+
+			c.whoForPut()+"); a put of "+strconv.Itoa(pd.Len)+" bytes is not buffered: closing the connection")
+		return false
+	}
 	var deadline time.Time
 	if t := c.srv.opts.PutDataTimeout; t > 0 {
 		deadline = c.put.start.Add(t)
@@ -245,6 +254,29 @@ func (c *conn) trackPartialPut(n int) bool {
 	// spent waiting for budget is not the client's.
 	c.put.start = time.Now()
 	return true
+}
+
+// maxUnauthorizedPutData is the most put data the broker buffers for a
+// connection that may not put to any topic (not authenticated with
+// anonymous=none, or a user without publish rights): it takes no
+// reservation, and such a put is refused (403) once complete, by
+// authorize. A larger one is refused on its first read and the connection
+// closed (the stream cannot be framed without reading the data): whoever
+// may not put cannot hold the budget of those who may.
+const maxUnauthorizedPutData = 4 << 10
+
+// mayPut reports whether the connection's identity may put to some topic
+// (always true without [security]).
+func (c *conn) mayPut() bool {
+	a := c.srv.opts.Auth
+	return a == nil || a.MayPublish(c.user)
+}
+
+func (c *conn) whoForPut() string {
+	if c.user == "" {
+		return "authenticate first: auth <user> <secret> <opaque>"
+	}
+	return "user " + c.user + " has no publish rights"
 }
 
 // putExpired reports whether a put's data stopped arriving (after a read

@@ -7,6 +7,7 @@ package broker_test
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -203,4 +204,68 @@ func TestTxEndNeedsGroup(t *testing.T) {
 		t.Errorf("alice's commit into test: %q, want the reason", r.Body)
 	}
 	want(t, a, fmt.Sprintf("txend %d rollback 15\r\n", rid), 200)
+}
+
+// TestPreAuthPutHoldsNoBudget: with anonymous=none an unauthenticated
+// client could announce a put of maxMessageSize and trickle its data: the
+// connection reserved the whole length from the broker-wide put budget
+// before the put was authorized (authorize runs once the data is
+// complete), so a few such connections held maxPendingPutBytes for
+// putDataTimeoutMs each and stalled every authenticated producer whose put
+// spans reads. Now such a put is refused on its first read.
+func TestPreAuthPutHoldsNoBudget(t *testing.T) {
+	dir := t.TempDir()
+	users := usersFile(t, dir)
+	b := brokertest.RunBroker(t, brokertest.Options{Dir: dir, Topics: map[string]int{"orders.*": 1, "test": 1},
+		ExtraINI: "maxPendingPutBytes=600000\nputDataTimeoutMs=10000\n\n[security]\nusersFile=" + users + "\nanonymous=none\n"})
+	root := b.Dial()
+	login(t, root, "root", "pw-root")
+	stat := func(key string) int64 {
+		root.Send("stats 99\r\n")
+		list, err := protocol.ParseStats(root.Reply().Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range list {
+			if s.Key == key {
+				v, _ := strconv.ParseInt(s.Value, 10, 64)
+				return v
+			}
+		}
+		t.Fatalf("no %s in stats", key)
+		return 0
+	}
+
+	evil := b.Dial() // never authenticates
+	evil.Send("put test 0 500000 0 1\r\n" + strings.Repeat("x", 1000))
+	// Before, the put was buffered and answered 400 after putDataTimeoutMs.
+	if r, err := evil.TryReply(30 * time.Second); err != nil || r.Code != 403 {
+		t.Fatalf("unauthenticated put of 500000 bytes spanning reads: %d %q %v, want 403 at once", r.Code, r.Body, err)
+	}
+	evil.ExpectClosed(10 * time.Second)
+	small := b.Dial() // a small one spanning reads is answered 403, the connection kept
+	small.Send("put test 0 2000 0 2\r\n" + strings.Repeat("x", 1000))
+	time.Sleep(50 * time.Millisecond)
+	small.Send(strings.Repeat("x", 1000))
+	if r := small.Reply(); r.Code != 403 || r.Opaque != 2 {
+		t.Fatalf("unauthenticated put of 2000 bytes: %d %q, want 403", r.Code, r.Body)
+	}
+	want(t, small, "version 3\r\n", 200) // the connection stays
+
+	a := b.Dial()
+	login(t, a, "alice", "pw-alice")
+	data := strings.Repeat("y", 200000)
+	a.Send("put orders.eu 0 200000 0 2\r\n" + data[:1000])
+	for deadline := time.Now().Add(10 * time.Second); stat("put_buffer_bytes") != 200000; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("alice's put holds no reservation: put_buffer_bytes %d", stat("put_buffer_bytes"))
+		}
+	}
+	a.Send(data[1000:])
+	if r, err := a.TryReply(30 * time.Second); err != nil || r.Code != 200 {
+		t.Fatalf("alice's authenticated put: %d %q %v", r.Code, r.Body, err)
+	}
+	if n := stat("put_buffer_waits"); n != 0 {
+		t.Fatalf("put_buffer_waits %d: an authenticated put waited for budget", n)
+	}
 }

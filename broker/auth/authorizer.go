@@ -146,6 +146,24 @@ func (a *Authorizer) Unrestricted(user string) bool {
 	return u != nil && u.Admin
 }
 
+// MayPublish reports whether user ("" = not authenticated) may put to some
+// topic (an admin, or a user with publish patterns), without counting a
+// denial: the broker decides from it, on a put's header line, whether to
+// buffer put data that cannot be accepted whatever its topic.
+func (a *Authorizer) MayPublish(user string) bool {
+	if user == "" {
+		switch a.anonymous {
+		case "all":
+			return true
+		case "none":
+			return false
+		}
+		user = a.anonymous
+	}
+	u := a.users.Load().byName[user]
+	return u != nil && (u.Admin || len(u.Publish) > 0)
+}
+
 // IsAdmin reports whether user (or the anonymous policy) has admin rights.
 func (a *Authorizer) IsAdmin(user string) bool { return a.Check(user, OpAdmin, nil, nil) == "" }
 
