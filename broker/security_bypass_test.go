@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metaqgo/metaq/broker"
 	"github.com/metaqgo/metaq/broker/brokertest"
 	"github.com/metaqgo/metaq/protocol"
 )
@@ -268,4 +269,53 @@ func TestPreAuthPutHoldsNoBudget(t *testing.T) {
 	if n := stat("put_buffer_waits"); n != 0 {
 		t.Fatalf("put_buffer_waits %d: an authenticated put waited for budget", n)
 	}
+}
+
+// TestXANeedsOwner: `transaction <xid> …` needed only an identity, and XA
+// transactions are broker-wide by xid: any user could put into, prepare,
+// commit or roll back another user's XA transaction. Now only the user who
+// began it (on any connection: a transaction manager reconnecting) or an
+// admin may.
+func TestXANeedsOwner(t *testing.T) {
+	b := runSecure(t, false, "", nil)
+	const xid, xid2 = "XID:1:0a0b:01:tm-host1", "XID:1:0a0c:01:tm-host1"
+	a := b.Dial()
+	login(t, a, "alice", "pw-alice")
+	begin := func(key string, op int) {
+		want(t, a, fmt.Sprintf("transaction %s s1 BEGIN 60 tm-host1 %d\r\n", key, op), 200)
+		want(t, a, fmt.Sprintf("put orders.eu 0 3 0 -1 %s %d\r\nabc", key, op+1), 200)
+		if r := want(t, a, fmt.Sprintf("transaction %s s1 PREPARE tm-host1 %d\r\n", key, op+2), 200); string(r.Body) != "0" {
+			t.Fatalf("PREPARE %s voted %q", key, r.Body)
+		}
+	}
+	begin(xid, 1)
+
+	bob := b.Dial()
+	login(t, bob, "bob", "pw bob+")
+	for i, typ := range []string{"BEGIN 60 tm-host1", "PREPARE", "COMMIT_ONE_PHASE", "COMMIT_TWO_PHASE", "ROLLBACK"} {
+		if r := want(t, bob, fmt.Sprintf("transaction %s s9 %s %d\r\n", xid, typ, 10+i), 403); !strings.Contains(string(r.Body), "another user") {
+			t.Errorf("bob's %s of alice's transaction: %q, want the reason", typ, r.Body)
+		}
+	}
+	want(t, bob, fmt.Sprintf("put orders.eu 0 3 0 -1 %s 20\r\nbad", xid), 403)
+
+	// alice's transaction manager, reconnected, commits it.
+	a2 := b.Dial()
+	login(t, a2, "alice", "pw-alice")
+	want(t, a2, fmt.Sprintf("transaction %s s2 COMMIT_TWO_PHASE tm-host1 21\r\n", xid), 200)
+	r := want(t, a2, "get orders.eu billing-1 0 0 65536 22\r\n", 200)
+	if recs := brokertest.Records(t, r.Body); len(recs) != 1 || string(recs[0].Data) != "abc" {
+		t.Fatalf("orders.eu after the commit: %+v", recs)
+	}
+	// Prepared before a restart, a transaction has no owner: only an admin
+	// ends it (as only an admin may RECOVER it), and BEGIN does not claim it.
+	begin(xid2, 30)
+	broker.ForgetXAOwners(b.Server)
+	want(t, bob, fmt.Sprintf("transaction %s s9 BEGIN 60 tm-host1 41\r\n", xid2), 403)
+	if r := want(t, a, fmt.Sprintf("transaction %s s1 COMMIT_TWO_PHASE tm-host1 42\r\n", xid2), 403); !strings.Contains(string(r.Body), "admin") {
+		t.Errorf("ownerless commit: %q, want the reason", r.Body)
+	}
+	root := b.Dial()
+	login(t, root, "root", "pw-root")
+	want(t, root, fmt.Sprintf("transaction %s s3 ROLLBACK tm-host1 43\r\n", xid2), 200)
 }

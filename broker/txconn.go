@@ -142,7 +142,20 @@ func (c *conn) handleTransaction(cmd *protocol.Command) {
 		timeout, _ = strconv.Atoi(string(a[3]))
 		uq = string(a[4])
 	}
-	res, err := c.srv.tx.Command(c.session(), string(a[0]), string(a[2]), timeout, uq)
+	key, typ := string(a[0]), string(a[2])
+	if r := c.xaDenied(a[0], typ); r != "" { // txowner.go
+		c.rq.addResultString(protocol.StatusForbidden, r, cmd.Opaque)
+		return
+	}
+	res, err := c.srv.tx.Command(c.session(), key, typ, timeout, uq)
+	if err == nil {
+		switch typ {
+		case "BEGIN":
+			c.xaBegun(key)
+		case "COMMIT_ONE_PHASE", "COMMIT_TWO_PHASE", "ROLLBACK":
+			c.xaEnded(key)
+		}
+	}
 	c.txReply(res, err, cmd.Opaque)
 }
 
@@ -181,6 +194,10 @@ func (c *conn) txPut(ts *topicState, cmd *protocol.Command) {
 		return
 	}
 	msg := store.Message{Topic: ts.name, Partition: cmd.Partition, Flag: flag, Properties: props, Data: data, SysFlag: c.traceMark}
+	if r := c.xaDenied(cmd.TxKey, ""); r != "" { // txowner.go
+		c.failPut(ts, protocol.StatusForbidden, r, cmd.Opaque)
+		return
+	}
 	if !c.delayPropsOK(ts, &msg, cmd.Opaque) {
 		return
 	}
