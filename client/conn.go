@@ -114,6 +114,11 @@ type call struct {
 
 	done   chan struct{} // cap 1: signalled by finish when onDone is nil
 	onDone func(*call)   // async completion, run by whoever completes the call
+	// interrupter: selfWait's context callback, which reads opaque under
+	// the mutex of the connection it was armed on; selfWait waits for it
+	// before the call can be reused (on another connection, under another
+	// mutex).
+	interrupter sync.WaitGroup
 
 	bodyBuf *bytebufferpool.ByteBuffer // holds body (kindOther), back to its pool on reset
 

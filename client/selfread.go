@@ -206,14 +206,23 @@ func (c *brokerConn) interruptLocked(g *generation, cl *call) {
 func (c *brokerConn) selfWait(ctx context.Context, cl *call, g *generation) error {
 	if ctx.Done() != nil {
 		op := cl.opaque
+		cl.interrupter.Add(1)
 		stop := context.AfterFunc(ctx, func() {
+			defer cl.interrupter.Done()
 			c.mu.Lock()
 			if cl.opaque == op {
 				c.interruptLocked(g, cl)
 			}
 			c.mu.Unlock()
 		})
-		defer stop()
+		// stop does not wait for a callback that has started: wait for it
+		// here, or it could still read cl after the caller reused it.
+		defer func() {
+			if stop() {
+				cl.interrupter.Done() // it will never run
+			}
+			cl.interrupter.Wait()
+		}()
 	}
 	rs := g.rs
 	for {
