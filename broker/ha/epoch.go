@@ -16,8 +16,14 @@ import (
 //
 // so the history (which epoch began at which physical offset: start when
 // given, else the record's own position) replicates like every other record
-// and survives in every copy of the log. A promoted node writes the first
-// form. A node configured as master (no election) starts a new epoch each
+// and survives in every copy of the log. A promoted node writes the second
+// form with its write position before the record: that is where its history
+// leaves the former master's, and the record itself may lie further on — when
+// it does not fit in the rest of the active segment, the log rolls first and
+// the record lands at the next segment's base, past the BLANK written at the
+// old write position. A node already master that opens a newer epoch writes
+// the first form (its log goes on unbroken; nothing diverges at a roll). A
+// node configured as master (no election) starts a new epoch each
 // time it starts, at the position its log recovered to (the second form,
 // written once the broker runs, so start may lie before the record): what a
 // slave holds past that point came from before a crash of the master's
@@ -171,14 +177,24 @@ func writeStartEpoch(st *store.Store, e, start int64) error {
 }
 
 // writeEpoch appends the record of epoch e (durable when it returns, in
-// either flush mode).
-func writeEpoch(st *store.Store, e int64) (int64, error) {
-	res, err := st.Append(&store.Message{Topic: EpochTopic, Data: []byte("epoch=" + strconv.FormatInt(e, 10))})
+// either flush mode) and returns where the epoch begins. start >= 0: the
+// epoch begins there ("epoch=<n> start=<pos>"; a promoted node passes its
+// write position, read while nothing else appends). start < 0: at the
+// record's own position ("epoch=<n>").
+func writeEpoch(st *store.Store, e, start int64) (int64, error) {
+	data := "epoch=" + strconv.FormatInt(e, 10)
+	if start >= 0 {
+		data += " start=" + strconv.FormatInt(start, 10)
+	}
+	res, err := st.Append(&store.Message{Topic: EpochTopic, Data: []byte(data)})
 	if err != nil {
 		return 0, fmt.Errorf("ha: writing the epoch record: %w", err)
 	}
 	if err := st.Flush(); err != nil {
 		return 0, fmt.Errorf("ha: writing the epoch record: %w", err)
 	}
-	return res.PhysicalOffset, nil
+	if start < 0 || start > res.PhysicalOffset {
+		start = res.PhysicalOffset // as readEpochs reads it
+	}
+	return start, nil
 }

@@ -80,12 +80,12 @@ func TestReadEpochsPastReadLimit(t *testing.T) {
 		}
 	}
 	put(100) // rolls a segment
-	e1, err := writeEpoch(m, 1)
+	e1, err := writeEpoch(m, 1, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	put(100)
-	e2, err := writeEpoch(m, 2)
+	e2, err := writeEpoch(m, 2, m.WritePos())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -274,7 +274,8 @@ func (n *Node) Promote(ctx context.Context, epoch int64) error {
 	defer n.roleMu.Unlock()
 	if n.Role() == RoleMaster {
 		if epoch > n.epoch.Load() {
-			if _, err := writeEpoch(n.st, epoch); err != nil {
+			// Its log goes on unbroken: the epoch may begin at the record.
+			if _, err := writeEpoch(n.st, epoch, -1); err != nil {
 				return err
 			}
 			n.epoch.Store(epoch)
@@ -297,7 +298,13 @@ func (n *Node) Promote(ctx context.Context, epoch int64) error {
 	n.st.SetReadLimit(-1)
 	n.st.SetReplica(false)
 	if epoch > n.epoch.Load() {
-		start, err := writeEpoch(n.st, epoch)
+		// The epoch begins at the write position now, not at its record:
+		// a record that does not fit in the active segment lands at the
+		// next segment's base, and this log leaves the former master's at
+		// the BLANK before it (epoch.go). Nothing else appends meanwhile:
+		// the follower is stopped, puts are refused while the role says
+		// slave, and the services that write start below.
+		start, err := writeEpoch(n.st, epoch, n.st.WritePos())
 		if err != nil {
 			n.st.SetReplica(true)
 			n.limitReads()
