@@ -54,20 +54,20 @@ func TestAckLatencyBuckets(t *testing.T) {
 // An ack covering several sends records one sample per send, and only
 // those it covers.
 func TestNoteAckRecordsLatency(t *testing.T) {
-	r := &replica{}
+	r := &replica{} // no link: cur is nil, as from
 	t0 := time.Now().Add(-time.Second)
-	r.noteSent(100, t0)
-	r.noteSent(200, t0)
-	r.noteSent(300, t0)
-	r.noteAck(200)
+	r.noteSent(nil, 100, t0)
+	r.noteSent(nil, 200, t0)
+	r.noteSent(nil, 300, t0)
+	r.noteAck(nil, 200)
 	if s := r.lagStats(); s.Samples != 2 || s.Max < 1000 {
 		t.Fatalf("after an ack of 2 sends: %+v", s)
 	}
-	r.noteAck(250)
+	r.noteAck(nil, 250)
 	if s := r.lagStats(); s.Samples != 2 {
 		t.Fatalf("an ack inside a send recorded it: %+v", s)
 	}
-	r.noteAck(300)
+	r.noteAck(nil, 300)
 	if s := r.lagStats(); s.Samples != 3 {
 		t.Fatalf("after the last ack: %+v", s)
 	}

@@ -439,17 +439,61 @@ func (n *Node) PutRefusal() (code int, msg string) {
 	return 0, ""
 }
 
-// replica is the master's view of one slave.
+// replica is the master's view of one slave. It outlives the slave's
+// links: a slave that reconnects gets a new link and keeps its record. Only
+// the current link (cur, the newest) changes it; a link it replaced (a
+// half-open connection the master had not noticed dying when the slave
+// reconnected) is closed, and its acks, sends and teardown change nothing.
 type replica struct {
 	id        int
 	acked     atomic.Int64 // durable position reported
-	connected atomic.Bool
+	connected atomic.Bool  // cur is set and has answered the handshake
 	addr      atomic.Pointer[string]
 
-	mu     sync.Mutex // leaf: sent, behind, hist
+	mu     sync.Mutex // leaf: cur, sent, behind, hist; the writes of acked and connected
+	cur    *link      // the slave's current link (nil: none); set with n.mu held too
 	sent   []sentMark // ends of data sent and not yet acked, with their time
 	behind time.Time  // since when acked < visible (zero: caught up)
 	hist   ackLatency // per send: its mark to the ack covering it (lathist.go)
+}
+
+// attach makes l the replica's current link and returns the one it
+// replaces (nil: none), which the caller closes. n.mu held.
+func (r *replica) attach(l *link) (old *link) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old, r.cur = r.cur, l
+	r.connected.Store(false) // until l has answered the handshake (begin)
+	return old
+}
+
+// begin starts the replica's accounting for l once the slave has its
+// handshake reply: acked is where it starts, nothing is in flight. false:
+// l is not the current link any more (a newer one replaced it).
+func (r *replica) begin(l *link, addr string, acked int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur != l {
+		return false
+	}
+	r.addr.Store(&addr)
+	r.sent = r.sent[:0]
+	r.acked.Store(acked)
+	r.connected.Store(true)
+	return true
+}
+
+// detach ends l: when it is still the current link the slave is
+// disconnected (reported true); a replaced link changes nothing.
+func (r *replica) detach(l *link) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur != l {
+		return false
+	}
+	r.cur = nil
+	r.connected.Store(false)
+	return true
 }
 
 type sentMark struct {
@@ -457,9 +501,14 @@ type sentMark struct {
 	at  time.Time
 }
 
-// noteSent records that the stream reached end at t.
-func (r *replica) noteSent(end int64, t time.Time) {
+// noteSent records that the stream of link from reached end at t (nothing
+// when from is not the current link).
+func (r *replica) noteSent(from *link, end int64, t time.Time) {
 	r.mu.Lock()
+	if r.cur != from {
+		r.mu.Unlock()
+		return
+	}
 	if len(r.sent) < 4096 {
 		r.sent = append(r.sent, sentMark{end, t})
 	} else {
@@ -468,11 +517,16 @@ func (r *replica) noteSent(end int64, t time.Time) {
 	r.mu.Unlock()
 }
 
-// noteAck records a durable position.
-func (r *replica) noteAck(pos int64) {
-	r.acked.Store(pos)
+// noteAck records a durable position acked on link from; false (nothing
+// recorded) when from is not the current link.
+func (r *replica) noteAck(from *link, pos int64) bool {
 	now := time.Now()
 	r.mu.Lock()
+	if r.cur != from {
+		r.mu.Unlock()
+		return false
+	}
+	r.acked.Store(pos)
 	i := 0
 	for i < len(r.sent) && r.sent[i].end <= pos {
 		r.hist.record(now.Sub(r.sent[i].at))
@@ -480,6 +534,7 @@ func (r *replica) noteAck(pos int64) {
 	}
 	r.sent = append(r.sent[:0], r.sent[i:]...)
 	r.mu.Unlock()
+	return true
 }
 
 // lag returns the replica's lag behind visible: bytes, and how long the

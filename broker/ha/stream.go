@@ -130,17 +130,28 @@ func (n *Node) ServeLink(nc net.Conn, req LinkRequest) {
 	r := n.replicas[req.SlaveID]
 	if r == nil {
 		r = &replica{id: req.SlaveID}
+		r.acked.Store(-1)
 		n.replicas[req.SlaveID] = r
 	}
 	l := &link{n: n, nc: nc, r: r, stop: make(chan struct{})}
 	n.links[l] = struct{}{}
+	old := r.attach(l)
 	n.mu.Unlock()
+	if old != nil {
+		// The slave reconnected while its previous link still looks open
+		// here (a half-open connection after a partition, or two slaves
+		// configured with one slaveId): the newest link is the slave's.
+		n.log.Warn("a new link of a slave replaces its previous one, which is closed", "slave", req.SlaveID,
+			"remote", nc.RemoteAddr().String())
+		old.close()
+	}
 	defer func() {
 		n.mu.Lock()
 		delete(n.links, l)
 		n.mu.Unlock()
-		r.connected.Store(false)
-		n.gate.kick()
+		if r.detach(l) {
+			n.gate.kick()
+		}
 	}()
 	// The fourth field says whether this master waits for durable acks
 	// (syncReplicas > 0): without it the slave may gather its fsyncs
@@ -156,15 +167,11 @@ func (n *Node) ServeLink(nc net.Conn, req LinkRequest) {
 		return
 	}
 	addr := nc.RemoteAddr().String()
-	r.addr.Store(&addr)
-	r.mu.Lock()
-	r.sent = r.sent[:0]
-	r.mu.Unlock()
-	r.acked.Store(start) // it holds everything below start (or will restart there)
-	if req.Position < start {
-		r.acked.Store(req.Position)
+	// It holds everything below start (or will restart there).
+	if !r.begin(l, addr, min(start, req.Position)) {
+		_ = nc.Close() // a newer link of this slave replaced it meanwhile
+		return
 	}
-	r.connected.Store(true)
 	n.log.Info("slave connected", "slave", req.SlaveID, "remote", addr, "from", start)
 
 	var wg sync.WaitGroup
@@ -199,7 +206,9 @@ func (l *link) readAcks() {
 			l.n.log.Warn("bad ack from a slave; closing its link", "slave", l.r.id, "err", err)
 			return
 		}
-		l.r.noteAck(pos)
+		if !l.r.noteAck(l, pos) {
+			return // a newer link of this slave replaced this one
+		}
 		l.n.gate.kick()
 	}
 }
@@ -309,7 +318,7 @@ func (l *link) stream(pos int64) error {
 				lingering = false
 			}
 			_ = l.nc.SetWriteDeadline(now.Add(max(10*l.n.cfg.Heartbeat, 10*time.Second)))
-			l.r.noteSent(pos, since)
+			l.r.noteSent(l, pos, since)
 			since = gathered
 			// WriteTo consumes the Buffers it is called on: call it on a
 			// copy, so that iov keeps its backing array for the next send.
