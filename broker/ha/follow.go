@@ -18,7 +18,7 @@ import (
 )
 
 // follower is a slave's side of the link: it connects to the master, asks
-// for the log from its own write position, appends what arrives at the same
+// for the log from its own durable position (its whole log, once synced), appends what arrives at the same
 // physical offsets, makes each batch durable with one fdatasync (all the
 // frames one read returned) and reports the durable position — group commit
 // across the network. It reconnects by itself (backoff up to 2 s).
@@ -184,7 +184,18 @@ func (f *follower) session() error {
 		_ = tc.SetReadBuffer(4 << 20)
 	}
 	st := f.n.st
-	pos := st.WritePos()
+	// The handshake's position is where this log is durable: the master
+	// streams from it, and a gate counts what it has never confirmed by no
+	// ack. SyncRaw makes what the last session appended durable, and fails
+	// with the store's sticky error after a failed write or fdatasync
+	// (appends are refused until the store is reopened): no link then.
+	pos, err := st.SyncRaw()
+	if err != nil {
+		return fmt.Errorf("this log cannot be made durable; no link to the master until the store is reopened: %w", err)
+	}
+	if w := st.WritePos(); w != pos {
+		return fmt.Errorf("this log is durable up to %d, written up to %d", pos, w)
+	}
 	epoch, err := lastEpoch(st)
 	if err != nil {
 		return err

@@ -22,6 +22,7 @@ func BenchmarkGateCheck(b *testing.B) {
 	for id := range 2 {
 		r := &replica{id: id}
 		r.connected.Store(true)
+		r.confirmed.Store(true)
 		n.replicas[id] = r
 	}
 	g := &gate{n: n, wake: make(chan struct{}, 1)}

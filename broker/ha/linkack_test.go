@@ -2,6 +2,7 @@ package ha_test
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"strings"
@@ -71,5 +72,60 @@ func TestStaleLinkTeardownKeepsLiveSlave(t *testing.T) {
 				i, slave.Store.FlushedPos(), master.Store.VisiblePos(), r.Code, r.Body, rs)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func sendAck(nc net.Conn, pos int64) error {
+	var b [16]byte
+	b[0] = 'A'
+	binary.BigEndian.PutUint64(b[8:], uint64(pos))
+	_, err := nc.Write(b[:])
+	return err
+}
+
+// The position a slave sends in `replicate` is a claim, not a durable ack:
+// a new link counts toward syncReplicas only from its first ack
+// (replica.confirmed). Counted at once, a link that never acks would
+// release a held round with 200 although no slave holds it durably (as
+// would a follower that sent its unsynced write position after a failed
+// fdatasync). Once the link acks the round's end, the round is released.
+func TestHandshakePositionIsNotADurableAck(t *testing.T) {
+	master := brokertest.RunBroker(t, brokertest.Options{Sync: true,
+		ExtraINI: "\n[replication]\nsyncReplicas=1\nreplicaTimeoutMs=600000\n"})
+	// A first link makes the master write its epoch record (epoch 1).
+	l1, line := rawLink(t, master.Addr, 0, 0, 0)
+	if !strings.HasPrefix(line, "result 200") {
+		t.Fatalf("first link: %s", line)
+	}
+	l1.Close()
+	waitFor(t, "link 1 gone", func() bool {
+		rs := master.HA.Replicas()
+		return len(rs) == 1 && !rs[0].Connected
+	})
+	c := master.Dial()
+	defer c.Close()
+	before := master.Store.WrittenPos()
+	c.Send("put test 0 4 0 1\r\nheld")
+	waitFor(t, "the held put durable on the master", func() bool {
+		return master.Store.FlushedPos() == master.Store.WrittenPos() && master.Store.WrittenPos() > before
+	})
+	if r, err := c.TryReply(300 * time.Millisecond); err == nil {
+		t.Fatalf("setup: the put was answered with no slave: %d %s", r.Code, r.Body)
+	}
+	w := master.Store.WrittenPos()
+	l2, line := rawLink(t, master.Addr, 0, w, 1)
+	defer l2.Close()
+	if !strings.HasPrefix(line, "result 200") {
+		t.Fatalf("second link: %s", line)
+	}
+	// No ack sent on l2 yet.
+	if r, err := c.TryReply(2 * time.Second); err == nil {
+		t.Fatalf("the held put was answered %d %s although no slave ever acked it durable", r.Code, r.Body)
+	}
+	if err := sendAck(l2, w); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.TryReply(5 * time.Second); err != nil || r.Code != 200 {
+		t.Fatalf("after an ack of its end the held put: %+v %v, want 200", r, err)
 	}
 }

@@ -448,9 +448,15 @@ type replica struct {
 	id        int
 	acked     atomic.Int64 // durable position reported
 	connected atomic.Bool  // cur is set and has answered the handshake
+	// confirmed: cur has acked a durable position. Only then does the slave
+	// count toward syncReplicas: the position a slave sends in its
+	// handshake is a claim (and may be past what it holds durably), and a
+	// record kept from an earlier link or an earlier term as master is not
+	// what the slave holds now.
+	confirmed atomic.Bool
 	addr      atomic.Pointer[string]
 
-	mu     sync.Mutex // leaf: cur, sent, behind, hist; the writes of acked and connected
+	mu     sync.Mutex // leaf: cur, sent, behind, hist; the writes of acked, connected, confirmed
 	cur    *link      // the slave's current link (nil: none); set with n.mu held too
 	sent   []sentMark // ends of data sent and not yet acked, with their time
 	behind time.Time  // since when acked < visible (zero: caught up)
@@ -464,13 +470,16 @@ func (r *replica) attach(l *link) (old *link) {
 	defer r.mu.Unlock()
 	old, r.cur = r.cur, l
 	r.connected.Store(false) // until l has answered the handshake (begin)
+	r.confirmed.Store(false) // until l's first ack
 	return old
 }
 
 // begin starts the replica's accounting for l once the slave has its
-// handshake reply: acked is where it starts, nothing is in flight. false:
+// handshake reply: nothing is in flight, and acked (shown, not counted
+// until l's first ack) is lowered to below where l starts: a slave that
+// truncated or restarts behind retention holds no more than that. false:
 // l is not the current link any more (a newer one replaced it).
-func (r *replica) begin(l *link, addr string, acked int64) bool {
+func (r *replica) begin(l *link, addr string, start int64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cur != l {
@@ -478,7 +487,9 @@ func (r *replica) begin(l *link, addr string, acked int64) bool {
 	}
 	r.addr.Store(&addr)
 	r.sent = r.sent[:0]
-	r.acked.Store(acked)
+	if r.acked.Load() > start {
+		r.acked.Store(start)
+	}
 	r.connected.Store(true)
 	return true
 }
@@ -493,6 +504,7 @@ func (r *replica) detach(l *link) bool {
 	}
 	r.cur = nil
 	r.connected.Store(false)
+	r.confirmed.Store(false)
 	return true
 }
 
@@ -527,6 +539,7 @@ func (r *replica) noteAck(from *link, pos int64) bool {
 		return false
 	}
 	r.acked.Store(pos)
+	r.confirmed.Store(true)
 	i := 0
 	for i < len(r.sent) && r.sent[i].end <= pos {
 		r.hist.record(now.Sub(r.sent[i].at))
@@ -565,9 +578,10 @@ func (r *replica) lagStats() LagStats {
 	return r.hist.stats()
 }
 
-// inSync: connected and within slaveMaxDelayInMills.
+// inSync: connected, its current link has acked a durable position, and
+// within slaveMaxDelayInMills.
 func (n *Node) replicaInSync(r *replica, visible int64, now time.Time) bool {
-	if !r.connected.Load() {
+	if !r.connected.Load() || !r.confirmed.Load() {
 		return false
 	}
 	_, d := r.lag(visible, now)

@@ -167,7 +167,8 @@ func (n *Node) ServeLink(nc net.Conn, req LinkRequest) {
 		return
 	}
 	addr := nc.RemoteAddr().String()
-	// It holds everything below start (or will restart there).
+	// Not counted toward syncReplicas before its first ack on this link
+	// (replica.confirmed): req.Position is what the slave says it holds.
 	if !r.begin(l, addr, min(start, req.Position)) {
 		_ = nc.Close() // a newer link of this slave replaced it meanwhile
 		return
