@@ -545,7 +545,7 @@ func rank(reps []zkmeta.ReplicaState, g zkmeta.HAGroup) (*zkmeta.ReplicaState, s
 }
 
 // progressSwitch drives a planned switch (metaq broker promote) on the master: fence, wait for
-// the target to reach our durable position, resign.
+// the target's durable position to reach what we acknowledged (AckedPos), resign.
 func (e *elector) progressSwitch() {
 	g := e.group
 	if !e.isMaster() || g.Master == "" || g.MasterOwner != e.zk.SessionID() {
@@ -574,11 +574,14 @@ func (e *elector) progressSwitch() {
 		}
 		e.switching, e.switchStart = target, time.Now()
 		e.fence("planned switch to " + target + " in progress")
-		e.switchTarget = e.ctl.DurablePos()
+		e.switchTarget = e.ctl.AckedPos()
 		e.log.Info("ha election: planned switch: puts paused, waiting for the target to catch up", "target", target, "pos", e.switchTarget)
 	}
-	// Puts are refused now; what was accepted before is durable at DurablePos once flushed.
-	e.switchTarget = max(e.switchTarget, e.ctl.DurablePos())
+	// Puts are refused now. What was accepted before lies below AckedPos,
+	// which is past DurablePos on an async-flush master (a put is answered
+	// once written, its fsync comes up to unflushIntervalMs later): the
+	// target must hold all of it before this node resigns.
+	e.switchTarget = max(e.switchTarget, e.ctl.AckedPos())
 	reps, err := e.zk.ReadReplicas(ctx, e.cfg.BrokerID)
 	if err != nil {
 		return

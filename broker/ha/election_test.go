@@ -22,6 +22,7 @@ type electionCtl struct {
 	role   Role
 	epoch  int64
 	pos    int64
+	acked  int64 // AckedPos when above pos (an async-flush master's written, unflushed end)
 	master string
 	fenced string
 	events []string
@@ -30,6 +31,7 @@ type electionCtl struct {
 func (c *electionCtl) Role() Role         { c.mu.Lock(); defer c.mu.Unlock(); return c.role }
 func (c *electionCtl) Epoch() int64       { c.mu.Lock(); defer c.mu.Unlock(); return c.epoch }
 func (c *electionCtl) DurablePos() int64  { c.mu.Lock(); defer c.mu.Unlock(); return c.pos }
+func (c *electionCtl) AckedPos() int64    { c.mu.Lock(); defer c.mu.Unlock(); return max(c.pos, c.acked) }
 func (c *electionCtl) InSync() bool       { c.mu.Lock(); defer c.mu.Unlock(); return c.fenced == "" }
 func (c *electionCtl) MasterAddr() string { c.mu.Lock(); defer c.mu.Unlock(); return c.master }
 func (c *electionCtl) Promote(_ context.Context, epoch int64) error {
@@ -54,7 +56,8 @@ func (c *electionCtl) Fence(reason string) {
 	}
 	c.fenced = reason
 }
-func (c *electionCtl) setPos(p int64) { c.mu.Lock(); c.pos = p; c.mu.Unlock() }
+func (c *electionCtl) setPos(p int64)   { c.mu.Lock(); c.pos = p; c.mu.Unlock() }
+func (c *electionCtl) setAcked(p int64) { c.mu.Lock(); c.acked = p; c.mu.Unlock() }
 func (c *electionCtl) is(role Role, epoch int64, master string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -272,6 +275,31 @@ func TestElectionPlannedSwitch(t *testing.T) {
 		g, err := s1.zk.HAGroup(context.Background(), 1)
 		return err == nil && g.Promote == ""
 	})
+}
+
+// TestElectionPlannedSwitchWaitsForAcknowledged: an async-flush master answers a put once
+// written, before its fsync: a planned switch waits until the target holds what the master
+// acknowledged (AckedPos), not only what the master has flushed (DurablePos).
+func TestElectionPlannedSwitchWaitsForAcknowledged(t *testing.T) {
+	srv := zktest.Server(t)
+	m := startNode(t, srv, -1, 9401, 4*time.Second)
+	s0 := startNode(t, srv, 0, 9402, 4*time.Second)
+	waitFor(t, "m master", func() bool { return m.ctl.is(RoleMaster, 1, "") })
+	waitFor(t, "s0 follows", func() bool { return s0.ctl.is(RoleSlave, 1, m.addr) })
+	m.ctl.setPos(800)   // flushed
+	m.ctl.setAcked(900) // written and answered 200, flushed later
+	s0.ctl.setPos(800)
+	if err := m.zk.RequestPromotion(context.Background(), 1, "s0"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "m paused", m.ctl.isFenced)
+	time.Sleep(3 * publishEvery)
+	if !m.ctl.isFenced() || m.ctl.Role() != RoleMaster || s0.ctl.Role() != RoleSlave {
+		t.Fatalf("switched before the target held the acknowledged puts: m %s / s0 %s", m.ctl.log(), s0.ctl.log())
+	}
+	s0.ctl.setPos(900)
+	waitFor(t, "s0 master of epoch 2", func() bool { return s0.ctl.is(RoleMaster, 2, "") })
+	waitFor(t, "m follows s0", func() bool { return m.ctl.is(RoleSlave, 2, s0.addr) })
 }
 
 func TestRank(t *testing.T) {

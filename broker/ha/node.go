@@ -230,6 +230,11 @@ func (n *Node) Epoch() int64 { return n.epoch.Load() }
 // DurablePos implements Controller.
 func (n *Node) DurablePos() int64 { return n.st.FlushedPos() }
 
+// AckedPos implements Controller: what this node serves (VisiblePos: in
+// async-flush mode written, answered 200 before its fsync; in sync-flush
+// mode durable), and never below what is durable.
+func (n *Node) AckedPos() int64 { return max(n.st.FlushedPos(), n.st.VisiblePos()) }
+
 // MasterAddr implements Controller.
 func (n *Node) MasterAddr() string {
 	if p := n.master.Load(); p != nil && n.Role() == RoleSlave {

@@ -51,6 +51,11 @@ type Controller interface {
 	// DurablePos is the end of this node's durable commit log (a physical
 	// offset): what an election compares to pick the most complete slave.
 	DurablePos() int64
+	// AckedPos is, on a master, the end of what it may have acknowledged
+	// to producers: at least DurablePos, and in async-flush mode what is
+	// written (a put is answered once written, before its fsync). A planned
+	// switch waits until its target holds this much durably.
+	AckedPos() int64
 	// InSync reports, on a slave, whether it is within slaveMaxDelayInMills
 	// of its master (caught up, link alive); on a master it is true unless
 	// fenced.
