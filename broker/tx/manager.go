@@ -97,16 +97,22 @@ const (
 
 // Tx is one open transaction.
 type Tx struct {
-	key   string
-	kind  Kind
-	uq    string
-	sess  *Session // local transactions: the owning connection's session
-	by    *Session // the session that began it (nil: none), counted in by.open while not prepared
-	state txState
-	busy  bool // a prepare/commit/rollback is appending; others get XAER_PROTO
-	msgs  []store.Message
-	bytes int64
-	timer *time.Timer
+	key  string
+	kind Kind
+	uq   string
+	sess *Session // local transactions: the owning connection's session
+	// owner: the user who began it (CommandAs; "" when security is off),
+	// kept in its prepare op (records.go) so that a restart or a promotion
+	// keeps it; noOwner: a prepared transaction whose prepare op names none
+	// (written by an older broker): only an admin may use it (XAOwner).
+	owner   string
+	noOwner bool
+	by      *Session // the session that began it (nil: none), counted in by.open while not prepared
+	state   txState
+	busy    bool // a prepare/commit/rollback is appending; others get XAER_PROTO
+	msgs    []store.Message
+	bytes   int64
+	timer   *time.Timer
 	// deadline: when it times out unless prepared (its timer is stopped
 	// while a command appends it, re-armed for the rest if it stays open)
 	deadline time.Time
@@ -405,16 +411,24 @@ type Result struct {
 	Appended bool
 }
 
-// Command runs `transaction <key> <sessionId> <type> [<timeoutS>] [<uq>]`.
+// Command runs `transaction <key> <sessionId> <type> [<timeoutS>] [<uq>]`
+// for no user (CommandAs).
 // The error is an *XAError, a *BadRequest or a plain error (reply 500).
 func (m *Manager) Command(s *Session, key, typ string, timeoutS int, uq string) (Result, error) {
+	return m.CommandAs(s, "", key, typ, timeoutS, uq)
+}
+
+// CommandAs is Command for the connection's user ("" when security is off,
+// or not authenticated): the BEGIN of a new transaction records user as its
+// owner (XAOwner), which its prepare op keeps in the commit log.
+func (m *Manager) CommandAs(s *Session, user, key, typ string, timeoutS int, uq string) (Result, error) {
 	kind, keyUQ, err := ParseKey([]byte(key))
 	if err != nil {
 		return Result{}, &BadRequest{Msg: err.Error()}
 	}
 	switch typ {
 	case "BEGIN":
-		return Result{}, m.begin(s, key, kind, keyUQ, timeoutS)
+		return Result{}, m.begin(s, user, key, kind, keyUQ, timeoutS)
 	case "END":
 		return Result{NoReply: true}, nil
 	case "PREPARE":
@@ -451,6 +465,20 @@ func (m *Manager) Prepared(uq string) []string {
 	return out
 }
 
+// XAOwner reports who owns the XA transaction key, for the broker's check
+// under [security] (docs/security.md): held is false when the table has no
+// such transaction; known is false when it has one prepared by an older
+// broker, whose prepare op names no owner (admins only). O(1), no allocation.
+func (m *Manager) XAOwner(key []byte) (user string, known, held bool) {
+	m.mu.Lock()
+	t := m.xa[string(key)]
+	m.mu.Unlock()
+	if t == nil {
+		return "", false, false
+	}
+	return t.owner, !t.noOwner, true
+}
+
 func (m *Manager) lookupLocked(s *Session, key string, kind Kind) *Tx {
 	if kind == KindXA {
 		return m.xa[key]
@@ -461,7 +489,7 @@ func (m *Manager) lookupLocked(s *Session, key string, kind Kind) *Tx {
 	return s.txs[key]
 }
 
-func (m *Manager) begin(s *Session, key string, kind Kind, uq string, timeoutS int) error {
+func (m *Manager) begin(s *Session, user, key string, kind Kind, uq string, timeoutS int) error {
 	if kind == KindNull {
 		return &BadRequest{Msg: "BEGIN needs a transaction id, not null"}
 	}
@@ -476,7 +504,7 @@ func (m *Manager) begin(s *Session, key string, kind Kind, uq string, timeoutS i
 		return ErrClosed
 	}
 	if m.lookupLocked(s, key, kind) != nil {
-		return nil // MetaQ: BEGIN on an existing transaction is a no-op
+		return nil // MetaQ: BEGIN on an existing transaction is a no-op (its owner stays)
 	}
 	if kind == KindLocal && (s == nil || s.closed) {
 		return ErrClosed
@@ -487,7 +515,7 @@ func (m *Manager) begin(s *Session, key string, kind Kind, uq string, timeoutS i
 	if s != nil && s.open >= m.cfg.MaxOpenPerConn {
 		return &busyError{msg: "tx: " + strconv.Itoa(s.open) + " transactions open on this connection (maxTxPerConnection): BEGIN refused, finish some first"}
 	}
-	t := &Tx{key: key, kind: kind, uq: uq, by: s}
+	t := &Tx{key: key, kind: kind, uq: uq, by: s, owner: user}
 	m.openN++
 	if s != nil {
 		s.open++
@@ -754,7 +782,7 @@ func (m *Manager) prepare(s *Session, key string, kind Kind) (Result, error) {
 		})
 	}
 	res := make([]store.AppendResult, len(run))
-	f, err := m.appendPrepared(run, res, key)
+	f, err := m.appendPrepared(run, res, key, t.owner)
 	if err != nil {
 		m.release(t, false)
 		return Result{}, xaErr(XAErrRMErr, "prepare failed: "+err.Error())
@@ -781,12 +809,13 @@ func (m *Manager) prepare(s *Session, key string, kind Kind) (Result, error) {
 // results). A crash between the two leaves half records no prepare op
 // refers to: recovery ignores them, and the transaction, whose PREPARE was
 // never answered, is rolled back, as after any crash before PREPARE. The
-// op's durability implies the run's (they are flushed in order).
-func (m *Manager) appendPrepared(run []store.Message, res []store.AppendResult, key string) (*store.Flush, error) {
+// op's durability implies the run's (they are flushed in order). The op
+// names the transaction's owner, so that it survives a restart.
+func (m *Manager) appendPrepared(run []store.Message, res []store.AppendResult, key, owner string) (*store.Flush, error) {
 	if _, err := m.st.AppendBatch(run, res); err != nil {
 		return nil, err
 	}
-	op := store.Message{Topic: OpTopic, Data: appendOp(nil, "prepare", key, res[0].QueueOffset, len(run))}
+	op := store.Message{Topic: OpTopic, Data: appendPrepareOp(nil, key, res[0].QueueOffset, len(run), owner)}
 	_, f, err := m.st.AppendAsync(&op)
 	if err == nil {
 		err = m.writeOut(f)

@@ -24,7 +24,13 @@ const (
 	HalfTopic = "%TX_HALF%"
 	// OpTopic holds outcomes, one text line per record:
 	//
-	//	prepare <xid> <halfFrom> <n>  XA prepared: its messages are %TX_HALF%/0 [halfFrom, halfFrom+n)
+	//	prepare <xid> <halfFrom> <n> [owner=<user>]
+	//	                              XA prepared: its messages are %TX_HALF%/0 [halfFrom, halfFrom+n);
+	//	                              owner= names the user who began it (docs/security.md), %XX-escaped
+	//	                              as a property value (protocol.AppendEscaped: only [A-Za-z0-9._~-]
+	//	                              and %XX, so never a space). Absent when it was begun by no user
+	//	                              (security off), and in the records of older brokers: the owner is
+	//	                              then unknown, and under [security] only an admin may end it.
 	//	commit <xid> <halfFrom> <n> <from> <runBytes> <lastBytes>
 	//	                              XA committed: appended right BEFORE the run of its messages
 	//	                              [from, n) of %TX_HALF%/0 [halfFrom, halfFrom+n), in the same
@@ -163,6 +169,9 @@ type op struct {
 	from                int
 	runBytes, lastBytes int64
 	runKnown            bool
+	// prepare: owner= (ownerKnown: the field is there)
+	owner      string
+	ownerKnown bool
 	// hend: the half messages it finishes, in order (end.go)
 	ends []endID
 }
@@ -179,6 +188,37 @@ func appendOp(dst []byte, verb, key string, halfFrom int64, n int) []byte {
 	}
 	return dst
 }
+
+// appendPrepareOp renders the prepare op of an XA transaction begun by
+// owner ("": none, no owner= field).
+func appendPrepareOp(dst []byte, key string, halfFrom int64, n int, owner string) []byte {
+	dst = appendOp(dst, "prepare", key, halfFrom, n)
+	if owner != "" {
+		dst = append(dst, " owner="...)
+		dst = protocol.AppendEscaped(dst, owner)
+	}
+	return dst
+}
+
+// escapedValue reports whether v is what protocol.AppendEscaped renders: a
+// non-empty run of unreserved bytes and %XX escapes (no '+', no bare '%').
+func escapedValue(v []byte) bool {
+	if len(v) == 0 {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~':
+		case c == '%' && i+2 < len(v) && upperHex(v[i+1]) && upperHex(v[i+2]):
+			i += 2
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func upperHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'A' && c <= 'F' }
 
 // appendCommitOp renders the commit op that precedes the run of messages
 // [o.from, o.n) of a prepared transaction.
@@ -204,7 +244,7 @@ func parseOp(data []byte) (op, error) {
 	o := op{verb: string(f[0]), key: string(f[1])}
 	switch o.verb {
 	case "prepare":
-		if len(f) != 4 {
+		if len(f) != 4 && len(f) != 5 { // the owner= field is optional (older brokers)
 			return op{}, bad
 		}
 		from, err1 := strconv.ParseInt(string(f[2]), 10, 64)
@@ -213,6 +253,13 @@ func parseOp(data []byte) (op, error) {
 			return op{}, bad
 		}
 		o.halfFrom, o.n = from, n
+		if len(f) == 5 {
+			v, ok := bytes.CutPrefix(f[4], []byte("owner="))
+			if !ok || !escapedValue(v) {
+				return op{}, bad
+			}
+			o.owner, o.ownerKnown = protocol.Unescape(v), true
+		}
 	case "commit":
 		if len(f) == 2 {
 			break

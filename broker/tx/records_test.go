@@ -227,6 +227,7 @@ func TestWithoutProp(t *testing.T) {
 func FuzzRecords(f *testing.F) {
 	f.Add([]byte("rt=orders&rp=1&pg=g&tag=a"))
 	f.Add([]byte("prepare XID:1:0a:01:q 12 3"))
+	f.Add([]byte("prepare XID:1:0a:01:q 12 3 owner=alice%40corp"))
 	f.Add([]byte("commit XID:1:0a:01:q 12 3 0 300 100"))
 	f.Add([]byte("XID:1:0a:01:q"))
 	f.Add([]byte("TX:s:1"))

@@ -112,7 +112,8 @@ func (m *Manager) recover() error {
 			m.log.Warn("skipping prepared transaction with a malformed id", "tx", key, "err", err)
 			continue
 		}
-		m.xa[key] = &Tx{key: key, kind: KindXA, uq: uq, state: stPrepared, halfFrom: o.halfFrom, halfN: o.n}
+		m.xa[key] = &Tx{key: key, kind: KindXA, uq: uq, state: stPrepared, halfFrom: o.halfFrom, halfN: o.n,
+			owner: o.owner, noOwner: !o.ownerKnown}
 	}
 	if len(prepared) > 0 || len(m.halves) > 0 || bad > 0 {
 		m.log.Info("transactions recovered from the commit log", "preparedXA", len(m.xa), "pendingHalf", len(m.halves),
