@@ -21,10 +21,3 @@ func Writers(b *Broker) (delay, tx, pop bool) {
 	srv := b.Server
 	return srv.delayService() != nil, !srv.tx.Standby(), srv.pop.Load() != nil
 }
-
-// ForgetXAOwners empties the XA owner table, as a restart does (txowner.go).
-func ForgetXAOwners(s *Server) {
-	s.xa.mu.Lock()
-	s.xa.m = nil
-	s.xa.mu.Unlock()
-}

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metaqgo/metaq/broker"
 	"github.com/metaqgo/metaq/broker/brokertest"
 	"github.com/metaqgo/metaq/protocol"
 )
@@ -275,7 +274,9 @@ func TestPreAuthPutHoldsNoBudget(t *testing.T) {
 // transactions are broker-wide by xid: any user could put into, prepare,
 // commit or roll back another user's XA transaction. Now only the user who
 // began it (on any connection: a transaction manager reconnecting) or an
-// admin may.
+// admin may. The owner was kept in memory only, so after a restart a
+// prepared transaction had none and its own (non-admin) transaction manager
+// could not commit it: the owner is in its prepare record now.
 func TestXANeedsOwner(t *testing.T) {
 	b := runSecure(t, false, "", nil)
 	const xid, xid2 = "XID:1:0a0b:01:tm-host1", "XID:1:0a0c:01:tm-host1"
@@ -307,15 +308,52 @@ func TestXANeedsOwner(t *testing.T) {
 	if recs := brokertest.Records(t, r.Body); len(recs) != 1 || string(recs[0].Data) != "abc" {
 		t.Fatalf("orders.eu after the commit: %+v", recs)
 	}
-	// Prepared before a restart, a transaction has no owner: only an admin
-	// ends it (as only an admin may RECOVER it), and BEGIN does not claim it.
+	// A prepared transaction keeps its owner across a restart (its prepare
+	// record names it): alice's transaction manager commits it, bob still
+	// cannot, and a BEGIN does not claim it.
 	begin(xid2, 30)
-	broker.ForgetXAOwners(b.Server)
-	want(t, bob, fmt.Sprintf("transaction %s s9 BEGIN 60 tm-host1 41\r\n", xid2), 403)
-	if r := want(t, a, fmt.Sprintf("transaction %s s1 COMMIT_TWO_PHASE tm-host1 42\r\n", xid2), 403); !strings.Contains(string(r.Body), "admin") {
+	b.restart(t)
+	a, bob = b.Dial(), b.Dial()
+	login(t, a, "alice", "pw-alice")
+	login(t, bob, "bob", "pw bob+")
+	for i, typ := range []string{"BEGIN 60 tm-host1", "COMMIT_TWO_PHASE", "ROLLBACK"} {
+		if r := want(t, bob, fmt.Sprintf("transaction %s s9 %s %d\r\n", xid2, typ, 40+i), 403); !strings.Contains(string(r.Body), "another user") {
+			t.Errorf("bob's %s of alice's transaction after a restart: %q, want the reason", typ, r.Body)
+		}
+	}
+	want(t, a, fmt.Sprintf("transaction %s s1 COMMIT_TWO_PHASE tm-host1 43\r\n", xid2), 200)
+	r = want(t, a, "get orders.eu billing-1 0 1 65536 44\r\n", 200)
+	if recs := brokertest.Records(t, r.Body); len(recs) != 1 || string(recs[0].Data) != "abc" {
+		t.Fatalf("orders.eu after the commit of %s: %+v", xid2, recs)
+	}
+}
+
+// TestXAOwnerlessPreparedIsAdminOnly: a transaction prepared with no
+// recorded owner (with security off, as by an older broker, whose prepare
+// records name none) is admin only once [security] is on, and a BEGIN does
+// not claim it.
+func TestXAOwnerlessPreparedIsAdminOnly(t *testing.T) {
+	const xid = "XID:1:0a0d:01:tm-host1"
+	dir := t.TempDir()
+	opts := brokertest.Options{Dir: dir, Topics: map[string]int{"orders.*": 2}}
+	plain := brokertest.RunBroker(t, opts)
+	c := plain.Dial()
+	want(t, c, fmt.Sprintf("transaction %s s1 BEGIN 60 tm-host1 1\r\n", xid), 200)
+	want(t, c, fmt.Sprintf("put orders.eu 0 3 0 -1 %s 2\r\nabc", xid), 200)
+	want(t, c, fmt.Sprintf("transaction %s s1 PREPARE tm-host1 3\r\n", xid), 200)
+	plain.Stop()
+
+	users := usersFile(t, dir)
+	opts.ExtraINI = "\n[security]\nusersFile=" + users + "\nanonymous=none\n"
+	b := brokertest.RunBroker(t, opts)
+	a, bob := b.Dial(), b.Dial()
+	login(t, a, "alice", "pw-alice")
+	login(t, bob, "bob", "pw bob+")
+	want(t, bob, fmt.Sprintf("transaction %s s9 BEGIN 60 tm-host1 4\r\n", xid), 403)
+	if r := want(t, a, fmt.Sprintf("transaction %s s1 COMMIT_TWO_PHASE tm-host1 5\r\n", xid), 403); !strings.Contains(string(r.Body), "admin") {
 		t.Errorf("ownerless commit: %q, want the reason", r.Body)
 	}
 	root := b.Dial()
 	login(t, root, "root", "pw-root")
-	want(t, root, fmt.Sprintf("transaction %s s3 ROLLBACK tm-host1 43\r\n", xid2), 200)
+	want(t, root, fmt.Sprintf("transaction %s s3 ROLLBACK tm-host1 6\r\n", xid), 200)
 }

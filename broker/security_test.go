@@ -58,6 +58,7 @@ type secBroker struct {
 	Users   string
 	Cert    string // tlsCert and tlsKey, for renewal tests
 	Key     string
+	opts    brokertest.Options
 }
 
 // runSecure starts a broker with [security]: TLS on a second port (mutual
@@ -73,14 +74,24 @@ func runSecure(t *testing.T, mutual bool, extra string, log *slog.Logger) *secBr
 		sec += "tlsClientCA=" + ca.CAFile + "\n"
 	}
 	sec += extra
-	b := brokertest.RunBroker(t, brokertest.Options{
+	opts := brokertest.Options{
 		Dir:      dir,
 		Topics:   map[string]int{"orders.*": 2, "test": 1, "public": 1},
 		ExtraINI: sec,
 		Logger:   log,
 		Server:   func(o *broker.Options) { o.TLSAddr = "127.0.0.1:0" },
-	})
-	return &secBroker{Broker: b, TLSAddr: b.Server.TLSAddr().String(), CA: ca, Users: users, Cert: cert, Key: key}
+	}
+	b := brokertest.RunBroker(t, opts)
+	return &secBroker{Broker: b, TLSAddr: b.Server.TLSAddr().String(), CA: ca, Users: users, Cert: cert, Key: key, opts: opts}
+}
+
+// restart stops b gracefully and starts it again over the same data dir
+// and configuration (new ports: dial again).
+func (b *secBroker) restart(t *testing.T) {
+	t.Helper()
+	b.Stop()
+	b.Broker = brokertest.RunBroker(t, b.opts)
+	b.TLSAddr = b.Server.TLSAddr().String()
 }
 
 func dialTLS(t *testing.T, addr string, cfg *tls.Config) (*brokertest.Client, error) {

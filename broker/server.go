@@ -83,7 +83,6 @@ type Server struct {
 	stats  counters
 	lat    atomic.Pointer[latencyObserver] // metrics.go
 	tx     *tx.Manager
-	xa     xaOwners                      // who began each XA transaction, under [security] (txowner.go)
 	dly    atomic.Pointer[delay.Service] // opts.Delay, or opened on promotion (replication_run.go)
 	pop    atomic.Pointer[pop.Pop]       // broker-managed delivery (popserve.go); nil on a slave (replication_run.go)
 	trace  traceState                    // traced messages in flight (tracetxpop.go)

@@ -147,15 +147,7 @@ func (c *conn) handleTransaction(cmd *protocol.Command) {
 		c.rq.addResultString(protocol.StatusForbidden, r, cmd.Opaque)
 		return
 	}
-	res, err := c.srv.tx.Command(c.session(), key, typ, timeout, uq)
-	if err == nil {
-		switch typ {
-		case "BEGIN":
-			c.xaBegun(key)
-		case "COMMIT_ONE_PHASE", "COMMIT_TWO_PHASE", "ROLLBACK":
-			c.xaEnded(key)
-		}
-	}
+	res, err := c.srv.tx.CommandAs(c.session(), c.xaUser(), key, typ, timeout, uq)
 	c.txReply(res, err, cmd.Opaque)
 }
 

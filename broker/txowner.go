@@ -1,129 +1,62 @@
 package broker
 
 import (
-	"strings"
-	"sync"
-	"time"
+	"bytes"
 
-	"github.com/metaqgo/metaq/broker/tx"
 	"github.com/metaqgo/metaq/protocol"
 )
 
 // Owners of XA transactions under [security] (docs/security.md). The
 // transaction table keeps XA transactions broker-wide, by xid: without
 // this, any user could put into, prepare, commit or roll back another
-// user's XA transaction by naming its xid. The broker remembers which user
-// began each one (BEGIN), and only that user — on any connection: a
-// transaction manager that reconnects keeps working — or an admin may use
-// it. A prepared transaction the table rebuilt from the log after a
-// restart (or a promotion) has no owner here: only an admin ends it
-// (RECOVER, with which a transaction manager finds it then, is for admins
-// already).
+// user's XA transaction by naming its xid. The table records the user who
+// began each one (BEGIN, tx.Manager.CommandAs), in the commit log with its
+// prepare op, so a prepared transaction keeps its owner across a restart
+// or a promotion; only that user — on any connection: a transaction
+// manager that reconnects keeps working — or an admin may use it. A
+// prepared transaction whose records name no owner (prepared by an older
+// broker, or with security off) is admin only (RECOVER, with which a
+// transaction manager finds it then, is for admins already).
 
-type xaOwner struct {
-	user  string
-	begun time.Time
+var xidPrefix = []byte("XID:")
+
+// xaUser is the user a transaction command of the connection is recorded
+// for: "" when security is off.
+func (c *conn) xaUser() string {
+	if c.srv.opts.Auth == nil {
+		return ""
+	}
+	return c.user
 }
-
-type xaOwners struct {
-	mu      sync.Mutex
-	m       map[string]xaOwner
-	pruneAt int
-}
-
-// xaPruneMin is the size of the owner table below which it is not pruned.
-const xaPruneMin = 1024
 
 // xaDenied checks an XA transaction command (typ; "" for a put with the
 // xid as its txKey) of the connection's user. It returns the 403 body, ""
 // when allowed.
 func (c *conn) xaDenied(key []byte, typ string) string {
-	s := c.srv
-	a := s.opts.Auth
-	if a == nil || !strings.HasPrefix(string(key), "XID:") || typ == "END" || typ == "FORGET" || typ == "RECOVER" {
+	a := c.srv.opts.Auth
+	if a == nil || !bytes.HasPrefix(key, xidPrefix) || typ == "END" || typ == "FORGET" || typ == "RECOVER" {
 		return ""
 	}
-	s.xa.mu.Lock()
-	o, ok := s.xa.m[string(key)]
-	s.xa.mu.Unlock()
+	owner, known, held := c.srv.tx.XAOwner(key)
 	switch {
-	case ok && o.user == c.user:
+	case known && owner == c.user:
 		return ""
 	case a.Unrestricted(c.user):
 		return ""
-	case !ok && typ == "":
+	case !held && typ == "":
 		return "" // a put into an unknown transaction: the table refuses it
-	case !ok && typ == "BEGIN" && !s.preparedXA(key):
-		return "" // a new transaction (BEGIN of a prepared one would make its caller the owner)
+	case !held && typ == "BEGIN":
+		return "" // a new transaction (a BEGIN of a held one, prepared or not, would not make its caller the owner)
 	}
-	reason := "XA transaction " + string(key) + " was begun by another user"
-	if !ok {
-		reason = "XA transaction " + string(key) + " was prepared before this broker started: only an admin can end it"
+	var reason string
+	switch {
+	case known:
+		reason = "XA transaction " + string(key) + " was begun by another user"
+	case held:
+		reason = "XA transaction " + string(key) + " was prepared with no recorded owner (by an older broker, or with security off): only an admin can end it"
+	default:
+		reason = "XA transaction " + string(key) + " is not open on this broker: only an admin can end it"
 	}
 	c.log.Info("request denied", "op", protocol.OpTransaction.String(), "user", c.user, "reason", reason)
 	return "forbidden: " + reason
-}
-
-// preparedXA reports whether the table holds key as a prepared XA
-// transaction (one with no owner here: rebuilt from the log).
-func (s *Server) preparedXA(key []byte) bool {
-	_, uq, err := tx.ParseKey(key)
-	if err != nil {
-		return false
-	}
-	for _, k := range s.tx.Prepared(uq) {
-		if k == string(key) {
-			return true
-		}
-	}
-	return false
-}
-
-// xaBegun records the connection's user as the owner of a begun XA
-// transaction (the first BEGIN wins); xaEnded forgets a finished one.
-func (c *conn) xaBegun(key string) {
-	s := c.srv
-	if s.opts.Auth == nil || !strings.HasPrefix(key, "XID:") {
-		return
-	}
-	now := time.Now()
-	x := &s.xa
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.m == nil {
-		x.m = map[string]xaOwner{}
-	}
-	if _, ok := x.m[key]; !ok {
-		x.m[key] = xaOwner{user: c.user, begun: now}
-	}
-	if len(x.m) < max(x.pruneAt, xaPruneMin) {
-		return
-	}
-	// Transactions that time out or end without a reply to this broker's
-	// connections leave their owners: forget those older than the longest
-	// transaction life that are not prepared.
-	prepared := map[string]bool{}
-	for _, k := range s.tx.Prepared("") {
-		prepared[k] = true
-	}
-	life := s.opts.Tx.MaxTimeout
-	if life <= 0 {
-		life = time.Minute
-	}
-	for k, o := range x.m {
-		if !prepared[k] && now.Sub(o.begun) > life {
-			delete(x.m, k)
-		}
-	}
-	x.pruneAt = 2 * len(x.m)
-}
-
-func (c *conn) xaEnded(key string) {
-	if c.srv.opts.Auth == nil {
-		return
-	}
-	x := &c.srv.xa
-	x.mu.Lock()
-	delete(x.m, key)
-	x.mu.Unlock()
 }
