@@ -201,7 +201,7 @@ const (
 
 	MaxBrokerID      = 1<<15 - 1 // msgId = brokerId<<48 | physical offset, positive
 	MaxNumPartitions = 65535
-	maxSegmentSize   = 64 << 30
+	maxSegmentSize   = protocol.MaxSegmentSize // 4 GiB - 1: a segment's BLANK filler records its size in 32 bits
 	maxMessageSize   = 1 << 30
 	maxIndexFileSize = 1 << 30
 	// RecordLimitOverhead is added to maxMessageSize to get the largest

@@ -341,7 +341,8 @@ func TestInvalidValues(t *testing.T) {
 		{"unflushInterval", "soon", `unflushInterval: invalid value "soon": want milliseconds (e.g. 10000) or a duration with a unit (e.g. 10s)`},
 		{"maxSegmentSize", "1.5g", `maxSegmentSize: invalid value "1.5g": want a byte count`},
 		{"maxSegmentSize", "1m", "maxSegmentSize: 1048576 cannot hold the largest record: need at least maxMessageSize (4194304) + 326 = 4194630 bytes"},
-		{"maxSegmentSize", "1t", "larger than 64g"},
+		{"maxSegmentSize", "1t", "larger than 4294967295 (4g - 1"},
+		{"maxSegmentSize", "4g", "maxSegmentSize: 4294967296 is larger than 4294967295 (4g - 1, e.g. 4095m)"},
 		{"maxMessageSize", "0", "maxMessageSize: 0 is out of range"},
 		{"maxMessageSize", "2g", "maxMessageSize: invalid value \"2g\": 2147483648 is too large"},
 		{"maxTransferSize", "0", "maxTransferSize: 0 is out of range"},
@@ -373,6 +374,10 @@ func TestInvalidValues(t *testing.T) {
 		if err != nil && !strings.Contains(err.Error(), "test.ini:") {
 			t.Errorf("%s=%s: error without a file name: %v", tc.key, tc.value, err)
 		}
+	}
+	// The largest segment the record format can end with a BLANK filler.
+	if c := mustParse(t, "[system]\nbrokerId=1\nmaxSegmentSize=4294967295\n"); c.System.MaxSegmentSize != 1<<32-1 {
+		t.Errorf("maxSegmentSize=4294967295: got %d", c.System.MaxSegmentSize)
 	}
 	zk := []struct{ text, want string }{
 		{"zk.zkConnect=", ""}, // blank = default: valid

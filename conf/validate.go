@@ -93,7 +93,8 @@ func validateStorage(c *Config, p *problems) {
 		p.bad(sysSection, "maxMessageSize", "%d is out of range 1..%d (1g)", s.MaxMessageSize, maxMessageSize)
 	}
 	if least := int64(s.MaxMessageSize) + RecordLimitOverhead; s.MaxSegmentSize > maxSegmentSize {
-		p.bad(sysSection, "maxSegmentSize", "%d is larger than %s", s.MaxSegmentSize, FormatSize(maxSegmentSize))
+		p.bad(sysSection, "maxSegmentSize", "%d is larger than %d (4g - 1, e.g. 4095m): the filler that ends a segment records its size in 32 bits",
+			s.MaxSegmentSize, int64(maxSegmentSize))
 	} else if s.MaxSegmentSize < least {
 		p.bad(sysSection, "maxSegmentSize", "%d cannot hold the largest record: need at least maxMessageSize (%d) + %d = %d bytes",
 			s.MaxSegmentSize, s.MaxMessageSize, RecordLimitOverhead, least)

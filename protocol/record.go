@@ -41,6 +41,12 @@ const (
 	RecordOverhead = RecordHeaderSize + 1 + 2 + 4
 	// BlankMinSize is the smallest BLANK filler (size + magic).
 	BlankMinSize = 8
+	// MaxSegmentSize bounds a commit-log segment: a BLANK filler covers up
+	// to the rest of its segment and says how much in its 32-bit size field
+	// (read unsigned), so a segment must be smaller than 4 GiB. Every other
+	// in-segment size (a record, an index unit's size) is bounded by the
+	// largest record, far below it.
+	MaxSegmentSize = 1<<32 - 1
 
 	MaxTopicLen      = 255
 	MaxPropertiesLen = 65535
@@ -175,10 +181,19 @@ func EncodeRecord(dst []byte, r *Record) {
 }
 
 // EncodeBlank writes a BLANK filler header into dst (len(dst) >= BlankMinSize)
-// covering n bytes.
+// covering n bytes (at most MaxSegmentSize; see BlankEnds for larger
+// segments written by older versions).
 func EncodeBlank(dst []byte, n int) {
 	binary.BigEndian.PutUint32(dst[OffSize:], uint32(n))
 	binary.BigEndian.PutUint32(dst[OffMagic:], BlankMagic)
+}
+
+// BlankEnds reports whether a BLANK filler whose size field reads size,
+// found rest bytes before the end of its segment, covers exactly that rest.
+// The field is 32 bits: a segment larger than MaxSegmentSize (written before
+// that bound existed) holds fillers whose size is the rest modulo 2^32.
+func BlankEnds(size int, rest int64) bool {
+	return rest >= BlankMinSize && uint32(size) == uint32(rest) && int64(size) <= rest
 }
 
 // PeekRecord reads size and magic at the start of b without verifying the

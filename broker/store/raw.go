@@ -348,7 +348,7 @@ func (s *Store) AppendRaw(pos int64, b []byte) error {
 	}
 	if magic == protocol.BlankMagic {
 		rem := l.active.end() - l.wpos
-		if int64(size) != rem || len(b) != protocol.BlankMinSize {
+		if !protocol.BlankEnds(size, rem) || len(b) != protocol.BlankMinSize {
 			return fmt.Errorf("%w: BLANK of %d bytes at %d, %d left in the segment (maxSegmentSize differs from the master's?)",
 				ErrRawBad, size, l.wpos, rem)
 		}

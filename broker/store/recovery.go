@@ -341,7 +341,7 @@ func blankTo(g *segment, pos int64) bool {
 		return true
 	}
 	size, magic, ok := protocol.PeekRecord(g.data[pos-g.base:])
-	return ok && magic == protocol.BlankMagic && pos+int64(size) == g.end()
+	return ok && magic == protocol.BlankMagic && protocol.BlankEnds(size, g.end()-pos)
 }
 
 // recoverLog scans from the checkpoint and truncates at the first bad record.
@@ -415,13 +415,14 @@ func (l *commitLog) recoverLog(ck checkpointData, ckOK bool, torn int64) (end, l
 func validRecordAt(g *segment, pos int64, brokerID int) (int, string) {
 	off := pos - g.base
 	b := g.data[off:]
-	rec, n, err := protocol.DecodeRecord(b, 0)
-	switch {
-	case err == protocol.ErrBlank:
-		if off+int64(n) == g.size {
+	if size, magic, ok := protocol.PeekRecord(b); ok && magic == protocol.BlankMagic {
+		if protocol.BlankEnds(size, g.size-off) {
 			return 0, "blank"
 		}
 		return 0, "blank filler does not end the segment"
+	}
+	rec, n, err := protocol.DecodeRecord(b, 0)
+	switch {
 	case err == protocol.ErrShortRecord && len(b) >= protocol.BlankMinSize:
 		return 0, "record runs past the segment end (torn)"
 	case err == protocol.ErrShortRecord:

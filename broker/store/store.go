@@ -85,6 +85,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/metaqgo/metaq/internal/poswait"
+	"github.com/metaqgo/metaq/protocol"
 )
 
 // Schedule tells when retention runs next (deleteWhen).
@@ -96,7 +97,7 @@ type Schedule interface {
 type Config struct {
 	Dir              string                           // dataPath
 	BrokerID         int                              // 0..32767, high bits of msgId
-	SegmentSize      int64                            // maxSegmentSize, default 1 GiB; tests use e.g. 64 KiB
+	SegmentSize      int64                            // maxSegmentSize, default 1 GiB, at most protocol.MaxSegmentSize; tests use e.g. 64 KiB
 	IndexFileSize    int64                            // indexFileSize, default 20 MiB, multiple of 16
 	UnflushThreshold int                              // <= 0: sync flush with group commit; else fsync after N messages
 	UnflushInterval  time.Duration                    // async: fsync at least this often (default 10s)
@@ -312,6 +313,10 @@ func (c *Config) fill() error {
 	}
 	if c.SegmentSize < minSegmentSize {
 		return fmt.Errorf("store: SegmentSize %d below %d", c.SegmentSize, minSegmentSize)
+	}
+	if c.SegmentSize > protocol.MaxSegmentSize {
+		return fmt.Errorf("store: SegmentSize %d above %d (4 GiB - 1): the BLANK filler ending a segment records its size in 32 bits",
+			c.SegmentSize, int64(protocol.MaxSegmentSize))
 	}
 	if c.IndexFileSize == 0 {
 		c.IndexFileSize = DefaultIndexFileSize
