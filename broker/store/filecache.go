@@ -125,28 +125,41 @@ func (c *fileCache) closeLocked(x *ixFile) {
 	c.open--
 }
 
-// pwrite writes b at off in x and marks x dirty for the next checkpoint.
+// pwrite writes b at off in x and then marks x dirty for the next
+// checkpoint. After the write, not before: a checkpoint's syncDirty that
+// takes the dirty list while the pwrite is in flight would otherwise fsync
+// the file before the bytes land and leave it marked clean, and the next
+// checkpoint would claim units it never synced. Marked after the write, the
+// file is either on the list a sync takes (that sync's fsync follows the
+// write) or goes on the next list.
 func (c *fileCache) pwrite(x *ixFile, b []byte, off int64) error {
 	for {
 		c.mu.Lock()
 		f, err := c.fileLocked(x)
-		if err == nil && !x.dirty {
-			x.dirty = true
-			c.dirty = append(c.dirty, x)
-		}
 		c.mu.Unlock()
 		if err != nil {
 			return err
 		}
 		err = c.hooks.pwrite(f, b, off)
-		if err == nil {
-			return nil
-		}
 		if errors.Is(err, os.ErrClosed) {
-			continue // evicted meanwhile
+			continue // evicted meanwhile: nothing was written
 		}
-		return ioError("write index "+x.path, err)
+		c.markDirty(x) // even after a failed write: part of it may have landed
+		if err != nil {
+			return ioError("write index "+x.path, err)
+		}
+		return nil
 	}
+}
+
+// markDirty puts x on the list the next syncDirty fsyncs.
+func (c *fileCache) markDirty(x *ixFile) {
+	c.mu.Lock()
+	if !x.dirty {
+		x.dirty = true
+		c.dirty = append(c.dirty, x)
+	}
+	c.mu.Unlock()
 }
 
 // pread fills b from off in x (reading past the written units yields zeros:
@@ -194,12 +207,7 @@ func (c *fileCache) zeroFrom(x *ixFile, off, size int64) error {
 	if err := os.Truncate(x.path, size); err != nil {
 		return ioError("truncate index", err)
 	}
-	c.mu.Lock()
-	if !x.dirty {
-		x.dirty = true
-		c.dirty = append(c.dirty, x)
-	}
-	c.mu.Unlock()
+	c.markDirty(x)
 	return nil
 }
 
@@ -215,7 +223,11 @@ func (c *fileCache) remove(x *ixFile) {
 // syncDirty makes every file and directory written since the last call
 // durable: one fdatasync per file (reopening evicted ones) and one fsync per
 // directory, or a single syncfs when there are many. On failure the files
-// stay dirty for the next attempt.
+// stay dirty for the next attempt. A file is marked dirty only once its
+// write has returned (pwrite), so a write still in flight when the list is
+// taken puts its file on the next list; a caller that must cover a write
+// (the checkpoint, for the units below the dispatched position it read
+// before calling) only needs that write to have returned first.
 func (c *fileCache) syncDirty(anyDir string) error {
 	c.mu.Lock()
 	dirty := c.dirty
