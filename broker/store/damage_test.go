@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand"
 	"os"
@@ -306,5 +307,95 @@ func TestReadIndexRepairLimits(t *testing.T) {
 	}
 	if _, err := s.Read("x", 0, 3, 1<<20, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRecoveryKeepsUnitsAfterDamagedUnit: crash recovery finds a
+// partition's index end with a binary search that used to trust every unit
+// it probed. One damaged unit (a stray write into the index file) on the
+// search path made it cut every later unit; those records lie below the
+// checkpoint's dispatched position, so they were not re-dispatched:
+// acknowledged messages vanished from the partition, its max offset dropped,
+// new puts reused queue offsets already in the log, and the report counted
+// the cut units as re-indexed. A damaged unit is now judged by the next good
+// one, and a damaged run that ends the kept units is rebuilt from the log.
+func TestRecoveryKeepsUnitsAfterDamagedUnit(t *testing.T) {
+	const n = 200 // 64 units per index file: files at units 0, 64, 128, 192
+	for _, tc := range []struct {
+		name string
+		q    int64 // the damaged unit
+		// damage returns the bytes written over unit q (units[i] is unit i).
+		damage  func(units [][]byte) []byte
+		rebuilt bool // recovery rebuilds it (it ends the kept units)
+	}{
+		// Unit 128 is the search's first probe (units [0, 256)): point it far away.
+		{"first-probe-far-away", 128, func(u [][]byte) []byte {
+			b := append([]byte(nil), u[128]...)
+			copy(b, []byte{0, 0, 0x10, 0, 0, 0, 0, 0}) // phys = 1<<44
+			return b
+		}, false},
+		// The last unit: implausible.
+		{"last-far-away", n - 1, func(u [][]byte) []byte {
+			b := append([]byte(nil), u[n-1]...)
+			copy(b, []byte{0, 0, 0x10, 0, 0, 0, 0, 0})
+			return b
+		}, true},
+		// The last unit: plausible, but it names the previous record.
+		{"last-names-another-record", n - 1, func(u [][]byte) []byte { return u[n-2] }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tornConfig(t)
+			res := fillTorn(t, cfg, n)
+			ixDir := filepath.Join(cfg.Dir, "index", "torn", "0")
+			units := make([][]byte, n)
+			for q := range units {
+				f, err := os.Open(filepath.Join(ixDir, segmentName(int64(q)/64*64*unitSize)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				units[q] = make([]byte, unitSize)
+				if _, err := f.ReadAt(units[q], int64(q)%64*unitSize); err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+			}
+			f, err := os.OpenFile(filepath.Join(ixDir, segmentName(tc.q/64*64*unitSize)), os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt(tc.damage(units), tc.q%64*unitSize); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			var lb logBuf
+			cfg.Logger = newTestLogger(&lb)
+			s := mustOpen(t, cfg)
+			defer mustClose(t, s)
+			if got := s.MaxOffset("torn", 0); got != n {
+				t.Errorf("MaxOffset after recovery = %d, want %d (units cut at the damaged one)\nlog:\n%s", got, n, lb.String())
+			}
+			for _, q := range []int64{150, n - 1} {
+				r, err := s.Read("torn", 0, q, 1<<20, nil)
+				if err != nil {
+					t.Fatalf("Read %d: %v", q, err)
+				}
+				if r.Count == 0 {
+					t.Errorf("Read at offset %d (acknowledged, in the log) = status %v, no records\nlog:\n%s", q, r.Status, lb.String())
+				} else if id := int64(binary.BigEndian.Uint64(r.Bufs[0][protocol.OffMsgID:])); id != res[q].MsgID {
+					t.Errorf("Read at offset %d: msgId %x, want %x", q, id, res[q].MsgID)
+				}
+				r.Release()
+			}
+			if r := mustAppend(t, s, &Message{Topic: "torn", Partition: 0, Data: []byte("new")}); r.QueueOffset != n {
+				t.Errorf("a new put got queue offset %d, already used by a record in the log (want %d)", r.QueueOffset, n)
+			}
+			log := lb.String()
+			if strings.Contains(log, "unitsCut") || strings.Contains(log, "unitsDamaged") {
+				t.Errorf("recovery reports cut units; nothing should be cut:\n%s", log)
+			}
+			if got := strings.Contains(log, "recovery: index units failed verification; rebuilt them from the commit log"); got != tc.rebuilt {
+				t.Errorf("recovery log says it rebuilt units: %v, want %v\nlog:\n%s", got, tc.rebuilt, log)
+			}
+		})
 	}
 }

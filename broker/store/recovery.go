@@ -75,6 +75,12 @@ func (s *Store) recover() error {
 	}
 	s.clog.setSegments(segs)
 	logMin := segs[0].base
+	// No record can lie past the last segment's place in the log (its file,
+	// or a full segment when the file was torn short): an index unit
+	// pointing beyond is damaged, not a unit of a record lost with the log's
+	// tail.
+	last := segs[len(segs)-1]
+	extent := last.base + max(last.size, s.cfg.SegmentSize)
 	// What the last run's indexes covered (its checkpoint), kept across a
 	// truncation, which rebuilds every index: a replica's limit starts no
 	// lower (below).
@@ -129,11 +135,11 @@ func (s *Store) recover() error {
 	if ckOK {
 		durable = ck.flushed
 	}
-	ix, err := s.recoverIndexes(cut, end, durable, crashed || !ckOK)
+	ix, err := s.recoverIndexes(recoveryBounds{cut: cut, end: end, extent: extent}, durable, crashed || !ckOK)
 	if err != nil {
 		return err
 	}
-	redo := ix.redo
+	redo, rebuilt := ix.redo, ix.rebuilt
 	s.reportIndexCut(ix, end, durable)
 	if s.keys, err = openKeyIndex(s, cut); err != nil {
 		return err
@@ -169,8 +175,8 @@ func (s *Store) recover() error {
 			return err
 		}
 	}
-	if redo > 0 || end > cut || scanned && end > logMin {
-		s.log.Info("recovery: done", "logEnd", end, "redispatchedFrom", cut, "indexUnitsRedone", redo,
+	if redo > 0 || rebuilt > 0 || end > cut || scanned && end > logMin {
+		s.log.Info("recovery: done", "logEnd", end, "redispatchedFrom", cut, "indexUnitsRedone", redo, "indexUnitsRebuilt", rebuilt,
 			"crashed", crashed, "readLimit", s.ReadLimit())
 	}
 	if err := s.checkpoint(); err != nil {
@@ -601,6 +607,13 @@ type indexCut struct {
 	// records that never reached the disk.
 	durable int64
 	parts   int // partitions with pastEnd units
+	// damaged: units past the kept ones that failed verification (not a
+	// unit of a record of their partition), cut; the re-dispatch rebuilds
+	// those whose records lie at or past the cut. Not in redo or pastEnd.
+	damaged int64
+	// rebuilt: damaged units below the cut rebuilt from the commit log
+	// (they would otherwise have ended the kept units).
+	rebuilt int64
 }
 
 // reportIndexCut logs what recovery cut from the indexes, saying what it
@@ -625,10 +638,18 @@ func (s *Store) reportIndexCut(ix indexCut, end, durable int64) {
 		"unitsCut", ix.pastEnd, "partitions", ix.parts, "logEnd", end, "checkpointFlushed", durable)
 }
 
+// recoveryBounds are the log positions recovery judges index units by.
+type recoveryBounds struct {
+	cut    int64 // units whose records lie below it are kept, the rest cut
+	end    int64 // the recovered end of the log
+	extent int64 // the end of the segment files found: no record lies past it
+}
+
 // recoverIndexes loads every partition's index files, keeps the units below
-// cut and cuts the rest, counting them (indexCut): pointing below end (to be
-// re-dispatched) or at or past it, and of those below durable.
-func (s *Store) recoverIndexes(cut, end, durable int64, cutAlways bool) (ix indexCut, err error) {
+// b.cut and cuts the rest, counting them (indexCut): pointing below b.end
+// (to be re-dispatched) or at or past it, and of those below durable; or
+// damaged.
+func (s *Store) recoverIndexes(b recoveryBounds, durable int64, cutAlways bool) (ix indexCut, err error) {
 	topics, err := os.ReadDir(s.indexDir)
 	if err != nil {
 		return ix, fmt.Errorf("store: %w", err)
@@ -650,13 +671,15 @@ func (s *Store) recoverIndexes(cut, end, durable int64, cutAlways bool) (ix inde
 			if err := s.loadIndexFiles(p); err != nil {
 				return ix, err
 			}
-			pc, err := s.recoverPartition(p, cut, end, durable, cutAlways)
+			pc, err := s.recoverPartition(p, b, durable, cutAlways)
 			if err != nil {
 				return ix, fmt.Errorf("store: recover index %s: %w", p.dir, err)
 			}
 			ix.redo += pc.redo
 			ix.pastEnd += pc.pastEnd
 			ix.durable += pc.durable
+			ix.damaged += pc.damaged
+			ix.rebuilt += pc.rebuilt
 			if pc.pastEnd > 0 {
 				ix.parts++
 			}
@@ -668,7 +691,8 @@ func (s *Store) recoverIndexes(cut, end, durable int64, cutAlways bool) (ix inde
 	return ix, nil
 }
 
-func (s *Store) recoverPartition(p *partition, cut, end, durable int64, cutAlways bool) (ix indexCut, err error) {
+func (s *Store) recoverPartition(p *partition, b recoveryBounds, durable int64, cutAlways bool) (ix indexCut, err error) {
+	cut, end := b.cut, b.end
 	first, stop := p.unitSpan(s.cfg.IndexFileSize)
 	if first == stop {
 		return ix, nil
@@ -684,9 +708,7 @@ func (s *Store) recoverPartition(p *partition, cut, end, durable int64, cutAlway
 		// rebuilt offsets below it as "too small".
 		start = first
 	}
-	count, err := s.searchUnits(p, start, stop, func(phys int64, size int32) bool {
-		return !(size > 0 && phys < cut)
-	})
+	count, err := s.recoveryCount(p, start, stop, b, &ix)
 	if err != nil {
 		return ix, err
 	}
@@ -700,11 +722,13 @@ func (s *Store) recoverPartition(p *partition, cut, end, durable int64, cutAlway
 		done := false
 		for i := 0; i < n; i += unitSize {
 			phys, size, _ := getUnit(buf[i:])
-			if size <= 0 {
+			if size <= 0 && phys == 0 {
 				done = true
 				break
 			}
 			switch {
+			case !s.plausibleUnit(phys, size, 0, b.extent):
+				ix.damaged++
 			case phys < end:
 				ix.redo++
 			case phys < durable:
@@ -719,7 +743,11 @@ func (s *Store) recoverPartition(p *partition, cut, end, durable int64, cutAlway
 		}
 		q += int64(n / unitSize)
 	}
-	if cutAlways || ix.pastEnd+ix.redo > 0 {
+	if ix.damaged > 0 {
+		s.log.Warn("recovery: cut index units that failed verification after the kept ones; the re-dispatch rebuilds those whose records lie past the cut",
+			"topic", p.topic.name, "partition", p.id, "from", count, "unitsDamaged", ix.damaged, "redispatchedFrom", cut)
+	}
+	if cutAlways || ix.pastEnd+ix.redo+ix.damaged > 0 {
 		if err := s.cutUnits(p, count); err != nil {
 			return ix, err
 		}
@@ -730,6 +758,196 @@ func (s *Store) recoverPartition(p *partition, cut, end, durable int64, cutAlway
 	p.tailMu.Unlock()
 	p.min.Store(start)
 	return ix, nil
+}
+
+// Recovery's verdict on one index unit (recoverPartition).
+type unitVerdict uint8
+
+const (
+	unitKept    unitVerdict = iota // its record lies below the cut
+	unitCut                        // empty, or its record lies at or past the cut (or past the log end)
+	unitDamaged                    // not the unit of a record of this partition
+)
+
+// recoveryUnit judges unit q. Every unit must be plausible (plausibleUnit
+// against b.extent: a unit pointing past the recovered end but within the
+// segment files found is a unit of a record lost with the log's tail); with
+// full, a unit pointing into the log must also match its record's header
+// (topic, partition, queue offset, size: one read of the log). An all-zero
+// unit is empty (unitCut).
+func (s *Store) recoveryUnit(p *partition, q int64, b recoveryBounds, full bool) (v unitVerdict, phys int64, size int32, err error) {
+	phys, size, _, err = s.readUnit(p, q)
+	switch {
+	case err != nil:
+		return unitKept, 0, 0, err // as searchUnits: a missing file counts as below the cut
+	case size == 0 && phys == 0:
+		return unitCut, 0, 0, nil
+	case !s.plausibleUnit(phys, size, 0, b.extent):
+		return unitDamaged, phys, size, nil
+	case full && phys >= s.clog.minPos() && phys+int64(size) <= b.end && !s.unitMatchesRecord(p, q, phys, size):
+		return unitDamaged, phys, size, nil
+	case phys < b.cut:
+		return unitKept, phys, size, nil
+	}
+	return unitCut, phys, size, nil
+}
+
+// unitMatchesRecord reports whether the record at phys is p's record q of
+// size bytes (its header; not its CRC: a record failing its CRC is still
+// the one its unit names).
+func (s *Store) unitMatchesRecord(p *partition, q, phys int64, size int32) bool {
+	g := s.clog.acquireSegment(phys)
+	if g == nil {
+		return false
+	}
+	defer g.release()
+	off := phys - g.base
+	return off+int64(size) <= g.size && headerMatches(g.data[off:off+int64(size)], p, q)
+}
+
+// recoverySearch returns the first unit in [lo, hi) at or past the cut: a
+// binary search in which a damaged unit takes the verdict of the next
+// undamaged one (within repairWindow units; none: cut). A partition's units
+// follow the log's order, so when that one is kept the damaged one lies
+// below the cut too. Damaged units it met are added to seen.
+func (s *Store) recoverySearch(p *partition, lo, hi int64, b recoveryBounds, full bool, seen map[int64]struct{}) (int64, error) {
+	var firstErr error
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		v, err := unitCut, error(nil)
+		for j := mid; j < min(hi, mid+repairWindow); j++ {
+			if v, _, _, err = s.recoveryUnit(p, j, b, full); err != nil || v != unitDamaged {
+				break
+			}
+			seen[j] = struct{}{}
+		}
+		if v == unitDamaged {
+			v = unitCut
+		}
+		if err != nil && err != errGone && firstErr == nil {
+			firstErr = err
+		}
+		if v == unitCut {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo, firstErr
+}
+
+// recoveryCount returns how many of p's units (from start) recovery keeps:
+// those whose records lie below the cut. The binary search trusts a unit
+// that is plausible; the two units at the result are then checked against
+// their records, and if either fails the search is redone checking every
+// unit it probes (one log read each). Damaged units below the cut that end
+// the kept ones are rebuilt from the commit log (rebuildUnits), so one bad
+// unit never cuts the good ones after it: their records lie below the cut
+// and are not re-dispatched. Damaged units met among the kept ones are left
+// to the read path (repair.go) and logged.
+func (s *Store) recoveryCount(p *partition, start, stop int64, b recoveryBounds, ix *indexCut) (int64, error) {
+	seen := make(map[int64]struct{})
+	count, err := s.recoverySearch(p, start, stop, b, false, seen)
+	if err != nil {
+		return 0, err
+	}
+	ok := true
+	if count > start {
+		v, _, _, err := s.recoveryUnit(p, count-1, b, true)
+		ok = err != nil || v == unitKept
+	}
+	if ok && count < stop {
+		v, _, _, err := s.recoveryUnit(p, count, b, true)
+		ok = err != nil || v == unitCut
+	}
+	if !ok {
+		if count, err = s.recoverySearch(p, start, stop, b, true, seen); err != nil {
+			return 0, err
+		}
+	}
+	for count < stop {
+		v, _, _, err := s.recoveryUnit(p, count, b, true)
+		if err != nil || v != unitDamaged {
+			break
+		}
+		n, whole, err := s.rebuildUnits(p, start, count, stop, b)
+		if err != nil {
+			return 0, err
+		}
+		ix.rebuilt += n
+		count += n
+		if !whole {
+			break
+		}
+	}
+	var left []int64
+	for q := range seen {
+		if q < count {
+			if v, _, _, err := s.recoveryUnit(p, q, b, true); err == nil && v == unitDamaged {
+				left = append(left, q)
+			}
+		}
+	}
+	if len(left) > 0 {
+		sort.Slice(left, func(i, j int) bool { return left[i] < left[j] })
+		s.log.Warn("recovery: index units failed verification among the kept ones; kept the units around them (reads rebuild them from the commit log)",
+			"topic", p.topic.name, "partition", p.id, "offsets", left)
+	}
+	return count, nil
+}
+
+// rebuildUnits rebuilds the run of damaged units from q (q-1 is kept, or q
+// is the first unit) from the commit log: it scans the log from the end of
+// unit q-1's record (the oldest segment without one) up to the record of the
+// next undamaged unit or the cut, and writes the units found for queue
+// offsets q, q+1, ... . It returns how many it wrote from q on without a
+// gap (the rest of the run lies at or past the cut: the re-dispatch
+// rebuilds it) and whether that was the whole run.
+func (s *Store) rebuildUnits(p *partition, start, q, stop int64, b recoveryBounds) (n int64, whole bool, err error) {
+	physLo, physHi := s.clog.minPos(), b.cut
+	if q > start {
+		if phys, size, _, err := s.readUnit(p, q-1); err == nil {
+			physLo = max(physLo, phys+int64(size))
+		}
+	}
+	j := q + 1
+	for lim := min(stop, q+repairWindow); j < lim; j++ {
+		v, phys, _, err := s.recoveryUnit(p, j, b, true)
+		if err != nil {
+			break
+		}
+		if v == unitDamaged {
+			continue
+		}
+		if v == unitCut && phys > 0 {
+			physHi = min(physHi, phys)
+		}
+		break
+	}
+	if physLo >= physHi {
+		return 0, false, nil
+	}
+	units := make([]byte, (j-q)*unitSize)
+	found := make([]bool, j-q)
+	scanned, _, err := s.scanPartition(p, physLo, physHi, q, j, units, found)
+	for n < int64(len(found)) && found[n] {
+		n++
+	}
+	if n > 0 {
+		if werr := s.writeUnits(p, q, units[:n*unitSize]); werr != nil {
+			return 0, false, werr
+		}
+	}
+	s.counters.indexRepairs.Add(1)
+	attrs := []any{"topic", p.topic.name, "partition", p.id, "from", q, "to", q + n, "unitsRebuilt", n,
+		"damagedRun", j - q, "logBytesScanned", scanned}
+	if err != nil {
+		s.log.Error("recovery: index units failed verification; the commit log scan to rebuild them stopped at a bad record",
+			append(attrs, "err", err)...)
+		return n, false, nil
+	}
+	s.log.Warn("recovery: index units failed verification; rebuilt them from the commit log", attrs...)
+	return n, n == j-q, nil
 }
 
 // firstUsedUnit returns the first non-empty unit in [first, stop) (or stop).
