@@ -43,6 +43,11 @@ import (
 // parkWriteMax bounds the reply a waker copies into one write.
 const parkWriteMax = 16 << 10
 
+// maxWaitMs is at most 2^31−1 (the parser refuses more, as for pop); park
+// clamps it again before turning it into a time.Duration, which overflows
+// from about 2^43 ms.
+const maxParkWaitMs = 1<<31 - 1
+
 const (
 	parkArmed  int32 = iota // waiting in the store
 	parkFiring              // a waker is reading or re-arming it
@@ -93,7 +98,7 @@ func (c *conn) park(g getReq, maxWaitMs int64) {
 	}
 	c.pk.list = pg
 	c.pk.mu.Unlock()
-	pg.timer = time.AfterFunc(time.Duration(maxWaitMs)*time.Millisecond, pg.expire)
+	pg.timer = time.AfterFunc(time.Duration(min(maxWaitMs, maxParkWaitMs))*time.Millisecond, pg.expire)
 	pg.state.Store(parkFiring) // arm below as if re-arming after a wake-up
 	pg.rearm()
 }

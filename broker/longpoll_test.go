@@ -59,3 +59,28 @@ func TestParkedGetsOfAConsumerThatDoesNotRead(t *testing.T) {
 		t.Fatalf("%d distinct gets answered, want %d", len(seen), n)
 	}
 }
+
+// maxWaitMs is at most 2^31-1: the broker turns it into a time.Duration,
+// which overflowed for larger values (a get answered 404 at once, or after
+// an arbitrary time). A larger one is a 400; the largest one waits.
+func TestHugeMaxWaitDoesNotOverflow(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{})
+	c := b.Dial()
+	c.Send("get test g 0 0 1024 7 9223372036854775807\r\nget test g 0 0 1024 8 2147483647\r\n")
+	if r := c.Reply(); r.Code != 400 || r.Opaque != 7 {
+		t.Fatalf("get with maxWaitMs=2^63-1: %d %q, want 400", r.Code, r.Body)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for b.Server.Counters().LongPollWaiters != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the get with maxWaitMs=2^31-1 did not park")
+		}
+		if r, err := c.TryReply(time.Millisecond); err == nil {
+			t.Fatalf("get with maxWaitMs=2^31-1 on an empty partition answered at once: %d %q", r.Code, r.Body)
+		}
+	}
+	b.Dial().Put("test", 0, "hello", 1)
+	if r, err := c.TryReply(20 * time.Second); err != nil || r.Kind != protocol.ReplyValue || r.Opaque != 8 {
+		t.Fatalf("parked get after the put: %+v %v", r, err)
+	}
+}

@@ -38,6 +38,7 @@ func TestEncodersExact(t *testing.T) {
 		{string(AppendGet(nil, "t", "g", 0, 10, 1024, 5, 0, "")), "get t g 0 10 1024 5\r\n"},
 		{string(AppendGet(nil, "t", "g", 0, 10, 1024, 5, 0, "*")), "get t g 0 10 1024 5\r\n"},
 		{string(AppendGet(nil, "t", "g", 0, 10, 1024, 5, 3000, "")), "get t g 0 10 1024 5 3000\r\n"},
+		{string(AppendGet(nil, "t", "g", 0, 10, 1024, 5, 1<<40, "")), "get t g 0 10 1024 5 2147483647\r\n"}, // the most a broker accepts
 		{string(AppendGet(nil, "t", "g", 0, 10, 1024, 5, 0, "a||b")), "get t g 0 10 1024 5 0 a||b\r\n"},
 		{string(AppendOffset(nil, "t", "g", 3, 99, 4)), "offset t g 3 99 4\r\n"},
 		{string(AppendStats(nil, "", 5)), "stats  5\r\n"},

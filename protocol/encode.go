@@ -89,7 +89,7 @@ func AppendGet(dst []byte, topic, group string, partition int32, offset int64, m
 	dst = appendIntField(dst, int64(opaque))
 	withTags := tags != "" && tags != "*"
 	if maxWaitMs > 0 || withTags {
-		dst = appendIntField(dst, max(maxWaitMs, 0))
+		dst = appendIntField(dst, min(max(maxWaitMs, 0), maxI32)) // the most a broker accepts
 	}
 	if withTags {
 		dst = appendStrField(dst, tags)

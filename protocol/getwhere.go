@@ -16,7 +16,7 @@ func AppendGetWhere(dst []byte, topic, group string, partition int32, offset int
 	dst = appendQueuePosition(dst, topic, group, partition, offset)
 	dst = appendIntField(dst, int64(maxSize))
 	dst = appendIntField(dst, int64(opaque))
-	dst = appendIntField(dst, max(maxWaitMs, 0))
+	dst = appendIntField(dst, min(max(maxWaitMs, 0), maxI32)) // the most a broker accepts
 	dst = appendStrField(dst, tags)
 	dst = append(dst, ' ')
 	dst = AppendEscaped(dst, where)

@@ -734,7 +734,7 @@ func (p *Parser) parseGet(line []byte, nf int) {
 	p.queuePosition(line)
 	c.MaxSize = int32(p.num(line, 5, "maxSize", 1, maxI32))
 	if nf >= 8 {
-		c.MaxWaitMs = p.num(line, 7, "maxWaitMs", 0, maxI64)
+		c.MaxWaitMs = p.num(line, 7, "maxWaitMs", 0, maxI32) // as pop's: the broker multiplies it into a time.Duration
 	}
 	if nf >= 9 {
 		p.ix.tags = 8
