@@ -75,6 +75,7 @@ func ServerOptions(c *conf.Config, log *slog.Logger) Options {
 
 		MaxPendingPutBytes: sys.MaxPendingPutBytes,
 		PutDataTimeout:     putDataTimeout(sys.PutDataTimeout),
+		MaxParkedGets:      sys.MaxParkedGets,
 		Logger:             log,
 		ConfigPath:         c.Path,
 		DataPath:           sys.DataPath,

@@ -212,7 +212,9 @@ func (c *conn) handleGet(cmd *protocol.Command) {
 	res, err := s.store.Read(ts.name, g.partition, g.offset, g.maxBytes, g.filter)
 	if err == nil && res.Status == store.ReadNoMessage && cmd.MaxWaitMs > 0 && !s.shuttingDown.Load() {
 		res.Release()
-		c.park(g, cmd.MaxWaitMs)
+		if c.mayPark(&g) {
+			c.park(g, cmd.MaxWaitMs)
+		}
 		return
 	}
 	c.srv.readReply(&c.rq, &g, res, err)

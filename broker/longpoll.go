@@ -2,6 +2,7 @@ package broker
 
 import (
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -43,10 +44,28 @@ import (
 // parkWriteMax bounds the reply a waker copies into one write.
 const parkWriteMax = 16 << 10
 
+// Bounds of a parked get.
+//
+// The gets parked on one connection are bounded by maxParkedGetsPerConnection
+// (Options.MaxParkedGets), as pops are by maxParkedPops (popconn.go): each
+// holds a parkedGet, a timer and a store waiter (about 300 bytes) for up to
+// its maxWaitMs, and the reader goes on reading, so without a bound one
+// connection pipelining gets grew the broker with what it sent. Beyond it a
+// get that finds nothing is answered 503 at once (the client backs off and
+// fetches again). A client library keeps one get in flight per partition it
+// consumes, all the partitions of one broker on one connection, so the
+// default is larger than pop's: four times the Go client's default window of
+// 1,024 requests in flight per connection (client.Config.MaxInFlight), which
+// bounds its gets on the connection. A client consuming more partitions of
+// one broker with a larger window needs the key raised with it.
+//
 // maxWaitMs is at most 2^31−1 (the parser refuses more, as for pop); park
 // clamps it again before turning it into a time.Duration, which overflows
 // from about 2^43 ms.
-const maxParkWaitMs = 1<<31 - 1
+const (
+	defaultMaxParkedGets = 4096
+	maxParkWaitMs        = 1<<31 - 1
+)
 
 const (
 	parkArmed  int32 = iota // waiting in the store
@@ -73,7 +92,22 @@ type parkState struct {
 	// Set by the reader at the first park, before any waiter is armed.
 	raw     syscall.RawConn
 	rawDone bool
-	buf     []byte // the waker's reply; owned with conn.writing
+	buf     []byte       // the waker's reply; owned with conn.writing
+	n       atomic.Int32 // gets parked now (bounded by Options.MaxParkedGets)
+}
+
+// mayPark reports whether another get may be parked on the connection;
+// otherwise it queues the 503 (reader only).
+func (c *conn) mayPark(g *getReq) bool {
+	limit := c.srv.opts.MaxParkedGets
+	if int(c.pk.n.Load()) < limit {
+		return true
+	}
+	c.srv.stats.getMiss.Add(1)
+	g.ts.getMiss.Add(1)
+	c.rq.addResultString(protocol.StatusServiceUnavailable, "no message at position "+itoa(g.offset)+", and "+strconv.Itoa(limit)+
+		" gets already wait on this connection (maxParkedGetsPerConnection): wait for their replies", g.opaque)
+	return false
 }
 
 // park holds a get that found nothing (see above).
@@ -89,6 +123,7 @@ func (c *conn) park(g getReq, maxWaitMs int64) {
 	}
 	pg := &parkedGet{c: c, g: g}
 	pg.w.Fn = pg.fire
+	c.pk.n.Add(1)
 	c.parked.Add(1)
 	c.wg.Add(1)
 	c.pk.mu.Lock()
@@ -199,6 +234,7 @@ func (pg *parkedGet) answer(res *store.ReadResult, err error) {
 	}
 	pg.prev, pg.next = nil, nil
 	c.pk.mu.Unlock()
+	c.pk.n.Add(-1)
 	c.parkedDone()
 	c.wg.Done()
 }

@@ -60,6 +60,48 @@ func TestParkedGetsOfAConsumerThatDoesNotRead(t *testing.T) {
 	}
 }
 
+// The gets parked on one connection are bounded (maxParkedGetsPerConnection,
+// longpoll.go): beyond it a get that finds nothing is answered 503 at once
+// instead of holding a parkedGet, a timer and a store waiter for as long as
+// the client likes. The parked ones still wait, and are answered by a put.
+func TestParkedGetsPerConnectionAreBounded(t *testing.T) {
+	const limit, n = 64, 100
+	b := brokertest.RunBroker(t, brokertest.Options{ExtraINI: fmt.Sprintf("maxParkedGetsPerConnection=%d\n", limit)})
+	c := b.Dial()
+	var sb strings.Builder
+	for i := range n {
+		fmt.Fprintf(&sb, "get test g 0 0 1024 %d 600000\r\n", i)
+	}
+	c.Send(sb.String())
+	for range n - limit {
+		r, err := c.TryReply(20 * time.Second)
+		if err != nil {
+			t.Fatalf("%d gets parked and no refusal: %v", b.Server.Counters().LongPollWaiters, err)
+		}
+		if r.Code != 503 || r.Opaque < limit || !strings.Contains(string(r.Body), "maxParkedGetsPerConnection") {
+			t.Fatalf("get %d beyond the bound: %d %q, want 503 with the reason", r.Opaque, r.Code, r.Body)
+		}
+	}
+	if w := b.Server.Counters().LongPollWaiters; w != limit {
+		t.Fatalf("%d gets parked on the connection, want %d", w, limit)
+	}
+	b.Dial().Put("test", 0, "hello", 1)
+	for range limit {
+		if r, err := c.TryReply(20 * time.Second); err != nil || r.Kind != protocol.ReplyValue {
+			t.Fatalf("parked get after the put: %+v %v", r, err)
+		}
+	}
+	// Answered, they make room: the next get parks again.
+	c.Send("get test g 0 1 1024 500 600000\r\n")
+	deadline := time.Now().Add(20 * time.Second)
+	for b.Server.Counters().LongPollWaiters != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d gets parked after the others were answered, want 1", b.Server.Counters().LongPollWaiters)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // maxWaitMs is at most 2^31-1: the broker turns it into a time.Duration,
 // which overflowed for larger values (a get answered 404 at once, or after
 // an arbitrary time). A larger one is a 400; the largest one waits.

@@ -47,7 +47,10 @@ type Options struct {
 	// PutDataTimeout: a put's data must arrive within this long (default
 	// 30s; negative: no limit but IdleTimeout).
 	PutDataTimeout time.Duration
-	Logger         *slog.Logger
+	// MaxParkedGets bounds the long-polling gets parked on one connection
+	// (default 4096; longpoll.go).
+	MaxParkedGets int
+	Logger        *slog.Logger
 	// OnTopic is called (from its own goroutine) the first time a topic is
 	// written since start, so the ZooKeeper registration can pick up topics
 	// accepted through a wildcard section.
@@ -135,6 +138,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.PutDataTimeout == 0 {
 		opts.PutDataTimeout = defaultPutDataTimeout
+	}
+	if opts.MaxParkedGets <= 0 {
+		opts.MaxParkedGets = defaultMaxParkedGets
 	}
 	s := &Server{
 		opts:  opts,

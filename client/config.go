@@ -64,7 +64,9 @@ type Config struct {
 	MaxReconnectBackoff time.Duration
 	// MaxInFlight bounds the requests in flight on one broker connection;
 	// SendAsync blocks (bounded by its context) when the window is full
-	// (default 1024, at most 1,048,576).
+	// (default 1024, at most 1,048,576). A consumer keeps one long-polling
+	// get per partition on it: a broker answers 503 to gets beyond its
+	// maxParkedGetsPerConnection (default 4096) waiting on one connection.
 	MaxInFlight int
 
 	// Hooks observe every send and handler call (client/hook.go): user

@@ -89,6 +89,7 @@ type System struct {
 	MetricsLagInterval  time.Duration // metricsLagIntervalMs, default 15s: how often consumer offsets are re-read from ZooKeeper
 	MaxPendingPutBytes  int64         // maxPendingPutBytes (metaq), default 256 MiB: put data buffered across connections
 	PutDataTimeout      time.Duration // putDataTimeoutMs (metaq), default 30s; 0 = only idleTimeout applies
+	MaxParkedGets       int           // maxParkedGetsPerConnection (metaq), default 4096: long-polling gets waiting on one connection
 
 	// Accepted for MetaQ compatibility; ignored (see Warnings).
 	GetProcessThreadCount       int    // getProcessThreadCount, default 10×CPUs
@@ -191,6 +192,7 @@ const (
 	DefaultIdleTimeout        = 600 * time.Second
 	DefaultMaxPendingPutBytes = 256 << 20
 	DefaultPutDataTimeout     = 30 * time.Second
+	DefaultMaxParkedGets      = 4096
 	DefaultZKConnect          = "localhost:2181"
 	DefaultZKRoot             = "/meta"
 	DefaultSlaveGroup         = "meta-slave-group"
@@ -254,6 +256,7 @@ func defaults(brokerID int) *Config {
 			MetricsLagInterval:  DefaultMetricsLagInterval,
 			MaxPendingPutBytes:  DefaultMaxPendingPutBytes,
 			PutDataTimeout:      DefaultPutDataTimeout,
+			MaxParkedGets:       DefaultMaxParkedGets,
 
 			GetProcessThreadCount: threads,
 			PutProcessThreadCount: threads,

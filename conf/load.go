@@ -122,6 +122,7 @@ var systemKeys = []keyDef{
 	{"putDataTimeoutMs", used, "", func(p *parser, c *Config, v string) error {
 		return setDuration(&c.System.PutDataTimeout, v, time.Millisecond)
 	}},
+	{"maxParkedGetsPerConnection", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MaxParkedGets, v) }},
 	{"slaveId", used, "", func(p *parser, c *Config, v string) error { return p.setSlaveID(c, v, "system") }},
 	{"getProcessThreadCount", ignored, noteThreads, func(p *parser, c *Config, v string) error {
 		return setInt(&c.System.GetProcessThreadCount, v)

@@ -76,6 +76,7 @@ func TestMinimalConfigHasMetaQDefaults(t *testing.T) {
 		{"maxConnections", s.MaxConnections, 0},
 		{"maxPendingPutBytes", s.MaxPendingPutBytes, int64(256 << 20)},
 		{"putDataTimeoutMs", s.PutDataTimeout, 30 * time.Second},
+		{"maxParkedGetsPerConnection", s.MaxParkedGets, 4096},
 		{"bindHost", s.BindHost, ""},
 		{"getProcessThreadCount", s.GetProcessThreadCount, 10 * runtime.NumCPU()},
 		{"quartzThreadCount", s.QuartzThreadCount, 5},
@@ -189,6 +190,7 @@ transactionCheckInterval = 5000
 transactionCheckMax = 3
 maxPendingPutBytes = 64m
 putDataTimeoutMs = 5000
+maxParkedGetsPerConnection = 100000
 `
 	c, err := Parse([]byte(text), filepath.Join(dir, "server.ini"))
 	if err != nil {
@@ -202,7 +204,7 @@ putDataTimeoutMs = 5000
 		MaxMessageSize: 1 << 20, IndexFileSize: 16 << 10, DeletePolicy: Retention{Delete: true, Keep: 168 * time.Hour},
 		DeleteWhen: s.DeleteWhen, AcceptPublish: false, AcceptSubscribe: false, Stat: false, UpdateConsumerOffsets: true,
 		MetricsMaxTopics: DefaultMetricsMaxTopics, MetricsMaxLagSeries: DefaultMetricsMaxLagSeries, MetricsLagInterval: DefaultMetricsLagInterval,
-		IdleTimeout: 90 * time.Second, MaxConnections: 10000, MaxPendingPutBytes: 64 << 20, PutDataTimeout: 5 * time.Second,
+		IdleTimeout: 90 * time.Second, MaxConnections: 10000, MaxPendingPutBytes: 64 << 20, PutDataTimeout: 5 * time.Second, MaxParkedGets: 100000,
 		GetProcessThreadCount: 80, PutProcessThreadCount: 80, LoadMessageStoresInParallel: true, QuartzThreadCount: 2,
 		AppClassPath: "/opt/meta/provided/", MaxCheckpoints: 5, CheckpointInterval: time.Minute,
 		MaxTxTimeoutTimerCapacity: 100, MaxTxPerConnection: 1024, MaxTxTimeout: 30 * time.Second, FlushTxLogAtCommit: 2,

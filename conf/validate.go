@@ -125,6 +125,9 @@ func validateLimits(c *Config, p *problems) {
 	if s.PutDataTimeout < 0 {
 		p.bad(sysSection, "putDataTimeoutMs", "must not be negative (0 = only idleTimeout applies)")
 	}
+	if s.MaxParkedGets < 1 {
+		p.bad(sysSection, "maxParkedGetsPerConnection", "must be >= 1")
+	}
 	for _, n := range []struct {
 		key string
 		v   int
