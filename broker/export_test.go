@@ -21,3 +21,6 @@ func Writers(b *Broker) (delay, tx, pop bool) {
 	srv := b.Server
 	return srv.delayService() != nil, !srv.tx.Standby(), srv.pop.Load() != nil
 }
+
+// TopicTableLen is the number of topics interned by s (topics.go).
+func TopicTableLen(s *Server) int { return len(s.topics.all()) }

@@ -169,7 +169,7 @@ func (c *conn) handlePut(cmd *protocol.Command) {
 // subscribable resolves a topic/partition for get, offset and seek. It queues
 // MetaQ's reply and returns nil when the request cannot be served.
 func (c *conn) subscribable(cmd *protocol.Command) *topicState {
-	ts := c.srv.topics.get(cmd.Topic)
+	ts := c.srv.topics.lookup(cmd.Topic, cmd.Partition, c.srv.store) // a read interns no topic (topics.go)
 	if ts == nil || cmd.Partition < 0 || int(cmd.Partition) >= ts.settings.NumPartitions {
 		c.rq.addResultString(protocol.StatusNotFound, "The topic `"+string(cmd.Topic)+"` in partition `"+
 			strconv.Itoa(int(cmd.Partition))+"` is not exists", cmd.Opaque)
@@ -319,7 +319,7 @@ func (c *conn) handleQueryID(cmd *protocol.Command) {
 }
 
 func (c *conn) handleQueryKey(cmd *protocol.Command) {
-	ts := c.srv.topics.get(cmd.Topic)
+	ts := c.srv.topics.lookup(cmd.Topic, -1, nil)
 	if ts == nil {
 		c.rq.addResultString(protocol.StatusNotFound, "The server do not accept topic "+string(cmd.Topic), cmd.Opaque)
 		return

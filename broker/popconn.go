@@ -48,7 +48,7 @@ func (c *conn) handlePop(cmd *protocol.Command) {
 		c.rq.addResultString(protocol.StatusServiceUnavailable, "pop is not enabled on this broker", cmd.Opaque)
 		return
 	}
-	ts := s.topics.get(cmd.Topic)
+	ts := s.topics.lookup(cmd.Topic, -1, nil) // a read interns no topic (topics.go)
 	if ts == nil || !ts.settings.AcceptSubscribe {
 		c.rq.addResultString(protocol.StatusNotFound, "The topic `"+string(cmd.Topic)+"` is not served for subscription here", cmd.Opaque)
 		return

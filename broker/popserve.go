@@ -65,7 +65,7 @@ func startPop(c *conf.Config, st *store.Store, d *delay.Service, srv *Server, ad
 func (s *Server) popTopic(topic string) (int, bool) {
 	ts := (*s.topics.m.Load())[topic]
 	if ts == nil {
-		ts = s.topics.get([]byte(topic))
+		ts = s.topics.lookup([]byte(topic), -1, nil) // a read interns no topic (topics.go)
 	}
 	if ts == nil || !ts.settings.AcceptSubscribe {
 		return 0, false

@@ -52,6 +52,15 @@ type topicState struct {
 // topicTable interns accepted topics. Reads are lock-free (an immutable map
 // behind an atomic pointer); adding a topic copies the map under mu, which
 // happens once per topic.
+//
+// Only a write interns a topic (get: put, mput, a transaction's put, a
+// resent dead letter), or a read of a partition that holds records (a topic
+// written before the broker started): what the table holds is bounded by
+// what the store holds. The read-only commands (get, offset, seek, pop,
+// query key) resolve a topic not interned yet with lookup, which answers
+// from a state of its own that is not kept: with a wildcard section
+// (`[topic=*]`) they took any name, and interning each one grew the
+// broker-wide table without bound, copying the whole map at every insert.
 type topicTable struct {
 	policy TopicPolicy
 	m      atomic.Pointer[map[string]*topicState]
@@ -91,7 +100,27 @@ func (t *topicTable) get(name []byte) *topicState {
 	return ts
 }
 
-// all returns every topic seen since start.
+// lookup returns the state of an accepted topic for a read-only command
+// (nil when no section accepts it) without interning it: a topic not
+// interned yet that has no records in partition (the store's MaxOffset is
+// 0; partition -1: any) is answered from a new state that is not kept, so
+// reads see it as the empty topic it is (offset 0, get 404) and its read
+// counters are not kept either. One that has records is interned.
+func (t *topicTable) lookup(name []byte, partition int32, st *store.Store) *topicState {
+	if ts := (*t.m.Load())[string(name)]; ts != nil {
+		return ts
+	}
+	settings, ok := t.policy.Lookup(string(name))
+	if !ok {
+		return nil
+	}
+	if partition >= 0 && partition < int32(settings.NumPartitions) && st != nil && st.MaxOffset(string(name), partition) > 0 {
+		return t.get(name)
+	}
+	return &topicState{name: string(name), settings: settings}
+}
+
+// all returns every topic interned since start.
 func (t *topicTable) all() map[string]*topicState { return *t.m.Load() }
 
 // choosePartition picks a partition for `put … -1`.
