@@ -18,9 +18,29 @@ import (
 // into system topics one by one (use put for them).
 
 // batchBufs is the reader's scratch for mput, reused frame after frame
-// (reader only). Bounded by protocol.MaxBatchCount entries.
+// (reader only). Bounded by protocol.MaxBatchCount entries (about 1 MiB),
+// and sized from the entries the block can hold (the parser refuses a count
+// beyond <len>/protocol.MinBatchEntry): a 27-byte frame announcing 10,000
+// messages allocated the whole of it, kept for the life of the connection.
+// A scratch of more than maxKeptBatchMsgs entries is dropped after a
+// refused frame, and after a stored one when the connection goes quiet,
+// with the large read buffer (readbuf.go).
 type batchBufs struct {
 	msgs []store.Message
+}
+
+// maxKeptBatchMsgs is the largest mput scratch a quiet connection keeps.
+const maxKeptBatchMsgs = 256
+
+// big reports whether the scratch is to be given back when the connection
+// goes quiet.
+func (b *batchBufs) big() bool { return cap(b.msgs) > maxKeptBatchMsgs }
+
+// release drops a large scratch.
+func (b *batchBufs) release() {
+	if b.big() {
+		b.msgs = nil
+	}
 }
 
 func (c *conn) handleBatchPut(cmd *protocol.Command) {
@@ -47,6 +67,7 @@ func (c *conn) handleBatchPut(cmd *protocol.Command) {
 	flush, err := s.appendRun(msgs, &run)
 	if err != nil {
 		clear(msgs) // drop the references into the read buffer
+		c.batch.release()
 		code := protocol.StatusInternalServerError
 		switch {
 		case errors.Is(err, store.ErrMessageTooLarge), errors.Is(err, store.ErrBadTopic):
@@ -71,8 +92,20 @@ func (c *conn) handleBatchPut(cmd *protocol.Command) {
 
 // splitBatch parses an mput block into n store messages for partition
 // (aliasing block). bad is the reason the frame is refused, "" when it is
-// good; bytes counts the stored data.
+// good; bytes counts the stored data. A refused frame leaves no large
+// scratch behind.
 func (c *conn) splitBatch(ts *topicState, partition int32, block []byte, n int) (msgs []store.Message, bytes int, bad string) {
+	msgs, bytes, bad = c.splitBatchInto(ts, partition, block, n)
+	if bad != "" {
+		c.batch.release()
+	}
+	return msgs, bytes, bad
+}
+
+func (c *conn) splitBatchInto(ts *topicState, partition int32, block []byte, n int) (msgs []store.Message, bytes int, bad string) {
+	if n > len(block)/protocol.MinBatchEntry { // the parser refuses it; the scratch must not follow a bogus count
+		return nil, 0, strconv.Itoa(n) + " entries announced in " + strconv.Itoa(len(block)) + " bytes"
+	}
 	if cap(c.batch.msgs) < n {
 		c.batch.msgs = make([]store.Message, n)
 	}

@@ -247,3 +247,20 @@ func TestBatchPutSplitFramesReuseBuffer(t *testing.T) {
 		})
 	}
 }
+
+// An mput header announcing more messages than its block can hold (an entry
+// takes at least protocol.MinBatchEntry bytes) is refused from the header,
+// before the broker sizes anything from the count; the connection stays
+// open. (A 27-byte frame announcing 10000 messages made each connection
+// allocate and keep scratch for all of them: TestBatchScratchFollowsTheBlock.)
+func TestBatchPutCountBeyondTheBlock(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{})
+	c := b.Dial()
+	c.Send(fmt.Sprintf("mput test 0 %d 4 1\r\n0 0\nversion 2\r\n", protocol.MaxBatchCount))
+	if r := c.Reply(); r.Code != 400 || r.Opaque != 1 || !strings.Contains(string(r.Body), "an entry takes at least 4") {
+		t.Fatalf("mput of %d messages in 4 bytes: %d %q, want 400 from the header", protocol.MaxBatchCount, r.Code, r.Body)
+	}
+	if r := c.Reply(); r.Opaque != 2 {
+		t.Fatalf("after the refused mput: %+v", r)
+	}
+}

@@ -233,7 +233,7 @@ func (c *conn) readLoop() {
 	small := 0 // consecutive reads below an eighth of buf
 	idle := c.srv.opts.IdleTimeout
 	for {
-		c.armReadDeadline(idle, len(buf) > minReadBuf || c.parser.RetainsData())
+		c.armReadDeadline(idle, len(buf) > minReadBuf || c.parser.RetainsData() || c.batch.big())
 		// Shutdown sets shuttingDown, then the read deadline to now. Checking
 		// the flag after re-arming the deadline means either we see it here or
 		// Shutdown's deadline lands after ours and wakes the Read below.
@@ -288,6 +288,7 @@ func (c *conn) readLoop() {
 				if c.shrinkDue() {
 					buf = make([]byte, minReadBuf) // quiet: give the large read buffer back
 					c.parser.ReleaseData()         // and a large data buffer
+					c.batch.release()              // and a large mput scratch
 					continue
 				}
 				if c.parked.Load() > 0 || c.queued() {

@@ -14,7 +14,8 @@ import "time"
 // one and the read goes on with the normal deadline. A busy connection
 // never sees it fire; an idle one pays one extra wake-up. The parser's data
 // buffer (a put or mput split across reads, kept up to maxReadBuf for the
-// next one: protocol.Parser.RetainData) is given back at the same time.
+// next one: protocol.Parser.RetainData) is given back at the same time, as
+// is a large mput scratch (batchput.go).
 //
 // The deadline of a Read is the earliest of: idleTimeout, the deadline of a
 // put whose data is in progress (putbudget.go) and the shrink time.

@@ -39,6 +39,11 @@ import (
 // bounded by the parser's MaxMessageSize, like a put's data).
 const MaxBatchCount = 10000
 
+// MinBatchEntry is the size of the smallest entry of an mput block
+// (`0 0\n`): a frame announcing more than <len>/MinBatchEntry entries is
+// refused from its header.
+const MinBatchEntry = 4
+
 // AppendBatchPutHeader appends the header line of an mput frame whose block
 // is blockLen bytes, asking for the reply that lists every id; checksum
 // ChecksumNone omits the checksum field.
@@ -344,6 +349,12 @@ func (p *Parser) parseBatchPut(line []byte, nf int) (lineAction, error) {
 	p.ix.topic = p.nameAt(line, 1, "topic")
 	c.Partition = int32(p.num(line, 2, "partition", -1, maxI32))
 	c.Count = int32(p.num(line, 3, "count", 1, MaxBatchCount))
+	if int(c.Count) > p.dataLen/MinBatchEntry {
+		// The broker sizes its scratch from the count: a 4-byte block must
+		// not announce 10,000 messages.
+		p.bad("mput of " + strconv.Itoa(int(c.Count)) + " messages in " + strconv.Itoa(p.dataLen) +
+			" bytes: an entry takes at least " + strconv.Itoa(MinBatchEntry))
+	}
 	c.BatchRuns = runsAt >= 0
 	if sumAt >= 0 {
 		b := p.f(line, sumAt)

@@ -269,3 +269,39 @@ func TestBatchPutHeaderForms(t *testing.T) {
 		}
 	}
 }
+
+// An entry takes at least MinBatchEntry bytes (`0 0\n`), so a header
+// announcing more entries than its block can hold is refused from the header
+// (the broker sizes its scratch from the count), the block skipped.
+func TestBatchPutCountBoundedByBlock(t *testing.T) {
+	cases := []struct {
+		in      string
+		count   int32
+		wantErr bool
+	}{
+		{"mput t 1 1 4 9\r\n0 0\n", 1, false},
+		{"mput t 1 2 8 9\r\n0 0\n0 0\n", 2, false},
+		{"mput t 1 2 7 9\r\n0 0\n0 0", 0, true},
+		{fmt.Sprintf("mput t 0 %d 4 9\r\n0 0\n", MaxBatchCount), 0, true},
+	}
+	for _, tc := range cases {
+		var p Parser
+		var got []Command
+		if err := p.Parse([]byte(tc.in+"version 1\r\n"), func(c *Command) error { got = append(got, *c); return nil }); err != nil {
+			t.Fatalf("%q: %v", tc.in, err)
+		}
+		if len(got) != 2 || got[1].Op != OpVersion {
+			t.Fatalf("%q: %d commands, the block not skipped", tc.in, len(got))
+		}
+		c := got[0]
+		if tc.wantErr {
+			if c.Err == nil || c.Err.Code != StatusBadRequest || !bytes.Contains([]byte(c.Err.Msg), []byte("an entry takes at least 4")) || c.Opaque != 9 {
+				t.Errorf("%q: %+v, want 400 (count beyond the block)", tc.in, c.Err)
+			}
+			continue
+		}
+		if c.Err != nil || c.Count != tc.count {
+			t.Errorf("%q: %+v", tc.in, c)
+		}
+	}
+}
