@@ -226,7 +226,19 @@ func (c *conn) trackPartialPut(n int) bool {
 	if want == 0 {
 		return true
 	}
-	if !c.mayPut() {
+	if finishOp(pd.Op) {
+		// The handles of an ack, reject, release or extend: whoever may use
+		// a consumer group may send them (a subscriber acking a batch
+		// need not publish); they reserve like put data.
+		if !c.mayUseGroups() {
+			if want <= maxUnauthorizedPutData {
+				return true // buffered without a reservation; authorize refuses it when complete
+			}
+			c.closeReason(protocol.StatusForbidden, pd.Opaque, "forbidden: this connection may not use any consumer group ("+
+				c.whoForGroups()+"); "+pd.Op.String()+" data of "+strconv.Itoa(pd.Len)+" bytes is not buffered: closing the connection")
+			return false
+		}
+	} else if !c.mayPut() {
 		if want <= maxUnauthorizedPutData {
 			return true // buffered without a reservation; authorize refuses it when complete
 		}
@@ -262,8 +274,36 @@ func (c *conn) trackPartialPut(n int) bool {
 // reservation, and such a put is refused (403) once complete, by
 // authorize. A larger one is refused on its first read and the connection
 // closed (the stream cannot be framed without reading the data): whoever
-// may not put cannot hold the budget of those who may.
+// may not put cannot hold the budget of those who may. The handles of an
+// ack, reject, release or extend are not put data: the same rule applies
+// to them with "use any consumer group" for "put to any topic" (an ack
+// needs the group's rights, authorize), so a subscriber without publish
+// rights can ack a batch of any size.
 const maxUnauthorizedPutData = 4 << 10
+
+// finishOp reports whether op is one whose data block holds handles
+// (popconn.go) rather than messages.
+func finishOp(op protocol.Op) bool {
+	switch op {
+	case protocol.OpAck, protocol.OpReject, protocol.OpRelease, protocol.OpExtend:
+		return true
+	}
+	return false
+}
+
+// mayUseGroups reports whether the connection's identity may use some
+// consumer group (always true without [security]).
+func (c *conn) mayUseGroups() bool {
+	a := c.srv.opts.Auth
+	return a == nil || a.MayUseGroups(c.user)
+}
+
+func (c *conn) whoForGroups() string {
+	if c.user == "" {
+		return "authenticate first: auth <user> <secret> <opaque>"
+	}
+	return "user " + c.user + " may use no consumer group"
+}
 
 // mayPut reports whether the connection's identity may put to some topic
 // (always true without [security]).

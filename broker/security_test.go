@@ -582,3 +582,53 @@ func TestSecurityReplicationLinkAuthenticates(t *testing.T) {
 		t.Fatalf("slave holds %d messages of test/0, want 50", got)
 	}
 }
+
+// The handles of an ack (a data block, docs/protocol.md "pop") are not put
+// data: a subscriber without publish rights acking a batch of more than
+// 4 KiB whose block spans reads was answered "403 forbidden: this
+// connection may not put to any topic" and its connection closed
+// (putbudget.go). Whoever may use no consumer group is still refused such a
+// block on its first read.
+func TestSubscriberBatchAckSpanningReads(t *testing.T) {
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users.ini")
+	data := "[carol]\nsecret = " + bhash(t, "pw-carol") + "\nsubscribe = orders.*\ngroups = billing-*\n" +
+		"[dave]\nsecret = " + bhash(t, "pw-dave") + "\nsubscribe = orders.*\n"
+	if err := os.WriteFile(users, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := brokertest.RunBroker(t, brokertest.Options{Dir: dir, Topics: map[string]int{"orders.*": 1},
+		ExtraINI: "\n[security]\nusersFile=" + users + "\nanonymous=none\n"})
+	var hs strings.Builder
+	for i := 0; hs.Len() < 8000; i++ {
+		fmt.Fprintf(&hs, "orders.eu:0:%d:1 ", i)
+	}
+	block := hs.String()
+	first := fmt.Sprintf("ack billing-1 %d 5\r\n", len(block)) + block[:1000]
+
+	c := b.Dial()
+	login(t, c, "carol", "pw-carol")
+	c.Send(first)
+	time.Sleep(50 * time.Millisecond) // the rest in a later read
+	c.Send(block[1000:] + "version 6\r\n")
+	r, err := c.TryReply(20 * time.Second)
+	if err != nil || r.Code == 403 || r.Opaque != 5 {
+		t.Fatalf("subscriber's batch ack of %d bytes: %d %q %v (want it applied or answered 404/503, not refused as a put)", len(block), r.Code, r.Body, err)
+	}
+	if r, err := c.TryReply(20 * time.Second); err != nil || r.Opaque != 6 {
+		t.Fatalf("after the batch ack: %+v %v", r, err)
+	}
+
+	for _, who := range []string{"", "dave"} {
+		c := b.Dial()
+		if who != "" {
+			login(t, c, who, "pw-"+who)
+		}
+		c.Send(first) // refused on this first read: the rest is not sent
+		r, err := c.TryReply(20 * time.Second)
+		if err != nil || r.Code != 403 || r.Opaque != 5 || !strings.Contains(string(r.Body), "may not use any consumer group") {
+			t.Fatalf("%q: batch ack of %d bytes: %d %q %v, want 403 (no consumer group)", who, len(block), r.Code, r.Body, err)
+		}
+		c.ExpectClosed(20 * time.Second)
+	}
+}

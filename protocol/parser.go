@@ -139,22 +139,24 @@ func (p *Parser) Pending() bool {
 	return p.state != stLine || p.hdrN > 0
 }
 
-// PartialData describes a put or sync whose data block is being read across
-// reads (Parser.Partial).
+// PartialData describes a command whose data block is being read across
+// reads (Parser.Partial): a put, mput or sync, or the handles of an ack,
+// reject, release or extend.
 type PartialData struct {
+	Op       Op    // the command the data belongs to
 	Len      int   // announced data length
 	Received int   // bytes of it read so far
 	Buffered bool  // the data is kept (false: the data of a bad request, skipped)
 	Opaque   int32 // the request's opaque
 }
 
-// Partial reports the put or sync whose data block is in progress, if any.
-// The broker uses it to budget buffered put data and to time out puts whose
+// Partial reports the command whose data block is in progress, if any.
+// The broker uses it to budget buffered data and to time out commands whose
 // data stops arriving.
 func (p *Parser) Partial() (PartialData, bool) {
 	switch p.state {
 	case stData, stSkip:
-		return PartialData{Len: p.dataLen, Received: p.dataLen - p.need, Buffered: p.state == stData, Opaque: p.cmd.Opaque}, true
+		return PartialData{Op: p.cmd.Op, Len: p.dataLen, Received: p.dataLen - p.need, Buffered: p.state == stData, Opaque: p.cmd.Opaque}, true
 	}
 	return PartialData{}, false
 }

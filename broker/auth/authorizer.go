@@ -164,6 +164,25 @@ func (a *Authorizer) MayPublish(user string) bool {
 	return u != nil && (u.Admin || len(u.Publish) > 0)
 }
 
+// MayUseGroups reports whether user ("" = not authenticated) may use some
+// consumer group (an admin, or a user with group patterns), without counting
+// a denial: the broker decides from it, on an ack's (reject's, release's,
+// extend's) header line, whether to buffer a block of handles that cannot be
+// accepted whatever its group.
+func (a *Authorizer) MayUseGroups(user string) bool {
+	if user == "" {
+		switch a.anonymous {
+		case "all":
+			return true
+		case "none":
+			return false
+		}
+		user = a.anonymous
+	}
+	u := a.users.Load().byName[user]
+	return u != nil && (u.Admin || len(u.Groups) > 0)
+}
+
 // IsAdmin reports whether user (or the anonymous policy) has admin rights.
 func (a *Authorizer) IsAdmin(user string) bool { return a.Check(user, OpAdmin, nil, nil) == "" }
 
