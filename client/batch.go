@@ -377,6 +377,7 @@ type lingerKey struct {
 type lingerBatch struct {
 	key   lingerKey
 	tbl   *routeTable
+	cr    *lingerCredit // the credit its messages hold (released when its last frame is answered)
 	msgs  []*Message
 	cbs   []func(SendResult, error)
 	t0s   []time.Duration // Config.Trace: when each message was given to SendAsync (trace.go)
@@ -385,15 +386,37 @@ type lingerBatch struct {
 	timer *time.Timer
 }
 
-// lingerer holds the open batches of a producer (guarded by mu).
+// lingerQueue is the closed batches of one partition waiting for its
+// sender, in the order they were closed.
+type lingerQueue struct {
+	batches []*lingerBatch
+}
+
+// lingerCredit bounds the lingering messages of one broker connection
+// (open, queued and in flight, until their callbacks are due):
+// MaxInFlight × BatchSize messages and MaxInFlight × MaxMessageSize bytes,
+// what a full window of full batches holds. Guarded by lingerer.mu.
+type lingerCredit struct {
+	msgs, bytes int
+	wake        chan struct{} // closed when credit is given back; nil while nobody waits
+}
+
+// lingerer holds the open batches of a producer, the closed ones waiting
+// for their partition's sender, and the credit of each connection (guarded
+// by mu).
 type lingerer struct {
-	mu   sync.Mutex
-	open map[lingerKey]*lingerBatch
+	mu     sync.Mutex
+	open   map[lingerKey]*lingerBatch
+	queues map[lingerKey]*lingerQueue // a key is present while its sender runs
+	credit map[*brokerConn]*lingerCredit
 }
 
 // linger adds msg to its partition's open batch; the batch is sent when it
 // is full (BatchSize messages or about MaxMessageSize bytes) or Linger after
-// its first message. false: msg cannot linger (send it now).
+// its first message. It first takes credit for msg on its partition's
+// connection, waiting (bounded by ctx) while the connection's lingering
+// messages are at their bound; when ctx ends first, msg fails with
+// ctx.Err(). false: msg cannot linger (send it now).
 func (p *Producer) linger(ctx context.Context, route *topicRoute, msg *Message, cb func(SendResult, error)) bool {
 	if msg.DelayLevel > 0 || !msg.DeliverAt.IsZero() {
 		return false
@@ -412,19 +435,26 @@ func (p *Producer) linger(ctx context.Context, route *topicRoute, msg *Message, 
 	size := msg.dataLenWithoutProps() + 64 + len(msg.Tag) + 16*len(msg.Keys) + 32*len(msg.Properties)
 	l := &p.lingers
 	l.mu.Lock()
+	cr, err := p.takeCreditLocked(ctx, t.conns[key.idx], size)
+	if err != nil {
+		l.mu.Unlock()
+		if ev != nil {
+			p.batchAfterSend(nil, []*SendEvent{ev}, 0, 1, nil, err, 0, "")
+		}
+		p.asyncFail(cb, err)
+		return true
+	}
 	if l.open == nil {
 		l.open = make(map[lingerKey]*lingerBatch)
 	}
 	b := l.open[key]
 	if b != nil && b.tbl != t { // the route changed: send what was collected for the old table
 		p.detachLocked(b)
-		l.mu.Unlock()
-		p.sendLingered(b)
-		l.mu.Lock()
+		p.queueLocked(b)
 		b = nil
 	}
 	if b == nil {
-		b = &lingerBatch{key: key, tbl: t}
+		b = &lingerBatch{key: key, tbl: t, cr: cr}
 		l.open[key] = b
 		b.timer = time.AfterFunc(p.opts.Linger, func() { p.lingerDue(b) })
 	}
@@ -437,15 +467,63 @@ func (p *Producer) linger(ctx context.Context, route *topicRoute, msg *Message, 
 		b.t0s = append(b.t0s, traceClock()) // trace.go
 	}
 	b.bytes += size
-	full := len(b.msgs) >= p.opts.BatchSize || b.bytes >= p.opts.MaxMessageSize/2
-	if full {
+	if len(b.msgs) >= p.opts.BatchSize || b.bytes >= p.opts.MaxMessageSize/2 {
 		p.detachLocked(b)
+		p.queueLocked(b)
 	}
 	l.mu.Unlock()
-	if full {
-		p.sendLingered(b)
-	}
 	return true
+}
+
+// takeCreditLocked takes credit for one message of size bytes on c
+// (p.lingers.mu held; it is released while waiting). A message larger than
+// the byte bound is let through when c holds nothing else.
+func (p *Producer) takeCreditLocked(ctx context.Context, c *brokerConn, size int) (*lingerCredit, error) {
+	l := &p.lingers
+	if l.credit == nil {
+		l.credit = make(map[*brokerConn]*lingerCredit)
+	}
+	cr := l.credit[c]
+	if cr == nil {
+		cr = &lingerCredit{}
+		l.credit[c] = cr
+	}
+	maxMsgs, maxBytes := p.cfg.MaxInFlight*p.opts.BatchSize, p.cfg.MaxInFlight*p.opts.MaxMessageSize
+	for cr.msgs > 0 && (cr.msgs >= maxMsgs || cr.bytes+size > maxBytes) {
+		if cr.wake == nil {
+			cr.wake = make(chan struct{})
+		}
+		wake := cr.wake
+		l.mu.Unlock()
+		var err error
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-p.ctx.Done():
+			err = ErrClosed
+		}
+		l.mu.Lock()
+		if err != nil {
+			return nil, err
+		}
+	}
+	cr.msgs++
+	cr.bytes += size
+	return cr, nil
+}
+
+// releaseCredit gives back the credit of a batch's messages.
+func (p *Producer) releaseCredit(b *lingerBatch) {
+	l := &p.lingers
+	l.mu.Lock()
+	b.cr.msgs -= len(b.msgs)
+	b.cr.bytes -= b.bytes
+	if b.cr.wake != nil {
+		close(b.cr.wake)
+		b.cr.wake = nil
+	}
+	l.mu.Unlock()
 }
 
 // detachLocked removes b from the open batches (p.lingers.mu held).
@@ -456,54 +534,111 @@ func (p *Producer) detachLocked(b *lingerBatch) {
 	b.timer.Stop()
 }
 
-func (p *Producer) lingerDue(b *lingerBatch) {
-	p.lingers.mu.Lock()
-	if p.lingers.open[b.key] != b {
-		p.lingers.mu.Unlock()
-		return // sent because it was full
+// queueLocked hands a detached batch to its partition's sender, starting
+// one when none runs (p.lingers.mu held). One sender per partition sends
+// the batches in the order they were closed, so the frames of a partition
+// reach its connection in send order (per-key order with an ordered
+// selector) whichever goroutine closed them; the callers, the Linger
+// timers and Close never wait for a window slot themselves.
+func (p *Producer) queueLocked(b *lingerBatch) {
+	l := &p.lingers
+	if q := l.queues[b.key]; q != nil {
+		q.batches = append(q.batches, b)
+		return
 	}
-	p.detachLocked(b)
-	p.lingers.mu.Unlock()
-	p.sendLingered(b)
+	p.closeMu.Lock()
+	if p.ctx.Err() != nil { // closed: nobody would send it
+		p.closeMu.Unlock()
+		// Not under l.mu (the callbacks are user code), and not in p.wg:
+		// Close may be waiting for it already.
+		go p.failLingered(b, ErrClosed)
+		return
+	}
+	p.wg.Add(1)
+	p.closeMu.Unlock()
+	if l.queues == nil {
+		l.queues = make(map[lingerKey]*lingerQueue)
+	}
+	q := &lingerQueue{batches: []*lingerBatch{b}}
+	l.queues[b.key] = q
+	go p.lingerSender(b.key, q)
 }
 
-// flushLingering sends every open batch (Close).
-func (p *Producer) flushLingering() {
-	p.lingers.mu.Lock()
-	var bs []*lingerBatch
-	for _, b := range p.lingers.open {
-		bs = append(bs, b)
-	}
-	for _, b := range bs {
-		p.detachLocked(b)
-	}
-	p.lingers.mu.Unlock()
-	for _, b := range bs {
+// lingerSender sends the queued batches of one partition, one after the
+// other, until its queue is empty.
+func (p *Producer) lingerSender(key lingerKey, q *lingerQueue) {
+	defer p.wg.Done()
+	l := &p.lingers
+	for {
+		l.mu.Lock()
+		if len(q.batches) == 0 {
+			delete(l.queues, key)
+			l.mu.Unlock()
+			return
+		}
+		b := q.batches[0]
+		q.batches[0] = nil
+		q.batches = q.batches[1:]
+		l.mu.Unlock()
 		p.sendLingered(b)
 	}
 }
 
-// sendLingered sends a detached batch to its partition; every message's
-// callback gets its own result. The messages were counted in flight by
-// SendAsync.
-func (p *Producer) sendLingered(b *lingerBatch) {
-	done := func(i int, res SendResult, err error) {
-		if cb := b.cbs[i]; cb != nil {
-			cb(res, err)
+func (p *Producer) lingerDue(b *lingerBatch) {
+	p.lingers.mu.Lock()
+	if p.lingers.open[b.key] == b {
+		p.detachLocked(b)
+		p.queueLocked(b)
+	} // else: queued already because it was full
+	p.lingers.mu.Unlock()
+}
+
+// flushLingering hands every open batch to its sender (Close).
+func (p *Producer) flushLingering() {
+	p.lingers.mu.Lock()
+	for _, b := range p.lingers.open {
+		p.detachLocked(b)
+		p.queueLocked(b)
+	}
+	p.lingers.mu.Unlock()
+}
+
+// failLingered completes every message of a batch that was not sent with
+// err.
+func (p *Producer) failLingered(b *lingerBatch, err error) {
+	p.releaseCredit(b)
+	if b.evs != nil {
+		p.batchAfterSend(nil, b.evs, 0, len(b.msgs), nil, err, 0, "")
+	}
+	for i, cb := range b.cbs {
+		if cb != nil {
+			cb(SendResult{}, err)
 		}
+		b.cbs[i] = nil
 		p.sendDone()
 	}
+}
+
+// sendLingered sends a detached batch to its partition (on its partition's
+// sender); every message's callback gets its own result. The messages were
+// counted in flight by SendAsync. It returns once every frame was begun
+// (given its window slot and queued on the connection) or failed.
+func (p *Producer) sendLingered(b *lingerBatch) {
 	frames, err := p.encodeFrames(b.key.route, b.msgs, nil)
 	if err != nil {
-		if b.evs != nil {
-			p.batchAfterSend(nil, b.evs, 0, len(b.msgs), nil, err, 0, "")
-		}
-		for i := range b.msgs {
-			done(i, SendResult{}, err)
-		}
+		p.failLingered(b, err)
 		return
 	}
+	var mu sync.Mutex
+	left := len(frames)
 	finish := func(f *batchFrame, res []SendResult, err error) {
+		mu.Lock()
+		left--
+		last := left == 0
+		mu.Unlock()
+		if last {
+			p.releaseCredit(b) // before the callbacks: one may send again
+		}
 		if b.evs != nil {
 			addr, attempts := p.frameAttempt(f)
 			p.batchAfterSend(nil, b.evs, f.base, f.count, res, err, attempts, addr)
@@ -513,7 +648,10 @@ func (p *Producer) sendLingered(b *lingerBatch) {
 			if err == nil {
 				r = res[i]
 			}
-			done(f.base+i, r, err)
+			if cb := b.cbs[f.base+i]; cb != nil {
+				cb(r, err)
+			}
+			p.sendDone()
 		}
 	}
 	for _, f := range frames {
