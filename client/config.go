@@ -121,7 +121,9 @@ type ProducerOptions struct {
 	// (mput; docs/client.md "Batching"): a batch leaves when it holds
 	// BatchSize messages, about MaxMessageSize/2 bytes, or Linger after
 	// its first message. Default 0: every send leaves at once. Send and
-	// SendToPartition never linger.
+	// SendToPartition never linger. A partition's batches leave in the
+	// order they were closed, and a connection holds at most MaxInFlight ×
+	// BatchSize lingering messages (SendAsync blocks, bounded by its ctx).
 	Linger time.Duration
 	// BatchSize is the most messages a lingering batch collects (default
 	// 1000, at most protocol.MaxBatchCount).

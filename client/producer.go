@@ -340,8 +340,10 @@ func (p *Producer) sendSync(ctx context.Context, route *topicRoute, s *sendState
 // MaxInFlight per broker connection; SendAsync blocks, bounded by ctx, when
 // the window is full). Failures are retried like Send's. ctx bounds the
 // waiting for a window slot and, when it has a deadline, the send itself;
-// it is not kept after SendAsync returns. msg must not be changed until cb
-// ran.
+// it is not kept after SendAsync returns. With Linger, the window is the
+// connection's bound on lingering messages (docs/client.md, "Batching"),
+// and a SendAsync whose ctx ends while it waits fails with ctx.Err(). msg
+// must not be changed until cb ran.
 func (p *Producer) SendAsync(ctx context.Context, msg *Message, cb func(SendResult, error)) {
 	p.inflight.Add(1)
 	if p.closed.Load() {
