@@ -363,6 +363,15 @@ func (s *Store) AppendRaw(pos int64, b []byte) error {
 		}
 		return nil
 	}
+	if l.wpos == l.active.end() {
+		// The master filled the segment to its last byte (a record of
+		// exactly the room left, so no BLANK came) and started the next
+		// one: roll as its append did, before checking the records against
+		// the active segment's room.
+		if err := l.makeRoomLocked(1); err != nil {
+			return err
+		}
+	}
 	run, err := l.checkRawLocked(b)
 	if err != nil {
 		return err

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/metaqgo/metaq/protocol"
 )
 
 // copyRaw ships everything visible on m from pos to r, as a slave follower
@@ -236,4 +238,51 @@ func TestRawRunAtomicAndManyPartitions(t *testing.T) {
 	if a, b := logBytes(t, m, m.WritePos()), logBytes(t, r, m.WritePos()); !bytes.Equal(a, b) {
 		t.Fatal("logs differ")
 	}
+}
+
+// A master may fill a segment to its last byte (a record of exactly the
+// room left: no BLANK follows), and its next record then starts the next
+// segment. A replica whose write position is exactly at its segment's end
+// rolls for that record as the master did (it used to refuse it as "does
+// not fit the 0 left in the segment", and the slave's link failed on every
+// reconnect: seen in a kill -9 failover round).
+func TestRawReplicaSegmentFilledExactly(t *testing.T) {
+	mc, rc := testConfig(t, ""), testConfig(t, "")
+	m, r := mustOpen(t, mc), mustOpen(t, rc)
+	defer mustClose(t, m)
+	defer mustClose(t, r)
+	r.SetReplica(true)
+	seg := mc.SegmentSize
+	for i := 0; seg-m.WritePos() > 2000; i++ {
+		mustAppend(t, m, &Message{Topic: "t", Data: body("t", 0, i, 200)})
+	}
+	rem := int(seg - m.WritePos())
+	data := rem - protocol.RecordSize(len("t"), 0, 0)
+	mustAppend(t, m, &Message{Topic: "t", Data: bytes.Repeat([]byte("e"), data)})
+	if m.WritePos() != seg {
+		t.Fatalf("the master's write position is %d, want the segment's end %d", m.WritePos(), seg)
+	}
+	_ = m.WriteOut()
+	pos := copyRaw(t, m, r, 0, 1<<20)
+	if pos != seg || r.WritePos() != seg {
+		t.Fatalf("copied to %d, replica at %d, want %d", pos, r.WritePos(), seg)
+	}
+	next := mustAppend(t, m, &Message{Topic: "t", Data: []byte("next segment")})
+	if next.PhysicalOffset != seg {
+		t.Fatalf("the next record is at %d, want %d", next.PhysicalOffset, seg)
+	}
+	_ = m.WriteOut()
+	pos = copyRaw(t, m, r, pos, 1<<20)
+	if pos != m.WritePos() || r.WritePos() != pos {
+		t.Fatalf("copied to %d, master at %d, replica at %d", pos, m.WritePos(), r.WritePos())
+	}
+	if a, b := logBytes(t, m, pos), logBytes(t, r, pos); !bytes.Equal(a, b) {
+		t.Fatalf("logs differ (%d vs %d bytes)", len(a), len(b))
+	}
+	waitReadable(t, r, "t", 0, m.MaxOffset("t", 0))
+	res, err := r.ReadByID(next.MsgID)
+	if err != nil {
+		t.Fatalf("ReadByID of the next segment's record on the replica: %v", err)
+	}
+	res.Release()
 }
