@@ -24,3 +24,10 @@ func Writers(b *Broker) (delay, tx, pop bool) {
 
 // TopicTableLen is the number of topics interned by s (topics.go).
 func TopicTableLen(s *Server) int { return len(s.topics.all()) }
+
+// StorePartitions is the number of partitions s's store keeps state for in
+// the topics named prefix…, written or not, and the partitions long-polling
+// gets wait for before they exist (store/wait.go).
+func StorePartitions(s *Server, prefix string) (parts, pending int) {
+	return s.store.PartitionCount(prefix), s.store.PendingWaits()
+}

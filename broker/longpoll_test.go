@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metaqgo/metaq/broker"
 	"github.com/metaqgo/metaq/broker/brokertest"
 	"github.com/metaqgo/metaq/protocol"
 )
@@ -124,5 +125,53 @@ func TestHugeMaxWaitDoesNotOverflow(t *testing.T) {
 	b.Dial().Put("test", 0, "hello", 1)
 	if r, err := c.TryReply(20 * time.Second); err != nil || r.Kind != protocol.ReplyValue || r.Opaque != 8 {
 		t.Fatalf("parked get after the put: %+v %v", r, err)
+	}
+}
+
+// A long-polling get may name any partition of any topic the broker takes
+// ([topic=*]), written or not. Parking it created that partition in the
+// store for good, so a client polling fresh names grew the broker with what
+// it sent. Such a get now waits without a partition (store/wait.go): after
+// the gets expire nothing is left, and a get parked on a never-written
+// partition is still answered by the first put there, from another
+// connection.
+func TestLongPollOnUnwrittenTopicsDoesNotGrowTheStore(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"*": 4}})
+	c := b.Dial()
+	const n = 1000
+	var sb strings.Builder
+	for i := range n {
+		fmt.Fprintf(&sb, "get nosuch-%d g %d 0 1024 %d 1\r\n", i, i%4, i)
+	}
+	c.Send(sb.String())
+	for range n {
+		if r := c.Reply(); r.Code != 404 {
+			t.Fatalf("get %d: %d %q, want 404 at the deadline", r.Opaque, r.Code, r.Body)
+		}
+	}
+	if parts, pending := broker.StorePartitions(b.Server, "nosuch-"); parts != 0 || pending != 0 {
+		t.Fatalf("after %d expired long polls on unwritten topics the store holds %d of their partitions and %d pending waits",
+			n, parts, pending)
+	}
+
+	// Two gets parked on a partition that does not exist yet, one cancelled
+	// by its deadline, one woken by the first put.
+	c.Send("get fresh g 2 0 1024 7 60000\r\nget fresh g 2 0 1024 8 1\r\n")
+	if r := c.Reply(); r.Code != 404 || r.Opaque != 8 {
+		t.Fatalf("short get: %+v, want 404 for opaque 8", r)
+	}
+	if _, pending := broker.StorePartitions(b.Server, ""); pending != 1 {
+		t.Fatalf("%d partitions waited for, want 1 (fresh/2)", pending)
+	}
+	b.Dial().Put("fresh", 2, "hello", 9)
+	r := c.Reply()
+	if r.Kind != protocol.ReplyValue || r.Opaque != 7 {
+		t.Fatalf("parked get: %+v, want the record", r)
+	}
+	if recs := brokertest.Records(t, r.Body); len(recs) != 1 || string(recs[0].Data) != "hello" {
+		t.Fatalf("parked get: %d records", len(recs))
+	}
+	if _, pending := broker.StorePartitions(b.Server, ""); pending != 0 {
+		t.Fatalf("%d partitions still waited for", pending)
 	}
 }

@@ -207,6 +207,10 @@ type Store struct {
 
 	partsMu sync.RWMutex
 	topics  map[string]*topicState
+	// pending holds the WaitFunc waiters of partitions that do not exist
+	// yet (never written), guarded by partsMu; partition moves them onto
+	// the partition it creates (wait.go).
+	pending map[pendingKey]*Waiter
 
 	files *fileCache
 	tails *tailPool
@@ -493,8 +497,17 @@ func (s *Store) partition(topic string, part int32, create bool) *partition {
 	if p == nil {
 		p = newPartition(t, part)
 		t.parts[part] = p
+		s.adoptPendingLocked(p, topic, part)
 	}
 	return p
+}
+
+// partitionLocked is partition without creating it; s.partsMu must be held.
+func (s *Store) partitionLocked(topic string, part int32) *partition {
+	if t := s.topics[topic]; t != nil {
+		return t.parts[part]
+	}
+	return nil
 }
 
 // partitionBytes is partition for a topic held as bytes (dispatcher, recovery);
@@ -509,6 +522,20 @@ func (s *Store) partitionBytes(topic []byte, part int32) *partition {
 	}
 	s.partsMu.RUnlock()
 	return s.partition(string(topic), part, true)
+}
+
+// PartitionCount is the number of partitions the store keeps state for,
+// written or not, in the topics whose names start with prefix (tests).
+func (s *Store) PartitionCount(prefix string) int {
+	s.partsMu.RLock()
+	defer s.partsMu.RUnlock()
+	n := 0
+	for name, t := range s.topics {
+		if strings.HasPrefix(name, prefix) {
+			n += len(t.parts)
+		}
+	}
+	return n
 }
 
 // allPartitions returns a snapshot of every partition.

@@ -68,12 +68,100 @@ type Waiter struct {
 	// dispatcher, which may be the caller.
 	Fn func()
 
-	p      atomic.Pointer[partition] // where it was last armed
-	offset int64                     // guarded by p.waitMu
-	prev   *Waiter                   // p.waiters list; guarded by p.waitMu
+	p      atomic.Pointer[partition] // where it was last armed (nil while pending)
+	offset int64                     // guarded by p.waitMu (s.partsMu while pending)
+	prev   *Waiter                   // p.waiters list, or s.pending's; guarded as offset
 	next   *Waiter
-	armed  bool    // in p.waiters; guarded by p.waitMu
-	fire   *Waiter // the notifier's list of waiters to call (notifier only)
+	armed  bool       // in p.waiters; guarded by p.waitMu
+	key    pendingKey // while pending: the partition it waits for
+	queued bool       // in s.pending (the partition does not exist); guarded by s.partsMu
+	fire   *Waiter    // the notifier's list of waiters to call (notifier only)
+}
+
+// Waiters of partitions that do not exist yet. A long-polling get may name
+// any partition of any topic the broker accepts, written or not; creating a
+// partition for it (as WaitFunc once did) kept that partition in the store
+// for good, so a client polling fresh topic names grew the broker with what
+// it sent (docs/storage.md, "Long polling on partitions that do not
+// exist"). Such a waiter waits in
+// s.pending instead, keyed by topic and partition and dropped with its last
+// waiter; the goroutine that creates the partition (the first append or
+// dispatch of a record there, recovery) moves its waiters onto it under
+// s.partsMu before anyone else can see it, so they are woken by the first
+// record's indexing as any other waiter. What s.pending holds is bounded by
+// what is parked at the moment (the broker bounds parked gets per
+// connection).
+type pendingKey struct {
+	topic string
+	part  int32
+}
+
+// adoptPendingLocked moves the waiters pending for topic/part onto p, which
+// was just created and is not yet visible to anyone else (s.partsMu held).
+func (s *Store) adoptPendingLocked(p *partition, topic string, part int32) {
+	key := pendingKey{topic, part}
+	head := s.pending[key]
+	if head == nil {
+		return
+	}
+	delete(s.pending, key)
+	p.waitMu.Lock()
+	for w := head; w != nil; {
+		next := w.next
+		w.queued = false
+		w.prev, w.next = nil, p.waiters
+		if p.waiters != nil {
+			p.waiters.prev = w
+		}
+		p.waiters = w
+		w.armed = true
+		w.p.Store(p)
+		w = next
+	}
+	if !p.waiting.Load() {
+		p.waiting.Store(true)
+		s.waitParts.Add(1)
+	}
+	p.waitMu.Unlock()
+}
+
+// queuePendingLocked links w into s.pending (s.partsMu held).
+func (s *Store) queuePendingLocked(w *Waiter, topic string, part int32, offset int64) {
+	if s.pending == nil {
+		s.pending = make(map[pendingKey]*Waiter)
+	}
+	w.key = pendingKey{topic, part}
+	w.offset = offset
+	w.prev, w.next = nil, s.pending[w.key]
+	if w.next != nil {
+		w.next.prev = w
+	}
+	s.pending[w.key] = w
+	w.queued = true
+}
+
+// unqueuePendingLocked unlinks w from s.pending (s.partsMu held).
+func (s *Store) unqueuePendingLocked(w *Waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else if w.next != nil {
+		s.pending[w.key] = w.next
+	} else {
+		delete(s.pending, w.key)
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next, w.queued = nil, nil, false
+	w.key = pendingKey{}
+}
+
+// PendingWaits is the number of partitions that waiters wait for before
+// they exist (tests).
+func (s *Store) PendingWaits() int {
+	s.partsMu.RLock()
+	defer s.partsMu.RUnlock()
+	return len(s.pending)
 }
 
 // WaitFunc arms w to have w.Fn called as soon as a record at queue offset >=
@@ -85,7 +173,20 @@ func (s *Store) WaitFunc(topic string, partition int32, offset int64, w *Waiter)
 	if s.isClosed.Load() || !validTopic(topic) || partition < 0 {
 		return false
 	}
-	p := s.partition(topic, partition, true)
+	p := s.partition(topic, partition, false)
+	if p == nil {
+		s.partsMu.Lock()
+		if p = s.partitionLocked(topic, partition); p == nil {
+			w.p.Store(nil)
+			s.queuePendingLocked(w, topic, partition, offset)
+			s.partsMu.Unlock()
+			if s.isClosed.Load() { // raced with Close's sweep of s.pending
+				return !s.CancelWait(w)
+			}
+			return true
+		}
+		s.partsMu.Unlock()
+	}
 	if p.indexed.Load() > offset {
 		return false
 	}
@@ -115,7 +216,20 @@ func (s *Store) WaitFunc(topic string, partition int32, offset int64, w *Waiter)
 func (s *Store) CancelWait(w *Waiter) bool {
 	p := w.p.Load()
 	if p == nil {
-		return false
+		// Pending, or moved onto its partition since the load (w.p is
+		// stored under s.partsMu), or not armed at all.
+		s.partsMu.Lock()
+		queued := w.queued
+		if queued {
+			s.unqueuePendingLocked(w)
+		}
+		s.partsMu.Unlock()
+		if queued {
+			return true
+		}
+		if p = w.p.Load(); p == nil {
+			return false
+		}
 	}
 	p.waitMu.Lock()
 	ok := w.armed
@@ -195,6 +309,19 @@ func (s *Store) closeAllWaiters() {
 	for _, p := range s.allPartitions() {
 		s.wakeWaiters(p, -1, &fire)
 	}
+	s.partsMu.Lock()
+	for _, head := range s.pending {
+		for w := head; w != nil; {
+			next := w.next
+			w.prev, w.next, w.queued = nil, nil, false
+			w.key = pendingKey{}
+			w.fire = fire
+			fire = w
+			w = next
+		}
+	}
+	clear(s.pending)
+	s.partsMu.Unlock()
 	runFired(fire)
 }
 

@@ -161,3 +161,46 @@ func TestWaitFunc(t *testing.T) {
 	default:
 	}
 }
+
+// A waiter of a partition that does not exist creates none (wait.go,
+// "Waiters of partitions that do not exist yet"): it waits in s.pending,
+// dropped with its last waiter, and Close calls it.
+func TestWaitFuncOnMissingPartitionCreatesNone(t *testing.T) {
+	s := mustOpen(t, testConfig(t, ""))
+	fired := make(chan int, 4)
+	w0 := &Waiter{Fn: func() { fired <- 0 }}
+	w1 := &Waiter{Fn: func() { fired <- 1 }}
+	w2 := &Waiter{Fn: func() { fired <- 2 }}
+	if !s.WaitFunc("none", 3, 0, w0) || !s.WaitFunc("none", 3, 0, w1) || !s.WaitFunc("other", 0, 5, w2) {
+		t.Fatal("not armed on missing partitions")
+	}
+	if n := s.PartitionCount(""); n != 0 {
+		t.Fatalf("waiting created %d partitions", n)
+	}
+	if n := s.PendingWaits(); n != 2 {
+		t.Fatalf("%d partitions waited for, want 2", n)
+	}
+	// Cancel the middle, then the head of a pending list.
+	if !s.CancelWait(w0) || s.CancelWait(w0) || !s.CancelWait(w1) {
+		t.Fatal("CancelWait of pending waiters: want true once each")
+	}
+	if n := s.PendingWaits(); n != 1 {
+		t.Fatalf("%d partitions waited for after cancelling none/3's waiters, want 1", n)
+	}
+	if !s.WaitFunc("none", 3, 0, w0) { // re-armed after a cancel
+		t.Fatal("not re-armed")
+	}
+	mustClose(t, s)
+	got := map[int]bool{}
+	for len(got) < 2 {
+		select {
+		case i := <-fired:
+			got[i] = true
+		default:
+			t.Fatalf("Close called %v, want waiters 0 and 2", got)
+		}
+	}
+	if got[1] || s.PendingWaits() != 0 || s.CancelWait(w0) || s.CancelWait(w2) {
+		t.Fatalf("after Close: called %v, %d pending", got, s.PendingWaits())
+	}
+}
