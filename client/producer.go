@@ -373,7 +373,8 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, cb func(SendResu
 
 // SendToPartition sends msg to one partition, without selection or retries.
 // In direct mode (Config.Brokers) with one broker, part.BrokerID is not
-// checked; with several, the broker ids are learned with `stats`.
+// checked; with several, the broker ids are learned with `stats` (a broker
+// that does not answer is skipped).
 func (p *Producer) SendToPartition(ctx context.Context, msg *Message, part Partition) (SendResult, error) {
 	if p.closed.Load() {
 		return SendResult{}, ErrClosed
@@ -754,14 +755,28 @@ func (p *Producer) connFor(ctx context.Context, topic string, part Partition) (*
 		if len(p.direct.conns) == 1 {
 			return p.direct.conns[0], nil
 		}
+		// A broker that cannot tell its id (down) is skipped: failing
+		// there would keep a half message's outcome (txproducer.go) or a
+		// SendToPartition from the broker that is up. Its error is
+		// reported only when no broker has the id.
+		var lookupErr error
 		for _, c := range p.direct.conns {
 			id, err := p.directBrokerID(ctx, c)
 			if err != nil {
-				return nil, err
+				if ctx.Err() != nil {
+					return nil, err
+				}
+				if lookupErr == nil {
+					lookupErr = err
+				}
+				continue
 			}
 			if id == part.BrokerID {
 				return c, nil
 			}
+		}
+		if lookupErr != nil {
+			return nil, fmt.Errorf("metaq client: no reachable broker with id %d among %v: %w", part.BrokerID, p.cfg.Brokers, lookupErr)
 		}
 		return nil, fmt.Errorf("metaq client: no broker with id %d among %v", part.BrokerID, p.cfg.Brokers)
 	}

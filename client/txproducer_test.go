@@ -227,3 +227,36 @@ func TestCheckAfterProducerKill(t *testing.T) {
 		t.Fatalf("visible %q", got)
 	}
 }
+
+// In direct mode with several brokers, the outcome of a half message goes
+// to the broker that stored it even while another broker of the list is
+// down: the connection to each broker is identified by its id (`stats`),
+// and a broker that cannot be asked is not the one.
+func TestTxEndWithAnotherBrokerDown(t *testing.T) {
+	down := brokertest.RunBroker(t, brokertest.Options{BrokerID: 1, Topics: map[string]int{"orders": 1}, Logger: testLogger()})
+	up := brokertest.RunBroker(t, brokertest.Options{BrokerID: 2, Topics: map[string]int{"orders": 1}, Logger: testLogger()})
+	downAddr := down.Addr
+	down.Stop()
+	l := &txListener{
+		exec:  func(context.Context, *Message) (TxState, error) { return TxCommit, nil },
+		check: func(*Message) TxState { return TxUnknown },
+	}
+	tp, err := NewTransactionProducer(Config{Brokers: []string{downAddr, up.Addr}, Logger: testLogger()}, "order-service", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	waitCond(t, "the first broker's connection is down", func() bool { return !tp.p.direct.conns[0].healthy() })
+	ctx := ctxT(t, 30*time.Second)
+	res, state, err := tp.SendInTransaction(ctx, &Message{Topic: "orders", Body: []byte("o-1")})
+	if err != nil || state != TxCommit || res.Partition.BrokerID != 2 {
+		t.Fatalf("SendInTransaction: %+v %v %v", res, state, err)
+	}
+	if got := strings.Join(visible(t, ctx, up.Addr, "orders", 0), ","); got != "o-1" {
+		t.Fatalf("visible %q", got)
+	}
+	// SendToPartition finds the live broker the same way.
+	if _, err := tp.Producer().SendToPartition(ctx, &Message{Topic: "orders", Body: []byte("o-2")}, Partition{BrokerID: 2, Partition: 0}); err != nil {
+		t.Fatal(err)
+	}
+}
