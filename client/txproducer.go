@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"strconv"
 	"sync"
 
@@ -42,6 +43,8 @@ type TransactionListener interface {
 	// outcome it never heard (the producer that sent it may have died):
 	// look the local transaction up and say whether it committed. It may be
 	// called on any producer of the group, from a goroutine of its own.
+	// A Check that panics answers nothing (logged with its stack): the
+	// broker asks again one interval later.
 	Check(ctx context.Context, msg *Message) TxState
 }
 
@@ -221,7 +224,10 @@ func (tp *TransactionProducer) check(c *brokerConn, id int64) {
 			return
 		}
 		msg := halfMessage(&msgs[0])
-		state := tp.l.Check(ctx, msg)
+		state, ok := tp.callCheck(ctx, msg)
+		if !ok {
+			return
+		}
 		if err := tp.end(ctx, c, id, state); err != nil && !errors.Is(err, ErrTxNotPending) {
 			tp.p.log.Warn("metaq client: answering a check failed", "broker", c.addr, "msgId", id, "err", err)
 		}
@@ -229,6 +235,21 @@ func (tp *TransactionProducer) check(c *brokerConn, id int64) {
 	if !started {
 		<-tp.sem
 	}
+}
+
+// callCheck runs the listener's Check; false when it panicked. The panic
+// is the listener's (a bug, a lost database): it must not take the
+// process down from a goroutine nobody can recover in, and a check left
+// unanswered is asked again.
+func (tp *TransactionProducer) callCheck(ctx context.Context, msg *Message) (state TxState, ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			tp.p.log.Error("metaq client: TransactionListener.Check panicked; the broker asks again later",
+				"msgId", msg.MsgID, "panic", r, "stack", string(debug.Stack()))
+			ok = false
+		}
+	}()
+	return tp.l.Check(ctx, msg), true
 }
 
 // halfMessage turns a %TX_HALF% record as read back (`rt`, `rp`, `pg`

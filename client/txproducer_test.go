@@ -260,3 +260,38 @@ func TestTxEndWithAnotherBrokerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Check that panics is a check without answer: the producer survives,
+// and the broker's next check gets the listener's answer.
+func TestCheckPanicIsUnknown(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Sync: true, Topics: map[string]int{"orders": 1}, Logger: testLogger(),
+		ExtraINI: "transactionCheckInterval=100\n"})
+	var mu sync.Mutex
+	calls := 0
+	l := &txListener{
+		exec: func(context.Context, *Message) (TxState, error) { return TxUnknown, nil },
+		check: func(*Message) TxState {
+			mu.Lock()
+			calls++
+			n := calls
+			mu.Unlock()
+			if n == 1 {
+				panic("the order table is gone")
+			}
+			return TxCommit
+		},
+	}
+	tp, err := NewTransactionProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger()}, "order-service", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	ctx := ctxT(t, 30*time.Second)
+	if _, _, err := tp.SendInTransaction(ctx, &Message{Topic: "orders", Body: []byte("o-1")}); err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, "the second check committed the message", func() bool { return len(visible(t, ctx, b.Addr, "orders", 0)) == 1 })
+	if n := len(l.checks()); n < 2 {
+		t.Fatalf("%d checks", n)
+	}
+}
