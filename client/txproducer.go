@@ -53,9 +53,25 @@ type TransactionListener interface {
 // checks).
 var ErrTxNotPending = errors.New("metaq client: the half message is not pending on the broker")
 
-// maxConcurrentChecks bounds the Check callbacks running at once; a check
-// arriving beyond it is dropped (the broker asks again one interval later).
-const maxConcurrentChecks = 16
+// maxConcurrentChecks bounds the Check callbacks running at once; checks
+// arriving meanwhile wait for one in a queue of at most maxQueuedChecks half
+// messages. Only a check beyond the queue, or one of a message already
+// queued or being checked (the broker asked again), is dropped: the broker
+// counts every check it sent, answered or not, and rolls the message back
+// after transactionCheckMax, so a check dropped because a burst found the
+// workers busy — every half message whose outcome was lost comes due at once
+// after a crash — would roll back committed local transactions
+// (docs/transactions.md).
+const (
+	maxConcurrentChecks = 16
+	maxQueuedChecks     = 1 << 14
+)
+
+// checkReq is a check waiting for a worker.
+type checkReq struct {
+	c  *brokerConn
+	id int64
+}
 
 // TransactionProducer sends transactional messages with check-back
 // (docs/transactions.md): SendInTransaction stores the message as a half
@@ -71,10 +87,14 @@ type TransactionProducer struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	sem    chan struct{}
 	mu     sync.Mutex // guards closed against wg.Add
 	closed bool
-	wg     sync.WaitGroup // announcements and checks running
+	wg     sync.WaitGroup // announcements and check workers running
+
+	checkMu  sync.Mutex
+	queue    []checkReq     // checks waiting for a worker, in arrival order
+	checking map[int64]bool // half messages queued or being checked
+	workers  int            // check workers running (at most maxConcurrentChecks)
 }
 
 // NewTransactionProducer creates a transaction producer of group (a valid
@@ -86,7 +106,7 @@ func NewTransactionProducer(cfg Config, group string, l TransactionListener) (*T
 	if l == nil {
 		return nil, errors.New("metaq client: a TransactionListener is required")
 	}
-	tp := &TransactionProducer{group: group, l: l, sem: make(chan struct{}, maxConcurrentChecks)}
+	tp := &TransactionProducer{group: group, l: l, checking: map[int64]bool{}}
 	tp.ctx, tp.cancel = context.WithCancel(context.Background())
 	// Held until tp.p is set: connections dialled meanwhile announce
 	// themselves from goTracked, which waits for it.
@@ -204,36 +224,69 @@ func (tp *TransactionProducer) announceOn(c *brokerConn) {
 	putCall(cl)
 }
 
-// check answers a broker's `check` in a goroutine of its own (at most
-// maxConcurrentChecks at once; more are dropped and asked again later).
+// check queues a broker's `check` for a check worker, starting one when
+// fewer than maxConcurrentChecks run (on the reader goroutine: it must not
+// block).
 func (tp *TransactionProducer) check(c *brokerConn, id int64) {
-	select {
-	case tp.sem <- struct{}{}:
-	default:
+	tp.checkMu.Lock()
+	if tp.checking[id] || len(tp.queue) >= maxQueuedChecks {
+		tp.checkMu.Unlock()
 		return
 	}
-	started := tp.goTracked(func() {
-		defer func() { <-tp.sem }()
-		ctx, cancel := context.WithTimeout(tp.ctx, 4*tp.p.cfg.RequestTimeout)
-		defer cancel()
-		msgs, err := queryOn(ctx, c, tp.p.cfg.RequestTimeout, func(dst []byte, op int32) []byte {
-			return protocol.AppendQueryID(dst, id, op)
-		})
-		if err != nil || len(msgs) == 0 {
-			tp.p.log.Warn("metaq client: cannot read the half message the broker asks about", "broker", c.addr, "msgId", id, "err", err)
+	tp.checking[id] = true
+	tp.queue = append(tp.queue, checkReq{c: c, id: id})
+	start := tp.workers < maxConcurrentChecks
+	if start {
+		tp.workers++
+	}
+	tp.checkMu.Unlock()
+	if start && !tp.goTracked(tp.checkWorker) {
+		tp.checkMu.Lock()
+		tp.workers-- // closed: nothing is checked any more
+		tp.checkMu.Unlock()
+	}
+}
+
+// checkWorker answers queued checks until the queue is empty or the
+// producer closes.
+func (tp *TransactionProducer) checkWorker() {
+	for {
+		tp.checkMu.Lock()
+		if len(tp.queue) == 0 || tp.ctx.Err() != nil {
+			tp.workers--
+			tp.checkMu.Unlock()
 			return
 		}
-		msg := halfMessage(&msgs[0])
-		state, ok := tp.callCheck(ctx, msg)
-		if !ok {
-			return
-		}
-		if err := tp.end(ctx, c, id, state); err != nil && !errors.Is(err, ErrTxNotPending) {
-			tp.p.log.Warn("metaq client: answering a check failed", "broker", c.addr, "msgId", id, "err", err)
-		}
+		r := tp.queue[0]
+		tp.queue[0] = checkReq{}
+		tp.queue = tp.queue[1:]
+		tp.checkMu.Unlock()
+		tp.checkOne(r.c, r.id)
+		tp.checkMu.Lock()
+		delete(tp.checking, r.id)
+		tp.checkMu.Unlock()
+	}
+}
+
+// checkOne reads the half message the broker asks about, runs Check and
+// sends its answer.
+func (tp *TransactionProducer) checkOne(c *brokerConn, id int64) {
+	ctx, cancel := context.WithTimeout(tp.ctx, 4*tp.p.cfg.RequestTimeout)
+	defer cancel()
+	msgs, err := queryOn(ctx, c, tp.p.cfg.RequestTimeout, func(dst []byte, op int32) []byte {
+		return protocol.AppendQueryID(dst, id, op)
 	})
-	if !started {
-		<-tp.sem
+	if err != nil || len(msgs) == 0 {
+		tp.p.log.Warn("metaq client: cannot read the half message the broker asks about", "broker", c.addr, "msgId", id, "err", err)
+		return
+	}
+	msg := halfMessage(&msgs[0])
+	state, ok := tp.callCheck(ctx, msg)
+	if !ok {
+		return
+	}
+	if err := tp.end(ctx, c, id, state); err != nil && !errors.Is(err, ErrTxNotPending) {
+		tp.p.log.Warn("metaq client: answering a check failed", "broker", c.addr, "msgId", id, "err", err)
 	}
 }
 

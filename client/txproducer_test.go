@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -293,5 +294,57 @@ func TestCheckPanicIsUnknown(t *testing.T) {
 	waitCond(t, "the second check committed the message", func() bool { return len(visible(t, ctx, b.Addr, "orders", 0)) == 1 })
 	if n := len(l.checks()); n < 2 {
 		t.Fatalf("%d checks", n)
+	}
+}
+
+// A burst of checks — every half message whose outcome was lost comes due
+// together, after a producer crash or a broker restart that lost answered
+// txends (flushTxLogAtCommit=0) — is answered in full, not cut to the
+// checks that find a worker free: the broker counts every check it sent,
+// answered or not, and rolls back at transactionCheckMax, so a dropped
+// check of a committed local transaction is a lost message.
+func TestCheckBurstAnswered(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"orders": 1}, Logger: testLogger(),
+		ExtraINI: "transactionCheckInterval=1000\ntransactionCheckMax=1\n"})
+	var running, most atomic.Int64
+	l := &txListener{
+		exec: func(context.Context, *Message) (TxState, error) { return TxUnknown, nil }, // outcome lost
+		check: func(*Message) TxState {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			return TxCommit
+		},
+	}
+	tp, err := NewTransactionProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger()}, "order-service", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	ctx := ctxT(t, 60*time.Second)
+	const n = 4 * maxConcurrentChecks
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() { // together: their checks come due in one or two scans
+			defer wg.Done()
+			if _, _, err := tp.SendInTransaction(ctx, &Message{Topic: "orders", Body: []byte(fmt.Sprint("o-", i))}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	waitCond(t, "every half message resolved", func() bool { return b.Server.TxStats().PendingHalf == 0 })
+	if st := b.Server.TxStats(); st.CheckRollbacks != 0 || len(visible(t, ctx, b.Addr, "orders", 0)) != n {
+		t.Fatalf("%d of %d visible, %d rolled back after their check", len(visible(t, ctx, b.Addr, "orders", 0)), n, st.CheckRollbacks)
+	}
+	if most.Load() > maxConcurrentChecks {
+		t.Fatalf("%d checks ran at once, at most %d may", most.Load(), maxConcurrentChecks)
 	}
 }
