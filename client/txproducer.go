@@ -41,8 +41,10 @@ type TransactionListener interface {
 	ExecuteLocal(ctx context.Context, msg *Message) (TxState, error)
 	// Check answers the broker's question about a half message whose
 	// outcome it never heard (the producer that sent it may have died):
-	// look the local transaction up and say whether it committed. It may be
-	// called on any producer of the group, from a goroutine of its own.
+	// look the local transaction up and say whether it committed. msg is
+	// the message as sent (topic, partition, tag, keys, own properties and
+	// body) with the half message's MsgID and Offset -1. It may be called
+	// on any producer of the group, from a goroutine of its own.
 	// A Check that panics answers nothing (logged with its stack): the
 	// broker asks again one interval later.
 	Check(ctx context.Context, msg *Message) TxState
@@ -273,14 +275,11 @@ func (tp *TransactionProducer) checkWorker() {
 func (tp *TransactionProducer) checkOne(c *brokerConn, id int64) {
 	ctx, cancel := context.WithTimeout(tp.ctx, 4*tp.p.cfg.RequestTimeout)
 	defer cancel()
-	msgs, err := queryOn(ctx, c, tp.p.cfg.RequestTimeout, func(dst []byte, op int32) []byte {
-		return protocol.AppendQueryID(dst, id, op)
-	})
-	if err != nil || len(msgs) == 0 {
+	msg, err := tp.readHalf(ctx, c, id)
+	if err != nil {
 		tp.p.log.Warn("metaq client: cannot read the half message the broker asks about", "broker", c.addr, "msgId", id, "err", err)
 		return
 	}
-	msg := halfMessage(&msgs[0])
 	state, ok := tp.callCheck(ctx, msg)
 	if !ok {
 		return
@@ -305,20 +304,62 @@ func (tp *TransactionProducer) callCheck(ctx context.Context, msg *Message) (sta
 	return tp.l.Check(ctx, msg), true
 }
 
-// halfMessage turns a %TX_HALF% record as read back (`rt`, `rp`, `pg`
-// properties in front of the message's own) into the message as sent.
-func halfMessage(m *Message) *Message {
-	if rt, ok := m.Properties["rt"]; ok {
-		m.Topic = rt
+// readHalf reads half message id back from c's broker (`queryid`).
+func (tp *TransactionProducer) readHalf(ctx context.Context, c *brokerConn, id int64) (*Message, error) {
+	cl, err := c.do(ctx, kindGet, tp.p.cfg.RequestTimeout, func(dst []byte, op int32) []byte {
+		return protocol.AppendQueryID(dst, id, op)
+	})
+	if err != nil {
+		return nil, err
 	}
-	if rp, err := strconv.Atoi(m.Properties["rp"]); err == nil {
-		m.Partition.Partition = rp
+	defer putCall(cl)
+	if !cl.value {
+		return nil, brokerErr(c.addr, cl.code, cl.body)
 	}
-	for _, k := range []string{"rt", "rp", "pg", "tx"} {
-		delete(m.Properties, k)
+	return halfMessage(cl.body) // the body is the call's own (kindGet): the message may alias it
+}
+
+// halfMessage decodes a %TX_HALF% record as read back into the message as
+// sent. Its properties start with the broker's `rt=<topic>&rp=<partition>&
+// pg=<group>` (broker/tx/records.go), in front of the message's own; the
+// prefix is cut off before those are decoded, since an own property of the
+// same name would otherwise replace it in the decoded map (and be lost),
+// and Check would get that property's value as the message's topic.
+func halfMessage(block []byte) (*Message, error) {
+	it := protocol.NewRecordIterator(block)
+	if !it.Next() {
+		if err := it.Err(); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("metaq client: the broker answered no record")
 	}
+	r := it.Record()
+	topic, part := "", -1
+	for i, key := range [...]string{"rt", "rp", "pg"} {
+		k, v, rest := protocol.NextProperty(r.Properties)
+		if string(k) != key {
+			break
+		}
+		switch i {
+		case 0:
+			topic = protocol.Unescape(v)
+		case 1:
+			part, _ = strconv.Atoi(string(v))
+		}
+		r.Properties = rest
+	}
+	m := new(Message)
+	d := decoder{brokerID: -1}
+	d.decode(m, r)
+	if topic != "" {
+		m.Topic = topic
+	}
+	if part >= 0 {
+		m.Partition.Partition = part
+	}
+	delete(m.Properties, "tx") // kept in the record by older brokers
 	m.Offset = -1
-	return m
+	return m, nil
 }
 
 // handleCheck is the reader's hook for a `check <msgId>` request (body =

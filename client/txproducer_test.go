@@ -348,3 +348,36 @@ func TestCheckBurstAnswered(t *testing.T) {
 		t.Fatalf("%d checks ran at once, at most %d may", most.Load(), maxConcurrentChecks)
 	}
 }
+
+// Check gets the message as sent, its own properties included even when
+// they are named like the broker's prefix of a half record (rt, rp, pg:
+// broker/tx/records.go), and its real topic and partition.
+func TestCheckMessageKeepsOwnProperties(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"orders": 2}, Logger: testLogger(),
+		ExtraINI: "transactionCheckInterval=100\n"})
+	l := &txListener{
+		exec:  func(context.Context, *Message) (TxState, error) { return TxUnknown, nil },
+		check: func(*Message) TxState { return TxCommit },
+	}
+	tp, err := NewTransactionProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger()}, "order-service", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	ctx := ctxT(t, 30*time.Second)
+	own := map[string]string{"rt": "route-7", "rp": "x", "pg": "page 2", "order": "o-1"}
+	res, _, err := tp.SendInTransaction(ctx, &Message{Topic: "orders", Body: []byte("o-1"), Tag: "new", Properties: own})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, "checked", func() bool { return len(l.checks()) > 0 })
+	m := l.checks()[0]
+	if m.Topic != "orders" || m.Partition != res.Partition || m.MsgID != res.MsgID || m.Tag != "new" || string(m.Body) != "o-1" {
+		t.Fatalf("checked %+v, sent %+v", m, res)
+	}
+	for k, v := range own {
+		if m.Properties[k] != v {
+			t.Fatalf("checked properties %v, want %v among them", m.Properties, own)
+		}
+	}
+}
