@@ -441,7 +441,13 @@ func (p *Producer) Close() error {
 	t.Stop()
 	p.trace.syncRings(p.opts.SendTimeout) // trace.go: what the readers still hold
 	p.trace.close(p.opts.SendTimeout)     // the last events, before the connections go
+	// Cancelled under closeMu: asyncDone decides to retry, and adds the
+	// retry to wg, under it, so a retry either sees the cancel or is in wg
+	// before the Wait below (it could otherwise start, and call its
+	// callback, after Close returned).
+	p.closeMu.Lock()
 	p.cancel()
+	p.closeMu.Unlock()
 	p.pool.close()
 	p.wg.Wait()
 	if p.zk != nil {
