@@ -57,6 +57,9 @@ type App struct {
 	mu  sync.Mutex
 	zk  *zkmeta.Client
 	adm *client.Admin
+	// down: brokers (by address) that this command could not reach or that did not answer in
+	// time, with the error; they are not asked again (noteUnanswered).
+	down map[string]error
 
 	// ownSignals is set by a command that counts SIGINT/SIGTERM itself (metaq broker: the
 	// second one forces its exit); Main then leaves the signals to it, so that one signal is
@@ -201,6 +204,31 @@ func (a *App) admin() *client.Admin {
 		a.adm, _ = client.NewAdmin(cfg) // fails only for a bad ZKConnect, and there is none
 	}
 	return a.adm
+}
+
+// noteUnanswered records that the broker at addr could not be reached or did not answer within
+// --connect-timeout (err a connection error or a timeout; other errors are ignored): unanswered
+// returns err for it from now on.
+func (a *App) noteUnanswered(addr string, err error) {
+	var ce *client.ConnError
+	if !errors.As(err, &ce) && !errors.Is(err, context.DeadlineExceeded) {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.down == nil {
+		a.down = map[string]error{}
+	}
+	if _, ok := a.down[addr]; !ok {
+		a.down[addr] = err
+	}
+}
+
+// unanswered is the error noted for addr by noteUnanswered, nil when none.
+func (a *App) unanswered(addr string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.down[addr]
 }
 
 // opCtx bounds one administrative request.

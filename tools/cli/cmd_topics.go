@@ -191,8 +191,18 @@ func partitionErrors[T partitionRow](ps []T) error {
 }
 
 // minMax asks a partition's broker for its min and max offsets (max: the next offset to be
-// written).
+// written). A broker that could not be reached or did not answer within --connect-timeout is not
+// asked again by this command: its other partitions fail at once with the same error, so that a
+// stopped broker (SIGSTOP, a hung host) costs one --connect-timeout, not one per partition.
 func (a *App) minMax(ctx context.Context, addr, topic string, partition int) (lo, hi int64, err error) {
+	if err := a.unanswered(addr); err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		if err != nil {
+			a.noteUnanswered(addr, err)
+		}
+	}()
 	adm := a.admin()
 	if lo, err = adm.MinOffset(ctx, addr, topic, partition); err != nil {
 		return 0, 0, err

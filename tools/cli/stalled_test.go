@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/metaqgo/metaq/zkmeta"
+)
+
+// stalledBroker is a broker registered in ZooKeeper that accepts connections and reads requests
+// but never answers, as a broker stopped with SIGSTOP (or a hung machine) does.
+type stalledBroker struct {
+	addr     string
+	requests atomic.Int64 // request lines read
+}
+
+// startStalledBroker registers broker id at a stalled listener in zk (root /meta) with topics
+// (name → partitions) and waits until the registration is done.
+func startStalledBroker(t *testing.T, zk string, id int, topics map[string]int) *stalledBroker {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stalledBroker{addr: l.Addr().String()}
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, nc)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sc := bufio.NewScanner(nc)
+				for sc.Scan() {
+					s.requests.Add(1)
+				}
+			}()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	zc, err := zkmeta.Connect(ctx, zkmeta.Config{ConnectString: zk, Root: "/meta"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	reg, err := zkmeta.NewBrokerRegistry(zc, zkmeta.MasterBroker(id, "127.0.0.1", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for topic, n := range topics {
+		if err := reg.RegisterTopic(topic, zkmeta.DefaultTopicConfig(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := reg.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		zc.Close() // its ephemeral nodes go with the session
+		l.Close()
+		mu.Lock()
+		for _, nc := range conns {
+			nc.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return s
+}
+
+// A broker that accepts connections but does not answer (SIGSTOP) is asked once by topics
+// describe and groups describe, not once per partition: each request waits --connect-timeout,
+// so with one request per partition a stalled broker with many partitions made the commands take
+// partitions × --connect-timeout (minutes with the default 10 s). Its partitions are all reported
+// with the error, and the commands exit 4.
+func TestDescribeAsksAStalledBrokerOnce(t *testing.T) {
+	c := newCluster(t, 1, map[string]int{"stall": 1}, false)
+	s := startStalledBroker(t, c.zk, 7, map[string]int{"stall": 8})
+	c.mustRun("produce", "-t", "stall", "-m", "x", "--partition", "0-0", "--quiet")
+	c.mustRun("offsets", "reset", "-g", "g", "-t", "stall", "--to", "0", "--partition", "0-0", "--create")
+
+	out, errs, code := c.run("--connect-timeout", "500ms", "topics", "describe", "stall", "--json")
+	if code != ExitUnavailable {
+		t.Fatalf("topics describe with a stalled broker: exit %d, want %d\n%s%s", code, ExitUnavailable, out, errs)
+	}
+	var d topicDetail
+	if err := json.Unmarshal([]byte(out), &d); err != nil || len(d.Partitions) != 9 {
+		t.Fatalf("topics describe: %v\n%s", err, out)
+	}
+	for _, p := range d.Partitions {
+		if stalled := p.BrokerID == 7; stalled != (p.Error != "") {
+			t.Errorf("partition %d-%d: error %q", p.BrokerID, p.Partition, p.Error)
+		}
+	}
+	if n := s.requests.Load(); n != 1 {
+		t.Errorf("topics describe sent %d requests to the stalled broker, want 1", n)
+	}
+
+	s.requests.Store(0)
+	out, errs, code = c.run("--connect-timeout", "500ms", "groups", "describe", "g", "--json")
+	if code != ExitUnavailable {
+		t.Fatalf("groups describe with a stalled broker: exit %d, want %d\n%s%s", code, ExitUnavailable, out, errs)
+	}
+	var g groupDetail
+	if err := json.Unmarshal([]byte(out), &g); err != nil || len(g.Partitions) != 9 {
+		t.Fatalf("groups describe: %v\n%s", err, out)
+	}
+	for _, p := range g.Partitions {
+		if stalled := p.BrokerID == 7; stalled != (p.Error != "") {
+			t.Errorf("group partition %d-%d: error %q", p.BrokerID, p.Partition, p.Error)
+		}
+	}
+	if n := s.requests.Load(); n != 1 {
+		t.Errorf("groups describe sent %d requests to the stalled broker, want 1", n)
+	}
+}
