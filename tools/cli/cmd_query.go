@@ -81,7 +81,9 @@ func newQueryKeyCommand(app *App) *cobra.Command {
 		Use:   "key <topic> <key>",
 		Short: "Find a topic's messages carrying a key (the keys property)",
 		Long: `Find the messages of a topic whose keys property holds the key. Every broker serving the topic
-(in ZooKeeper) is asked, unless --broker names one; results are sorted by store time.`,
+(in ZooKeeper) is asked, unless --broker names one; results are sorted by store time. No
+match is exit 3 only when every broker answered; when one did not (it is named on stderr), the
+key may be there: exit 4.`,
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: app.completeTopicArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -121,6 +123,10 @@ func (a *App) queryKey(ctx context.Context, topic, key string, o *queryKeyOpts) 
 	if len(all) == 0 {
 		if len(errs) == len(addrs) {
 			return unavailableErr("no broker could be asked")
+		}
+		if len(errs) > 0 {
+			// Not "not found": the message may be on a broker that did not answer.
+			return unavailableErr("no message with key %s in topic %s on the brokers that answered (%d of %d did not)", key, topic, len(errs), len(addrs))
 		}
 		return notFoundErr("no message with key %s in topic %s", key, topic)
 	}

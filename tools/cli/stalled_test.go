@@ -131,3 +131,19 @@ func TestDescribeAsksAStalledBrokerOnce(t *testing.T) {
 		t.Errorf("groups describe sent %d requests to the stalled broker, want 1", n)
 	}
 }
+
+// query key exits 3 (not found) only when every broker of the topic answered: with one that did
+// not, the message may be there, so it exits 4 (unavailable), as when no broker answers. A key
+// found on the brokers that answered is printed (exit 0, the others warned about on stderr).
+func TestQueryKeyWithAStalledBroker(t *testing.T) {
+	c := newCluster(t, 1, map[string]int{"qk": 1}, false)
+	startStalledBroker(t, c.zk, 7, map[string]int{"qk": 1})
+	c.mustRun("produce", "-t", "qk", "-m", "x", "--key", "here", "--partition", "0-0", "--quiet")
+
+	if out, errs, code := c.run("--connect-timeout", "500ms", "query", "key", "qk", "absent"); code != ExitUnavailable {
+		t.Fatalf("query key absent with a stalled broker: exit %d, want %d\n%s%s", code, ExitUnavailable, out, errs)
+	}
+	if out, errs, code := c.run("--connect-timeout", "500ms", "query", "key", "qk", "here", "--format", "text"); code != 0 || out != "x\n" || errs == "" {
+		t.Fatalf("query key here with a stalled broker: exit %d\n%s%s", code, out, errs)
+	}
+}
