@@ -103,6 +103,9 @@ configuration wins over wildcard sections and the [system] defaults.`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			topic := args[0]
+			if err := zkmeta.ValidateName("topic", topic); err != nil {
+				return usageErr("%v", err)
+			}
 			zc, err := app.zkClient(cmd.Context())
 			if err != nil {
 				return err
@@ -141,6 +144,9 @@ until retention removes them.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			topic := args[0]
+			if err := zkmeta.ValidateName("topic", topic); err != nil {
+				return usageErr("%v", err)
+			}
 			zc, err := app.zkClient(cmd.Context())
 			if err != nil {
 				return err

@@ -148,3 +148,22 @@ func TestTopicAdminEndToEnd(t *testing.T) {
 		t.Fatalf("put to a reloaded topic: %+v %s", r, r.Body)
 	}
 }
+
+// topics alter and delete check the topic name as create does (exit 2, before ZooKeeper is
+// asked): an empty name made delete fail with ZooKeeper's "zk: invalid path" (exit 1), and a
+// name with a slash was looked up below another node (exit 3, "no online configuration").
+func TestTopicAdminRejectsBadNames(t *testing.T) {
+	for _, cmd := range []string{"create", "alter", "delete"} {
+		for _, name := range []string{"", "a/b", "..", "a b"} {
+			args := []string{"topics", cmd, name}
+			if cmd == "alter" {
+				args = append(args, "--partitions", "2")
+			}
+			// Nothing listens on port 1: a command that asked ZooKeeper would exit 4.
+			out, errs, code := runCLI(t, context.Background(), "127.0.0.1:1", "", args...)
+			if code != ExitUsage || !strings.Contains(errs, "bad name") {
+				t.Errorf("metaq topics %s %q: exit %d, want %d\n%s%s", cmd, name, code, ExitUsage, out, errs)
+			}
+		}
+	}
+}
