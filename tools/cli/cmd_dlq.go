@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -79,7 +81,7 @@ resend" puts them back on their original topic, once: the broker marks each lett
 	}
 	resend.Flags().StringVarP(&ro.group, "group", "g", "", "consumer group (required)")
 	resend.Flags().StringVar(&ro.broker, "broker", "", "use this broker (host:port) directly, without ZooKeeper")
-	resend.Flags().StringArrayVar(&ro.ids, "msg-id", nil, "dead letter to resend (its id in the DLQ, or its origMsgId); repeatable")
+	resend.Flags().StringArrayVar(&ro.ids, "msg-id", nil, "dead letter to resend (its id in the DLQ, or its origMsgId); repeatable; one that names no dead letter fails the command (exit 3) before anything is resent")
 	resend.Flags().BoolVar(&ro.all, "all", false, "resend every dead letter of the group")
 	resend.Flags().IntVar(&ro.max, "max", 1<<20, "resend at most this many")
 	_ = resend.MarkFlagRequired("group")
@@ -188,14 +190,28 @@ func (a *App) dlqResend(ctx context.Context, o *dlqOpts) error {
 		return err
 	}
 	var pick []int
+	matched := map[string]bool{}
 	for i := range msgs {
 		m := &msgs[i]
-		if o.all || want[strconv.FormatInt(m.MsgID, 10)] || want[m.Properties[client.PropOrigMsgID]] {
+		id, orig := strconv.FormatInt(m.MsgID, 10), m.Properties[client.PropOrigMsgID]
+		if o.all || want[id] || want[orig] {
 			pick = append(pick, i)
+			matched[id], matched[orig] = true, true
 		}
 	}
 	if len(pick) == 0 {
 		return notFoundErr("no matching dead letter for group %s", o.group)
+	}
+	// Every --msg-id must name a dead letter: a mistyped one fails the command before anything
+	// is resent (rather than resending the others and exiting 0).
+	var missing []string
+	for _, s := range o.ids {
+		if !matched[s] && !slices.Contains(missing, s) {
+			missing = append(missing, s)
+		}
+	}
+	if len(missing) > 0 {
+		return notFoundErr("no dead letter %s for group %s (among the %d read): nothing was resent", strings.Join(missing, ", "), o.group, len(msgs))
 	}
 	sent, skipped := 0, 0
 	var errs []error

@@ -97,3 +97,32 @@ func TestProduceDelayedAndDLQCommands(t *testing.T) {
 		return strings.Contains(out, "%DLQ%g")
 	}, "topics --all lists %%DLQ%%g")
 }
+
+// dlq resend --msg-id with an id that names no dead letter of the group fails (exit 3, the id
+// on stderr) and resends nothing, also when another --msg-id names one: it resent the others and
+// exited 0, so a mistyped id went unnoticed by a script.
+func TestDLQResendUnknownID(t *testing.T) {
+	c := newCluster(t, 1, map[string]int{"d": 1}, false)
+	out := c.mustRun("produce", "-t", "d", "-m", "poison", "--json")
+	sent := jsonLines[sentRow](t, out)
+	cl := c.brokers[0].Dial()
+	cl.Send(fmt.Sprintf("retry g %d -1 5 failed\r\n", sent[0].MsgID))
+	if r := cl.Reply(); r.Code != 200 {
+		t.Fatalf("retry: %d %s", r.Code, r.Body)
+	}
+	var dl []dlqRow
+	zktest.Eventually(t, 20*time.Second, func() bool {
+		out, _, code := c.run("dlq", "list", "-g", "g", "--json")
+		return code == 0 && json.Unmarshal([]byte(out), &dl) == nil && len(dl) == 1
+	}, "one dead letter listed")
+	id := strconv.FormatInt(dl[0].MsgID, 10)
+	out, errs, code := c.run("dlq", "resend", "-g", "g", "--msg-id", id, "--msg-id", "12345")
+	if code != ExitNotFound || !strings.Contains(errs, "12345") {
+		t.Fatalf("resend with an unknown id: exit %d, want %d\n%s%s", code, ExitNotFound, out, errs)
+	}
+	// Nothing was resent: the known one goes now, once.
+	var r map[string]int
+	if out := c.mustRun("dlq", "resend", "-g", "g", "--msg-id", id, "--json"); json.Unmarshal([]byte(out), &r) != nil || r["resent"] != 1 {
+		t.Fatalf("resend of the known id after the failed one: %s", out)
+	}
+}
