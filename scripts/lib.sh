@@ -161,10 +161,13 @@ recorded_pid() {
 
 # stop_pid <pid> <timeout-seconds> <label> <sigkill-message>: SIGTERM, then wait for the process to
 # exit; after timeout-seconds print sigkill-message (msg), SIGKILL it and give it 0.3 s to go.
-# Fails with "could not stop <label> pid <pid>" (err) when it is still alive.
+# Fails with "could not stop <label> pid <pid>" (err) when it is still alive. SIGCONT follows the
+# SIGTERM: a stopped process (zk.sh pause, kill -STOP) only handles the SIGTERM once it runs
+# again, and would otherwise be SIGKILLed after the timeout (for a broker: crash recovery).
 stop_pid() {
 	local pid="$1" timeout="$2" label="$3" kill_msg="$4" i
 	kill -TERM "$pid" 2>/dev/null || true
+	kill -CONT "$pid" 2>/dev/null || true
 	local deadline=$(($(now_ms) + timeout * 1000))
 	while alive "$pid"; do
 		if (($(now_ms) > deadline)); then

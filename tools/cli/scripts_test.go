@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -90,5 +91,51 @@ func TestBrokerScriptRestartsStaleBinary(t *testing.T) {
 	}
 	if out := run(); !strings.Contains(out, "already running") || pid() != second {
 		t.Fatalf("start after the restart: pid %d → %d\n%s", second, pid(), out)
+	}
+}
+
+// scripts/broker.sh stop on a broker stopped with SIGSTOP (a paused process, as zk.sh pause makes
+// ZooKeeper) stops it gracefully: the SIGTERM is followed by SIGCONT, so the broker handles it
+// and removes its abort marker, rather than waiting out BROKER_STOP_TIMEOUT and being SIGKILLed
+// (the next start then ran crash recovery).
+func TestBrokerScriptStopsAPausedBroker(t *testing.T) {
+	script, err := filepath.Abs("../../scripts/broker.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ini, _ := writeINI(t, dir, false, "", 0, "")
+	env := append(os.Environ(), "RUN_DIR="+filepath.Join(dir, "run"), "METAQ_BIN="+metaqBinary(t), "BROKER_STOP_TIMEOUT=20")
+	sh := func(cmd string) (string, error) {
+		c := exec.Command("bash", script, cmd, ini)
+		c.Env = env
+		out, err := c.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := sh("start"); err != nil {
+		t.Fatalf("broker.sh start: %v\n%s", err, out)
+	}
+	matches, _ := filepath.Glob(filepath.Join(dir, "run", "broker-*.pid"))
+	if len(matches) != 1 {
+		t.Fatalf("pid files %v", matches)
+	}
+	b, err := os.ReadFile(matches[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	out, err := sh("stop")
+	if err != nil || strings.Contains(out, "SIGKILL") || !strings.Contains(out, "stopped") {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("broker.sh stop of a paused broker: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "abort")); !os.IsNotExist(err) {
+		t.Fatalf("abort marker after broker.sh stop: %v (not a graceful stop)", err)
 	}
 }
