@@ -30,7 +30,8 @@ Every broker accepts any topic ([topic=*], \$PARTITIONS partitions each) and reg
 so clients see one cluster:  METAQ_ZK=127.0.0.1:\$ZK_PORT bin/metaq topics describe test
 
 Environment (defaults in brackets):
-  ZK_PORT      ZooKeeper client port [2181]
+  ZK_PORT      ZooKeeper client port [the one the last "up" used, else 2181]
+  CLUSTER_DIR  the brokers' directories and the cluster's state [<project>/run/cluster]
   BASE_PORT    port of broker 0 [8123]
   PARTITIONS   partitions per topic and broker [2]
   FLUSH        async (unflushThreshold=1000) or sync (unflushThreshold=0) [async]
@@ -40,13 +41,18 @@ Environment (defaults in brackets):
 EOF
 }
 
-ZK_PORT="${ZK_PORT:-2181}"
+CLUSTER_DIR="${CLUSTER_DIR:-$PROJECT_ROOT/run/cluster}"
+ZK_MARK="$CLUSTER_DIR/zk-started-by-cluster"
+# ZooKeeper's client port: $ZK_PORT, else the one the last "up" used (so that "down" and "status"
+# find the ZooKeeper that "ZK_PORT=… up" started), else 2181.
+ZK_PORT_FILE="$CLUSTER_DIR/zk-port"
+if [[ -z "${ZK_PORT:-}" ]]; then
+	ZK_PORT="$(cat "$ZK_PORT_FILE" 2>/dev/null || echo 2181)"
+fi
 BASE_PORT="${BASE_PORT:-8123}"
 PARTITIONS="${PARTITIONS:-2}"
 FLUSH="${FLUSH:-async}"
 ZK_SESSION_MS="${ZK_SESSION_MS:-30000}"
-CLUSTER_DIR="$PROJECT_ROOT/run/cluster"
-ZK_MARK="$CLUSTER_DIR/zk-started-by-cluster"
 # ZooKeeper members (1 or 3): from --zk, else what the last "up" recorded.
 ZK_SIZE_FILE="$CLUSTER_DIR/zk-size"
 ZK_N=""
@@ -183,6 +189,7 @@ cmd_up() {
 	build_metaq
 	mkdir -p "$CLUSTER_DIR"
 	echo "$ZK_N" >"$ZK_SIZE_FILE"
+	echo "$ZK_PORT" >"$ZK_PORT_FILE"
 	if ! zk_sh status >/dev/null 2>&1; then
 		zk_sh start
 		: >"$ZK_MARK"

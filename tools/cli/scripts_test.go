@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/metaqgo/metaq/zkmeta/zktest"
 )
 
 // scripts/broker.sh start on a running broker: a no-op while the broker runs the current
@@ -137,5 +140,53 @@ func TestBrokerScriptStopsAPausedBroker(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "data", "abort")); !os.IsNotExist(err) {
 		t.Fatalf("abort marker after broker.sh stop: %v (not a graceful stop)", err)
+	}
+}
+
+// scripts/cluster.sh down, run without the ZK_PORT that "up" was given, stops the ZooKeeper that
+// up started: the port up used is recorded with the cluster. down looked for it on 2181 ("not
+// running"), dropped its note that up had started ZooKeeper, and left it running for good.
+func TestClusterScriptDownStopsItsZooKeeper(t *testing.T) {
+	script, err := filepath.Abs("../../scripts/cluster.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zkScript := filepath.Join(filepath.Dir(script), "zk.sh")
+	dir := t.TempDir()
+	zkPort, base := strconv.Itoa(zktest.FreePort(t)), strconv.Itoa(zktest.FreePort(t))
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ZK_") && !strings.HasPrefix(kv, "BASE_PORT=") && !strings.HasPrefix(kv, "CLUSTER_DIR=") {
+			env = append(env, kv)
+		}
+	}
+	// ZooKeeper's directory is the default, run/zk-<port> in the project, as for an operator: with
+	// an explicit ZK_DIR, zk.sh finds the server by its pid file whatever the port.
+	env = append(env, "CLUSTER_DIR="+filepath.Join(dir, "cluster"), "METAQ_BIN="+metaqBinary(t))
+	run := func(script string, extra []string, args ...string) (string, int) {
+		t.Helper()
+		c := exec.Command("bash", append([]string{script}, args...)...)
+		c.Env = append(append([]string(nil), env...), extra...)
+		out, err := c.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return string(out), c.ProcessState.ExitCode()
+	}
+	withPorts := []string{"ZK_PORT=" + zkPort, "BASE_PORT=" + base}
+	t.Cleanup(func() {
+		run(script, withPorts, "down")
+		run(zkScript, withPorts, "stop")
+		os.RemoveAll(filepath.Join(filepath.Dir(filepath.Dir(script)), "run", "zk-"+zkPort))
+	})
+	if out, code := run(script, withPorts, "up", "1"); code != 0 {
+		t.Fatalf("cluster.sh up 1: exit %d\n%s", code, out)
+	}
+	if out, code := run(script, nil, "down"); code != 0 {
+		t.Fatalf("cluster.sh down: exit %d\n%s", code, out)
+	}
+	if out, code := run(zkScript, []string{"ZK_PORT=" + zkPort}, "status"); code != 3 {
+		t.Fatalf("ZooKeeper on %s after cluster.sh down: zk.sh status exit %d, want 3 (not running)\n%s", zkPort, code, out)
 	}
 }
