@@ -46,8 +46,8 @@ Without --server, every broker registered in ZooKeeper (--zk) is checked, and Zo
 itself; with --server only those brokers are, and ZooKeeper is not needed (a load balancer's
 probe on the broker's host).
 
-Exit codes: 0 every check passed, 1 a check failed, 4 ZooKeeper unreachable (or no broker
-registered), 2 bad flags.`,
+Exit codes: 0 every check passed, 1 a check failed (also "brokers": no broker registered in
+ZooKeeper), 4 ZooKeeper unreachable, 2 bad flags.`,
 		Example: `  metaq health --server 127.0.0.1:8123
   metaq health --zk zk1:2181 --json
   metaq health --server 127.0.0.1:8123 --http http://127.0.0.1:8120 --min-disk-free 10`,

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/metaqgo/metaq/zkmeta/zktest"
 )
 
 // metaq health: every registered broker answers (exit 0, --json), a broker
@@ -36,5 +39,14 @@ func TestHealthCommand(t *testing.T) {
 	}
 	if out, _, code := c.run("health", "--server", c.brokers[0].Addr); code != 0 || !strings.Contains(out, "OK   answers") {
 		t.Fatalf("health of the live broker: %d\n%s", code, out)
+	}
+}
+
+// metaq health with no broker registered in ZooKeeper fails its "brokers" check: exit 1, as its
+// help and docs/observability.md say (the help said 4).
+func TestHealthNoBrokerRegistered(t *testing.T) {
+	out, errs, code := runCLI(t, context.Background(), zktest.Server(t), "", "health")
+	if code != ExitFailure || !strings.Contains(out, "FAIL brokers") {
+		t.Fatalf("health without brokers: exit %d, want %d\n%s%s", code, ExitFailure, out, errs)
 	}
 }
