@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -285,7 +287,8 @@ func newBrokerReloadCommand(app *App) *cobra.Command {
 		Short: "Make a running broker re-read its server.ini topic sections (sends SIGHUP)",
 		Long: `Send SIGHUP to a broker process on this machine (--pid, or --server: the pid its stats
 report). The broker re-reads its server.ini and applies the [topic=…] sections at once (MetaQ's
-reload-config); changes to [system] or [zookeeper] need a restart and are logged.`,
+reload-config); changes to [system] or [zookeeper] need a restart and are logged. Only a process
+running "metaq broker" is signalled (exit 3 for any other pid).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if pid <= 0 && server == "" {
@@ -307,6 +310,11 @@ reload-config); changes to [system] or [zookeeper] need a restart and are logged
 					return fmt.Errorf("%s did not report its pid", server)
 				}
 			}
+			// SIGHUP ends most other processes: signal only a metaq broker (a mistyped --pid, or the
+			// pid of a broker on another machine, named some other local process).
+			if err := checkBrokerProcess(pid); err != nil {
+				return err
+			}
 			proc, err := os.FindProcess(pid)
 			if err == nil {
 				err = proc.Signal(syscall.SIGHUP)
@@ -321,6 +329,23 @@ reload-config); changes to [system] or [zookeeper] need a restart and are logged
 	cmd.Flags().IntVar(&pid, "pid", 0, "the broker's process id")
 	cmd.Flags().StringVar(&server, "server", "", "the broker's host:port (on this machine)")
 	return cmd
+}
+
+// checkBrokerProcess: the process pid on this machine runs "metaq broker" (a "broker" argument
+// in /proc/<pid>/cmdline); where /proc is not mounted nothing is checked.
+func checkBrokerProcess(pid int) error {
+	if _, err := os.Stat("/proc/self/cmdline"); err != nil {
+		return nil
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return notFoundErr("no process %d on this machine (is the broker on another one?)", pid)
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	if len(args) > 1 && slices.Contains(args[1:], "broker") {
+		return nil
+	}
+	return notFoundErr("process %d (%s) is not a metaq broker: not signalled (is the broker on another machine?)", pid, args[0])
 }
 
 // reloadOnSIGHUP makes SIGHUP reload the broker's topic sections until stop.

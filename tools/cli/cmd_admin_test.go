@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +167,33 @@ func TestTopicAdminRejectsBadNames(t *testing.T) {
 				t.Errorf("metaq topics %s %q: exit %d, want %d\n%s%s", cmd, name, code, ExitUsage, out, errs)
 			}
 		}
+	}
+}
+
+// metaq broker reload signals only a metaq broker: --pid of another process (a mistyped pid, or
+// one a broker on another machine reported through --server) exits 3 and leaves it alone. It
+// sent SIGHUP to whatever process had the pid, which ends most of them.
+func TestBrokerReloadRefusesOtherProcesses(t *testing.T) {
+	if _, err := os.Stat("/proc/self/cmdline"); err != nil {
+		t.Skip("no /proc: the process is not checked")
+	}
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-done
+	}()
+	out, errs, code := runCLI(t, context.Background(), "", "", "broker", "reload", "--pid", strconv.Itoa(cmd.Process.Pid))
+	if code != ExitNotFound || !strings.Contains(errs, "not a metaq broker") {
+		t.Fatalf("broker reload --pid <sleep>: exit %d, want %d\n%s%s", code, ExitNotFound, out, errs)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the process was signalled: %v", err)
+	default:
 	}
 }
