@@ -103,13 +103,41 @@ func (w *partWorker) stop(commit bool) {
 	}
 	w.final = true
 	w.commitMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
-	defer cancel()
 	// Release even when no claim succeeded: a claim that timed out may
 	// still have created the node (ReleasePartition deletes only our own).
 	if !c.opts.Broadcast && !c.noCommit.Load() {
-		if err := c.zk.ReleasePartition(ctx, c.group, w.key.topic, w.key.p, c.id); err != nil {
+		w.release()
+	}
+}
+
+// release deletes the owner node, retrying until it succeeds or the
+// consumer closes: a node left behind lives as long as our session, and
+// the partition's next owner would wait for it forever (docs/client.md,
+// Failures). After a session expiry the node is gone and the release
+// succeeds at once; at Close one attempt is made, the session's end
+// deletes the node anyway.
+func (w *partWorker) release() {
+	c := w.c
+	b := backoff{min: 100 * time.Millisecond, max: 2 * time.Second}
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
+		err := c.zk.ReleasePartition(ctx, c.group, w.key.topic, w.key.p, c.id)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				c.log.Info("metaq client: released partition", w.logArgs("attempts", attempt)...)
+			}
+			return
+		}
+		if c.ctx.Err() != nil {
 			c.log.Warn("metaq client: releasing partition", w.logArgs("err", err)...)
+			return
+		}
+		if attempt&(attempt-1) == 0 {
+			c.log.Warn("metaq client: releasing partition failed; retrying", w.logArgs("err", err, "attempts", attempt)...)
+		}
+		if !sleepCtx(c.ctx, b.next()) {
+			return
 		}
 	}
 }
