@@ -2,11 +2,14 @@ package client
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/metaqgo/metaq/broker/brokertest"
+	"github.com/metaqgo/metaq/zkmeta"
 	"github.com/metaqgo/metaq/zkmeta/zktest"
 )
 
@@ -62,4 +65,97 @@ func TestReleaseRetriedAfterZooKeeperOutage(t *testing.T) {
 		return len(a1) == 1 && a1[0] == p0 && len(a2) == 1 && a2[0] == p1
 	}, "c2 claims partition 1 once ZooKeeper is back (c1 %v, c2 %v)", c1.Assigned(), c2.Assigned())
 	col.waitDistinct(t, 1, 10*time.Second) // the held message, redelivered to c2
+}
+
+// bufferedStore is an OffsetStore that keeps commits until Flush (the
+// OffsetStore contract allows it: a store writing to a remote system in
+// batches). Consumers of one group share its backing. Each Flush checks
+// that the consumer still owns every partition it flushes: a commit made
+// durable after the owner node was released can come too late for the
+// partition's next owner, which loads the older offset and delivers again.
+type bufferedStore struct {
+	backing *memOffsetStore
+	zc      interface {
+		PartitionOwner(ctx context.Context, group, topic string, p Partition) (string, error)
+	}
+	group string
+	owner atomic.Pointer[string] // <group>_<consumer id>
+
+	mu      sync.Mutex
+	pending map[partKey]Offset
+	late    []string // partitions flushed after their release
+}
+
+func (s *bufferedStore) Load(ctx context.Context, topic string, p Partition) (Offset, bool, error) {
+	return s.backing.Load(ctx, topic, p)
+}
+
+func (s *bufferedStore) Commit(_ context.Context, topic string, p Partition, o Offset) error {
+	s.mu.Lock()
+	s.pending[partKey{topic, p}] = o
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *bufferedStore) Flush(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, o := range s.pending {
+		if owner, err := s.zc.PartitionOwner(ctx, s.group, k.topic, k.p); err != nil {
+			return err
+		} else if me := s.owner.Load(); me != nil && owner != *me {
+			s.late = append(s.late, fmt.Sprintf("%s/%s@%d (owner %q)", k.topic, k.p, o.Offset, owner))
+		}
+		_ = s.backing.Commit(ctx, k.topic, k.p, o)
+		delete(s.pending, k)
+	}
+	return nil
+}
+
+func (s *bufferedStore) Close() error { return s.Flush(context.Background()) }
+
+func (s *bufferedStore) lateFlushes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.late...)
+}
+
+// A consumer giving a partition up makes its final commit durable (Flush)
+// before it deletes the owner node, whatever the OffsetStore: a store that
+// buffers commits until Flush (as the interface allows) had the final
+// commit of a released partition flushed only after the release, so the
+// next owner could load the older offset and deliver the partition's last
+// messages again in a graceful rebalance.
+func TestReleasedPartitionFlushedBeforeRelease(t *testing.T) {
+	cl := newCluster(t, map[string]int{"orders": 2}, 1)
+	p := cl.producer()
+	zc := cl.zkClient()
+	defer zc.Close()
+	backing := NewMemoryOffsetStore().(*memOffsetStore)
+	newStore := func() *bufferedStore {
+		return &bufferedStore{backing: backing, zc: zc, group: "g", pending: map[partKey]Offset{}}
+	}
+	s1, s2 := newStore(), newStore()
+	col := newCollector()
+	c1 := cl.consumer("g", "orders", "*", col.handler, func(cfg *Config) {
+		cfg.Consumer.OffsetStore = s1
+		cfg.Consumer.CommitInterval = time.Hour // only the final commits
+	})
+	me1 := zkmeta.ConsumerNodeName("g", c1.ID())
+	s1.owner.Store(&me1)
+	zktest.Eventually(t, 10*time.Second, func() bool { n, _ := totalAssigned(c1); return n == 2 }, "c1 assigned both")
+	sendN(t, p, "orders", "a", 20)
+	col.waitDistinct(t, 20, 10*time.Second)
+
+	c2 := cl.consumer("g", "orders", "*", col.handler, func(cfg *Config) { cfg.Consumer.OffsetStore = s2 })
+	zktest.Eventually(t, 10*time.Second, func() bool { _, e := totalAssigned(c1, c2); return e[0] == 1 && e[1] == 1 }, "balanced 1/1")
+	sendN(t, p, "orders", "b", 20)
+	col.waitDistinct(t, 40, 10*time.Second)
+	c1.Close() // every flush of c1 is done
+	if late := s1.lateFlushes(); len(late) > 0 {
+		t.Fatalf("final commits flushed after the partition was released: %v", late)
+	}
+	if col.count() != col.distinct() {
+		t.Fatalf("%d deliveries of %d messages: a graceful rebalance must not duplicate", col.count(), col.distinct())
+	}
 }

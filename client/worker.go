@@ -96,7 +96,14 @@ func (w *partWorker) stop(commit bool) {
 	w.commitMu.Lock()
 	if commit && !c.noCommit.Load() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
-		if err := w.commitLocked(ctx); err != nil {
+		err := w.commitLocked(ctx)
+		if err == nil && !c.opts.Broadcast {
+			// Durable before the owner node goes: an OffsetStore may buffer
+			// commits until Flush, and the next owner loads the offset as
+			// soon as it claims the partition.
+			err = c.store.Flush(ctx)
+		}
+		if err != nil {
 			c.log.Warn("metaq client: committing offset of a released partition", w.logArgs("err", err)...)
 		}
 		cancel()
