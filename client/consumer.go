@@ -245,9 +245,18 @@ func (c *Consumer) Start(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.ZKConnectionTimeout)
 	// zkmeta keeps the node (re-created after a session expiry) until the
 	// session ends at Close.
-	_, err := c.zk.RegisterConsumer(rctx, c.group, c.id, topics)
+	node, err := c.zk.RegisterConsumer(rctx, c.group, c.id, topics)
 	cancel()
 	if err != nil {
+		if node != nil {
+			// The registration would go on in the background: the group
+			// would count this consumer and give it partitions that nobody
+			// consumes. Removed without waiting (ZooKeeper may be away): the
+			// node is deleted once it is back, or goes with the session.
+			done, stop := context.WithCancel(context.Background())
+			stop()
+			_ = node.Remove(done)
+		}
 		c.closeBalancerless()
 		return fmt.Errorf("metaq client: registering consumer %s: %w", c.node, err)
 	}

@@ -159,3 +159,51 @@ func TestReleasedPartitionFlushedBeforeRelease(t *testing.T) {
 		t.Fatalf("%d deliveries of %d messages: a graceful rebalance must not duplicate", col.count(), col.distinct())
 	}
 }
+
+// A Start that fails (its ctx ended before the consumer node was created)
+// leaves no member behind: before, the registration went on in the
+// background, the node appeared, and the group's other consumers gave the
+// failed consumer its share of the partitions, which nobody consumed until
+// it was closed.
+func TestFailedStartLeavesNoMember(t *testing.T) {
+	cl := newCluster(t, map[string]int{"orders": 2}, 1)
+	col := newCollector()
+	c1 := cl.consumer("g", "orders", "*", col.handler)
+	zktest.Eventually(t, 10*time.Second, func() bool { n, _ := totalAssigned(c1); return n == 2 }, "c1 assigned both")
+
+	c2, err := NewConsumer(cl.config(), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if err := c2.Subscribe("orders", "*", col.handler); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c2.Start(ctx); err == nil {
+		t.Fatal("Start with a cancelled ctx succeeded")
+	}
+	// Two registrations made after the failed Start, each waited for, so
+	// the pass of c2's ZooKeeper client that would have created c2's node
+	// (or deleted it) is over.
+	for i := range 2 {
+		n, err := c2.zk.Ephemeral(fmt.Sprintf("/probe-%d", i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Wait(ctxT(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	members, err := c2.zk.Consumers(ctxT(t, 10*time.Second), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		if m.ID == c2.ID() {
+			t.Fatalf("the consumer whose Start failed is a member of the group: %v", members)
+		}
+	}
+	zktest.Eventually(t, 10*time.Second, func() bool { n, _ := totalAssigned(c1); return n == 2 }, "c1 consumes both partitions")
+}
