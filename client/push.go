@@ -105,6 +105,10 @@ type PushConsumer struct {
 	awg    sync.WaitGroup
 	ewg    sync.WaitGroup // lock extensions being sent
 
+	// brokers of each subscription, from ZooKeeper (setSubBrokers)
+	brokersMu  sync.Mutex
+	subBrokers map[string][]string
+
 	stats PushStats
 
 	id    string       // names the member in its hooks' and trace events
@@ -142,7 +146,7 @@ func NewPushConsumer(cfg Config, group string, opts PushOptions) (*PushConsumer,
 	}
 	cfg = cfg.withDefaults()
 	c := &PushConsumer{cfg: cfg, group: group, opts: opts.withDefaults(), log: cfg.Logger.With("group", group),
-		subs: map[string]*pushSub{}}
+		subs: map[string]*pushSub{}, subBrokers: map[string][]string{}}
 	if cfg.ZKConnect != "" {
 		zc, err := cfg.newZK()
 		if err != nil {
@@ -236,7 +240,7 @@ func (c *PushConsumer) Start(ctx context.Context) error {
 						addrs = append(addrs, bi.Master)
 					}
 				}
-				c.setBrokers(s, addrs)
+				c.setSubBrokers(s, addrs)
 			}
 		}()
 	}
@@ -272,6 +276,37 @@ func (c *PushConsumer) setBrokers(s *pushSub, addrs []string) {
 			delete(s.fetch, a)
 		}
 	}
+}
+
+// setSubBrokers is setBrokers for ZooKeeper's view of s's brokers; it then
+// closes the connections to brokers that no subscription uses any more,
+// once every subscription's brokers are known (as Consumer.updateAddrs
+// does): a departed broker's connection would re-dial its address for the
+// consumer's life. Their ackers stop too (acks still queued fail: the
+// broker redelivers those messages when their lock ends). One lock over
+// both steps: a connection another subscription just opened is kept.
+func (c *PushConsumer) setSubBrokers(s *pushSub, addrs []string) {
+	c.brokersMu.Lock()
+	c.subBrokers[s.topic] = addrs
+	c.setBrokers(s, addrs)
+	if len(c.subBrokers) < len(c.subs) {
+		c.brokersMu.Unlock()
+		return
+	}
+	keep := map[string]bool{}
+	for _, as := range c.subBrokers {
+		for _, a := range as {
+			keep[a] = true
+		}
+	}
+	gone := c.pool.retain(keep)
+	c.brokersMu.Unlock()
+	for _, conn := range gone {
+		if v, ok := c.ackers.Load(conn.addr); ok && v.(*acker).conn == conn && c.ackers.CompareAndDelete(conn.addr, v) {
+			close(v.(*acker).done)
+		}
+	}
+	closeGone(gone)
 }
 
 // fetchLoop pops from one broker while there are free slots.
@@ -473,16 +508,28 @@ type acker struct {
 }
 
 func (c *PushConsumer) acker(conn *brokerConn) *acker {
-	if v, ok := c.ackers.Load(conn.addr); ok {
-		return v.(*acker)
-	}
-	a := &acker{c: c, conn: conn, kick: make(chan struct{}, 1), done: make(chan struct{})}
-	v, loaded := c.ackers.LoadOrStore(conn.addr, a)
-	if !loaded {
+	for {
+		v, ok := c.ackers.Load(conn.addr)
+		if ok && v.(*acker).conn == conn {
+			return v.(*acker)
+		}
+		a := &acker{c: c, conn: conn, kick: make(chan struct{}, 1), done: make(chan struct{})}
+		if ok {
+			// The address's connection was replaced (setSubBrokers closed
+			// it, the broker came back): acks go on the connection their
+			// message came from. Whoever removes an acker from the map
+			// stops it.
+			if !c.ackers.CompareAndSwap(conn.addr, v, a) {
+				continue
+			}
+			close(v.(*acker).done)
+		} else if _, loaded := c.ackers.LoadOrStore(conn.addr, a); loaded {
+			continue
+		}
 		c.awg.Add(1)
 		go a.loop()
+		return a
 	}
-	return v.(*acker)
 }
 
 func (a *acker) add(h string) {

@@ -208,3 +208,43 @@ func TestPushConsumerNoPopAfterClose(t *testing.T) {
 	<-done
 	check("consumer's context cancelled")
 }
+
+// A broker that leaves the cluster loses its connection in a push
+// consumer, as in a Consumer: before, only its fetcher stopped, and the
+// connection stayed in the pool re-dialling the departed address (every
+// 5 s, with its goroutines) for the consumer's life, one more for each
+// broker restarted on a new address.
+func TestPushConsumerDropsDepartedBroker(t *testing.T) {
+	cl := newCluster(t, map[string]int{"push": 1}, 1, 2)
+	c, err := NewPushConsumer(cl.config(), "g", PushOptions{Concurrency: 4, MaxWait: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Subscribe("push", "*", func(context.Context, *Message) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pooled := func() map[string]bool {
+		c.pool.mu.Lock()
+		defer c.pool.mu.Unlock()
+		m := map[string]bool{}
+		for a := range c.pool.conns {
+			m[a] = true
+		}
+		return m
+	}
+	a1, a2 := cl.brokers[1].Addr, cl.brokers[2].Addr
+	waitFor(t, "connections to both brokers", func() bool { m := pooled(); return m[a1] && m[a2] })
+	cl.brokers[2].Stop()
+	waitFor(t, "the departed broker's connection closed", func() bool { m := pooled(); return m[a1] && !m[a2] })
+
+	// Messages of the remaining broker are still handled and acknowledged.
+	p := cl.producer()
+	if _, err := p.SendToPartition(ctxT(t, 10*time.Second), &Message{Topic: "push", Body: []byte("x")}, Partition{BrokerID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the ack", func() bool { return c.Stats().Acked.Load() == 1 })
+}
