@@ -207,3 +207,54 @@ func TestFailedStartLeavesNoMember(t *testing.T) {
 	}
 	zktest.Eventually(t, 10*time.Second, func() bool { n, _ := totalAssigned(c1); return n == 2 }, "c1 consumes both partitions")
 }
+
+// In concurrent mode a partition given up in a rebalance does not wait for
+// the shared pool to reach its queued messages: before, the worker waited
+// for every message it had queued, and with the pool busy in another
+// partition's slow handlers (here: one that runs until the consumer
+// closes) the rebalance never finished, so the partition's new owner never
+// got it.
+func TestConcurrentReleaseDoesNotWaitForThePool(t *testing.T) {
+	cl := newCluster(t, map[string]int{"jobs": 2}, 1)
+	p := cl.producer()
+	p0, p1 := Partition{BrokerID: 1, Partition: 0}, Partition{BrokerID: 1, Partition: 1}
+	col := newCollector()
+	stalled := make(chan struct{})
+	h := func(ctx context.Context, m *Message) error {
+		if m.Partition == p0 {
+			close(stalled)
+			<-ctx.Done() // p0 stays with c1: until Close
+			return ctx.Err()
+		}
+		return col.handler(ctx, m)
+	}
+	conc := func(cfg *Config) { cfg.Consumer.Concurrency = 1 }
+	c1 := cl.consumer("g", "jobs", "*", h, conc)
+	zktest.Eventually(t, 10*time.Second, func() bool { n, _ := totalAssigned(c1); return n == 2 }, "c1 assigned both")
+	if _, err := p.SendToPartition(ctxT(t, 10*time.Second), &Message{Topic: "jobs", Body: []byte("slow")}, p0); err != nil {
+		t.Fatal(err)
+	}
+	<-stalled // the pool's only goroutine is taken
+	if _, err := p.SendToPartition(ctxT(t, 10*time.Second), &Message{Topic: "jobs", Body: []byte("queued")}, p1); err != nil {
+		t.Fatal(err)
+	}
+	queued := func() bool {
+		c1.workersMu.Lock()
+		w := c1.workers[partKey{"jobs", p1}]
+		c1.workersMu.Unlock()
+		if w == nil {
+			return false
+		}
+		w.tr.mu.Lock()
+		defer w.tr.mu.Unlock()
+		return len(w.tr.q)-w.tr.head == 1
+	}
+	zktest.Eventually(t, 10*time.Second, queued, "the message of partition 1 queued for the pool")
+
+	c2 := cl.consumer("g", "jobs", "*", col.handler, conc)
+	zktest.Eventually(t, 20*time.Second, func() bool {
+		a1, a2 := c1.Assigned()["jobs"], c2.Assigned()["jobs"]
+		return len(a1) == 1 && a1[0] == p0 && len(a2) == 1 && a2[0] == p1
+	}, "c2 consumes partition 1 (c1 %v, c2 %v)", c1.Assigned(), c2.Assigned())
+	col.waitDistinct(t, 1, 10*time.Second) // the queued message, delivered by c2
+}

@@ -26,7 +26,15 @@ type partWorker struct {
 
 	claimed atomic.Bool
 	running atomic.Bool // offset loaded, fetching
-	tasks   sync.WaitGroup
+
+	// Concurrent mode: the pool's handlers of this worker's messages. A
+	// stopping worker waits for those, not for the messages still queued
+	// for the pool: the pool may be busy in other partitions' handlers for
+	// long, and the rebalance would wait with it. Once poolShut is set, the
+	// pool drops this worker's queued messages (unfinished: not committed).
+	poolMu   sync.Mutex
+	poolShut bool
+	tasks    sync.WaitGroup
 
 	tr tracker
 
@@ -81,7 +89,22 @@ func (w *partWorker) run() {
 	w.fetch(off, batches)
 	close(batches)
 	dispatched.Wait()
+	w.poolMu.Lock()
+	w.poolShut = true
+	w.poolMu.Unlock()
 	w.tasks.Wait()
+}
+
+// enterPool admits a pool goroutine to handle one of w's messages; false
+// once w stopped (or is stopping). The caller calls w.tasks.Done after.
+func (w *partWorker) enterPool() bool {
+	w.poolMu.Lock()
+	defer w.poolMu.Unlock()
+	if w.poolShut || w.ctx.Err() != nil {
+		return false
+	}
+	w.tasks.Add(1)
+	return true
 }
 
 // stop ends the worker and, when commit, commits its position and releases
@@ -394,11 +417,9 @@ func (w *partWorker) dispatch(in <-chan *batch) {
 				w.tr.finish(seq)
 				continue
 			}
-			w.tasks.Add(1)
 			select {
 			case c.tasks <- task{w: w, m: m, seq: seq}:
 			case <-w.ctx.Done():
-				w.tasks.Done()
 				return
 			}
 		}
@@ -410,7 +431,10 @@ func (w *partWorker) dispatch(in <-chan *batch) {
 func (c *Consumer) poolWorker() {
 	defer c.wg.Done()
 	for t := range c.tasks {
-		if t.w.ctx.Err() == nil && t.w.handle(t.m) {
+		if !t.w.enterPool() {
+			continue // released meanwhile: left to the next owner
+		}
+		if t.w.handle(t.m) {
 			t.w.tr.finish(t.seq)
 		}
 		t.w.tasks.Done()
