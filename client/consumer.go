@@ -243,9 +243,13 @@ func (c *Consumer) Start(ctx context.Context) error {
 	sort.Strings(topics)
 
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.ZKConnectionTimeout)
+	// Close ends the wait too: it waits for Start (balancerDone), and must
+	// not wait for a registration ZooKeeper cannot take.
+	unhook := context.AfterFunc(c.ctx, cancel)
 	// zkmeta keeps the node (re-created after a session expiry) until the
 	// session ends at Close.
 	node, err := c.zk.RegisterConsumer(rctx, c.group, c.id, topics)
+	unhook()
 	cancel()
 	if err != nil {
 		if node != nil {

@@ -258,3 +258,36 @@ func TestConcurrentReleaseDoesNotWaitForThePool(t *testing.T) {
 	}, "c2 consumes partition 1 (c1 %v, c2 %v)", c1.Assigned(), c2.Assigned())
 	col.waitDistinct(t, 1, 10*time.Second) // the queued message, delivered by c2
 }
+
+// Close does not wait for a Start still registering (ZooKeeper away):
+// before, it waited for Start's registration to give up, up to
+// ZKConnectionTimeout (30 s by default).
+func TestCloseDuringStart(t *testing.T) {
+	c, err := NewConsumer(Config{ZKConnect: "127.0.0.1:1", ZKConnectionTimeout: time.Hour, Logger: testLogger()}, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Subscribe("orders", "*", func(context.Context, *Message) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- c.Start(context.Background()) }()
+	zktest.Eventually(t, 10*time.Second, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.started
+	}, "Start registering")
+	closed := make(chan struct{})
+	go func() {
+		c.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close waits for Start's registration")
+	}
+	if err := <-started; err == nil {
+		t.Fatal("Start succeeded without ZooKeeper")
+	}
+}
