@@ -216,7 +216,9 @@ cmd_up() {
 
 cmd_down() {
 	local i failed=0
-	for i in $(brokers_found); do
+	# Slaves first: a master stopped before its slaves would let one take over (autoFailover=true)
+	# for the moment until it is stopped too, and the next "up" would find the roles swapped.
+	for i in $({ brokers_found | grep -e '-s' || true; } && { brokers_found | grep -v -e '-s' || true; }); do
 		broker_sh "$i" stop || failed=1
 	done
 	if [[ -f "$ZK_MARK" ]]; then
