@@ -142,7 +142,9 @@ func (tp *TransactionProducer) Close() error {
 // SendInTransaction sends msg as a half message, runs ExecuteLocal and
 // sends its outcome to the broker. It returns the half message's send
 // result (Offset -1), the local transaction's state and its error (or the
-// error of sending the outcome: the broker then asks Check later).
+// error of sending the outcome: the broker then asks Check later). ctx
+// bounds the half message's send and is passed to ExecuteLocal; the outcome
+// is sent even when ctx has ended by then, within SendTimeout.
 func (tp *TransactionProducer) SendInTransaction(ctx context.Context, msg *Message) (SendResult, TxState, error) {
 	half := *msg
 	half.Properties = make(map[string]string, len(msg.Properties)+2)
@@ -162,9 +164,18 @@ func (tp *TransactionProducer) SendInTransaction(ctx context.Context, msg *Messa
 	if state == TxUnknown {
 		return res, state, nil
 	}
-	c, err := tp.p.connFor(ctx, msg.Topic, res.Partition)
+	// The outcome goes out even when ctx ended during ExecuteLocal (a
+	// request deadline that the local transaction used up): the local
+	// transaction has committed or rolled back by now, and an outcome left
+	// unsent only delays the message to the next check-back (a
+	// transactionCheckInterval, 60 s by default). It is bounded by
+	// SendTimeout instead, as RocketMQ's producer sends endTransaction under
+	// its own timeout (docs/transactions.md).
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tp.p.opts.SendTimeout)
+	defer cancel()
+	c, err := tp.p.connFor(octx, msg.Topic, res.Partition)
 	if err == nil {
-		err = tp.end(ctx, c, res.MsgID, state)
+		err = tp.end(octx, c, res.MsgID, state)
 	}
 	return res, state, err
 }

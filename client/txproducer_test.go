@@ -381,3 +381,30 @@ func TestCheckMessageKeepsOwnProperties(t *testing.T) {
 		}
 	}
 }
+
+// The outcome of a local transaction that used up its caller's context is
+// still sent: the message is visible without waiting for a check-back
+// (none comes within this test: the check interval is an hour).
+func TestTxOutcomeSentAfterCallerContextEnded(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"orders": 1}, Logger: testLogger(),
+		ExtraINI: "transactionCheckInterval=3600000\n"})
+	ctx, cancel := context.WithCancel(ctxT(t, 30*time.Second))
+	l := &txListener{
+		exec: func(context.Context, *Message) (TxState, error) {
+			cancel() // the caller's deadline passed while the local transaction committed
+			return TxCommit, nil
+		},
+		check: func(*Message) TxState { return TxUnknown },
+	}
+	tp, err := NewTransactionProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger()}, "order-service", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	if _, state, err := tp.SendInTransaction(ctx, &Message{Topic: "orders", Body: []byte("o-1")}); err != nil || state != TxCommit {
+		t.Fatalf("SendInTransaction: %v %v, want the outcome sent", state, err)
+	}
+	if got := strings.Join(visible(t, ctxT(t, 30*time.Second), b.Addr, "orders", 0), ","); got != "o-1" {
+		t.Fatalf("visible %q, want o-1 at once", got)
+	}
+}
