@@ -280,8 +280,11 @@ func TestHeartbeatTimeout(t *testing.T) {
 	}
 	defer a.Close()
 	_, err = a.Version(context.Background(), ln.Addr().String())
-	if !errors.Is(err, ErrTimeout) {
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || !IsRetriable(err) {
 		t.Fatalf("version from a silent broker: %v", err)
+	}
+	if !strings.Contains(err.Error(), ln.Addr().String()) { // which broker did not answer
+		t.Fatalf("the timeout does not name the broker: %v", err)
 	}
 	zktest.Eventually(t, 5*time.Second, func() bool { return accepted.Load() >= 2 }, "reconnected after a heartbeat timeout")
 }

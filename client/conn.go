@@ -330,9 +330,10 @@ type generation struct {
 }
 
 type brokerConn struct {
-	addr string
-	cfg  *connConfig
-	log  *slog.Logger
+	addr       string
+	timeoutErr error // ErrTimeout naming addr (errors.go), made once
+	cfg        *connConfig
+	log        *slog.Logger
 
 	window  *window // the calls in flight (window.go)
 	closing chan struct{}
@@ -373,16 +374,17 @@ type brokerConn struct {
 
 func newBrokerConn(addr string, cfg *connConfig) *brokerConn {
 	c := &brokerConn{
-		addr:    addr,
-		cfg:     cfg,
-		log:     cfg.log.With("broker", addr),
-		window:  newWindow(min(cfg.window, maxWindow)),
-		closing: make(chan struct{}),
-		runDone: make(chan struct{}),
-		ready:   make(chan struct{}),
-		pending: newPendingTable(cfg.window),
-		wbuf:    make([]byte, 0, 64<<10),
-		spare:   make([]byte, 0, 64<<10),
+		addr:       addr,
+		timeoutErr: &brokerTimeout{addr: addr},
+		cfg:        cfg,
+		log:        cfg.log.With("broker", addr),
+		window:     newWindow(min(cfg.window, maxWindow)),
+		closing:    make(chan struct{}),
+		runDone:    make(chan struct{}),
+		ready:      make(chan struct{}),
+		pending:    newPendingTable(cfg.window),
+		wbuf:       make([]byte, 0, 64<<10),
+		spare:      make([]byte, 0, 64<<10),
 	}
 	if cfg.trace != nil {
 		c.tl = cfg.trace.newRing(addr)
@@ -850,7 +852,7 @@ func (c *brokerConn) sweep(now int64) {
 	c.mu.Unlock()
 	for _, cl := range expired {
 		c.releaseFor(cl)
-		cl.err = ErrTimeout
+		cl.err = c.timeoutErr
 		cl.finish()
 	}
 }

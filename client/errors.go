@@ -15,7 +15,9 @@ var (
 	// ErrTimeout: a request got no reply within its deadline (a put that
 	// timed out may still have been stored). errors.Is(ErrTimeout,
 	// context.DeadlineExceeded) is true: a deadline taken from the caller's
-	// context may be reported either way.
+	// context may be reported either way. A request that timed out on a
+	// broker's connection fails with an error that names the broker and for
+	// which errors.Is(err, ErrTimeout) holds; compare with errors.Is.
 	ErrTimeout error = timeoutError{}
 	// ErrNoPartitions: no broker publishes the topic (nothing in ZooKeeper's
 	// topics-pub for it, or every broker is gone).
@@ -81,3 +83,16 @@ type timeoutError struct{}
 func (timeoutError) Error() string        { return "metaq client: request timed out" }
 func (timeoutError) Timeout() bool        { return true }
 func (timeoutError) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// brokerTimeout is ErrTimeout naming the broker that did not answer, so
+// that a CLI's or a log's "request timed out" says which one. One per
+// connection: a timeout allocates nothing.
+type brokerTimeout struct{ addr string }
+
+func (e *brokerTimeout) Error() string {
+	return "metaq client: broker " + e.addr + ": request timed out"
+}
+func (e *brokerTimeout) Timeout() bool { return true }
+func (e *brokerTimeout) Is(target error) bool {
+	return target == ErrTimeout || target == context.DeadlineExceeded
+}
