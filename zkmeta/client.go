@@ -155,6 +155,10 @@ type Client struct {
 	knownPaths sync.Map // full paths known to exist (persistent parents)
 
 	eph *keeper
+
+	// beforeOffsetsMulti, when set (tests), runs in CommitOffsets between
+	// reading the nodes' versions and the multi-op.
+	beforeOffsetsMulti func()
 }
 
 // Connect opens a client and waits until its first session is established, up to

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -322,6 +323,75 @@ func (c *Client) PartitionOwner(ctx context.Context, group, topic string, p Part
 // CommitOffset stores group's position in a partition (persistent node, "<msgId>-<offset>").
 func (c *Client) CommitOffset(ctx context.Context, group, topic string, p Partition, o Offset) error {
 	return c.Put(ctx, c.paths.Offset(group, topic, p), []byte(o.String()))
+}
+
+// OffsetWrite is one offset of a CommitOffsets.
+type OffsetWrite struct {
+	Topic     string
+	Partition Partition
+	Offset    Offset
+}
+
+// maxOffsetsMulti bounds the writes of one multi-op (ZooKeeper's request limit, jute.maxbuffer,
+// is 1 MiB; an offset write is ~150 bytes).
+const maxOffsetsMulti = 500
+
+// CommitOffsets writes several of group's offsets so that they all change or none does (an
+// operator's reset: docs/operations.md), in one ZooKeeper multi-op per maxOffsetsMulti writes
+// (more than that are as many all-or-nothing steps, in order). Each node is written on the
+// version read just before (or created when it did not exist), so a consumer's commit in
+// between fails the step with zk.ErrBadVersion (zk.ErrNodeExists) instead of being overwritten
+// half way, and a retry after a lost reply finds the step applied (every node holds its new
+// value) rather than failing it. applied counts the writes of the steps that succeeded (all of
+// them when err is nil).
+func (c *Client) CommitOffsets(ctx context.Context, group string, ws []OffsetWrite) (applied int, err error) {
+	for start := 0; start < len(ws); start += maxOffsetsMulti {
+		end := min(start+maxOffsetsMulti, len(ws))
+		if err := c.commitOffsetsStep(ctx, group, ws[start:end]); err != nil {
+			return start, err
+		}
+	}
+	return len(ws), nil
+}
+
+func (c *Client) commitOffsetsStep(ctx context.Context, group string, ws []OffsetWrite) error {
+	full := make([]string, len(ws))
+	data := make([][]byte, len(ws))
+	ops := make([]any, len(ws))
+	for i, w := range ws {
+		p := c.paths.Offset(group, w.Topic, w.Partition)
+		full[i], data[i] = c.FullPath(p), []byte(w.Offset.String())
+		if err := c.EnsurePath(ctx, path.Dir(p)); err != nil {
+			return err
+		}
+		_, st, err := c.Get(ctx, p)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			ops[i] = &zk.CreateRequest{Path: full[i], Data: data[i], Acl: c.nodeACL()}
+		case err != nil:
+			return err
+		default:
+			ops[i] = &zk.SetDataRequest{Path: full[i], Data: data[i], Version: st.Version}
+		}
+	}
+	if c.beforeOffsetsMulti != nil {
+		c.beforeOffsetsMulti()
+	}
+	attempt := 0
+	return c.do(ctx, func() error {
+		attempt++
+		_, err := c.conn.Multi(ops...)
+		if err == nil || isConnErr(err) || attempt == 1 {
+			return err
+		}
+		// A retry: the first attempt may have been applied before its reply was lost.
+		for i := range full {
+			if d, _, gerr := c.conn.Get(full[i]); gerr != nil || string(d) != string(data[i]) {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // LoadOffset reads group's committed position in a partition, accepting MetaQ's legacy plain

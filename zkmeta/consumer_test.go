@@ -2,10 +2,13 @@ package zkmeta_test
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/metaqgo/metaq/zkmeta"
 	"github.com/metaqgo/metaq/zkmeta/zktest"
@@ -317,4 +320,53 @@ func closedAfter[T any](ch <-chan T) <-chan bool {
 		out <- true
 	}()
 	return out
+}
+
+// CommitOffsets writes every offset or none: a consumer's commit between the
+// read of the versions and the multi fails the whole write, and leaves that
+// consumer's value (docs/operations.md, offsets reset).
+func TestCommitOffsetsAllOrNothing(t *testing.T) {
+	c, _ := connect(t, zktest.Server(t))
+	ctx := ctxT(t, 20*time.Second)
+	p0 := zkmeta.Partition{BrokerID: 1, Partition: 0}
+	p1 := zkmeta.Partition{BrokerID: 1, Partition: 1}
+	p2 := zkmeta.Partition{BrokerID: 2, Partition: 0}
+	must(t, c.CommitOffset(ctx, "g", "orders", p0, zkmeta.Offset{MsgID: -1, Offset: 100}))
+	must(t, c.CommitOffset(ctx, "g", "orders", p1, zkmeta.Offset{MsgID: -1, Offset: 200}))
+	load := func(p zkmeta.Partition) (int64, bool) {
+		o, ok, err := c.LoadOffset(ctx, "g", "orders", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.Offset, ok
+	}
+	ws := []zkmeta.OffsetWrite{
+		{Topic: "orders", Partition: p0, Offset: zkmeta.Offset{MsgID: -1, Offset: 0}},
+		{Topic: "orders", Partition: p1, Offset: zkmeta.Offset{MsgID: -1, Offset: 0}},
+		{Topic: "orders", Partition: p2, Offset: zkmeta.Offset{MsgID: -1, Offset: 0}}, // no node yet
+	}
+	zkmeta.SetBeforeOffsetsMulti(c, func() {
+		must(t, c.CommitOffset(ctx, "g", "orders", p1, zkmeta.Offset{MsgID: -1, Offset: 201})) // a consumer's commit
+	})
+	if n, err := c.CommitOffsets(ctx, "g", ws); !errors.Is(err, zk.ErrBadVersion) || n != 0 {
+		t.Fatalf("CommitOffsets over a concurrent commit: %d applied, %v, want 0, %v", n, err, zk.ErrBadVersion)
+	}
+	if o0, _ := load(p0); o0 != 100 {
+		t.Fatalf("1-0 at %d after a failed CommitOffsets, want 100 (untouched)", o0)
+	}
+	if o1, _ := load(p1); o1 != 201 {
+		t.Fatalf("1-1 at %d, want the consumer's 201", o1)
+	}
+	if _, ok := load(p2); ok {
+		t.Fatal("2-0 created by a failed CommitOffsets")
+	}
+	zkmeta.SetBeforeOffsetsMulti(c, nil)
+	if n, err := c.CommitOffsets(ctx, "g", ws); err != nil || n != len(ws) {
+		t.Fatalf("CommitOffsets: %d applied, %v", n, err)
+	}
+	for _, p := range []zkmeta.Partition{p0, p1, p2} {
+		if o, ok := load(p); !ok || o != 0 {
+			t.Fatalf("%s at %d (%v), want 0", p, o, ok)
+		}
+	}
 }

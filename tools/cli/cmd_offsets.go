@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/spf13/cobra"
 
 	"github.com/metaqgo/metaq/client"
@@ -221,16 +223,30 @@ func (a *App) resetChanges(ctx context.Context, gi *zkmeta.GroupInfo, tp zkmeta.
 
 // commitChanges writes the new offsets (no message id: -1).
 func (a *App) commitChanges(ctx context.Context, zc *zkmeta.Client, group string, changes []offsetChange) error {
-	for _, ch := range changes {
-		p := zkmeta.Partition{BrokerID: ch.BrokerID, Partition: ch.Partition}
-		wctx, cancel := a.opCtx(ctx)
-		err := zc.CommitOffset(wctx, group, ch.Topic, p, zkmeta.Offset{MsgID: -1, Offset: ch.New})
-		cancel()
-		if err != nil {
-			return zkErr(fmt.Errorf("committing %s %s: %w", ch.Topic, p, err))
-		}
+	ws := make([]zkmeta.OffsetWrite, len(changes))
+	for i, ch := range changes {
+		ws[i] = zkmeta.OffsetWrite{Topic: ch.Topic, Partition: zkmeta.Partition{BrokerID: ch.BrokerID, Partition: ch.Partition},
+			Offset: zkmeta.Offset{MsgID: -1, Offset: ch.New}}
 	}
-	return nil
+	// All or nothing per step of 500 partitions (docs/operations.md): a failure part way used to
+	// leave some partitions moved.
+	// One --connect-timeout per step: a step reads its nodes' versions, then writes them at once.
+	steps := time.Duration(1 + (len(ws)-1)/500)
+	wctx, cancel := context.WithTimeout(ctx, steps*a.ConnectTimeout)
+	defer cancel()
+	n, err := zc.CommitOffsets(wctx, group, ws)
+	if err == nil {
+		return nil
+	}
+	done := "nothing was changed"
+	if n > 0 {
+		done = fmt.Sprintf("%d of the %d offsets were changed (those listed first by --dry-run)", n, len(ws))
+	}
+	if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNodeExists) {
+		return refusedErr("an offset of group %s changed while it was reset (a consumer committed it); %s: "+
+			"stop the group's consumers and run the reset again", group, done)
+	}
+	return zkErr(fmt.Errorf("committing the offsets of group %s (%s): %w", group, done, err))
 }
 
 func (a *App) printResetChanges(o *resetOpts, changes []offsetChange) error {
