@@ -771,6 +771,24 @@ func (c *Client) Set(ctx context.Context, p string, data []byte) error {
 	})
 }
 
+// SetVersion sets the data of p if its version is still version (zk.ErrBadVersion when someone
+// wrote it since): a read-modify-write that loses no concurrent edit. A retry after a lost reply
+// that finds p holding data counts as applied.
+func (c *Client) SetVersion(ctx context.Context, p string, data []byte, version int32) error {
+	full := c.FullPath(p)
+	first := true
+	return c.do(ctx, func() error {
+		_, err := c.conn.Set(full, data, version)
+		if errors.Is(err, zk.ErrBadVersion) && !first {
+			if d, _, gerr := c.conn.Get(full); gerr == nil && string(d) == string(data) {
+				return nil
+			}
+		}
+		first = false
+		return err
+	})
+}
+
 // Put writes the persistent node p: sets its data, or creates it (and its parents) when missing.
 func (c *Client) Put(ctx context.Context, p string, data []byte) error {
 	full := c.FullPath(p)

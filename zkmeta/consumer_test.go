@@ -370,3 +370,23 @@ func TestCommitOffsetsAllOrNothing(t *testing.T) {
 		}
 	}
 }
+
+// SetVersion writes only on the version read: an edit made since is not
+// overwritten (topics alter's read-modify-write).
+func TestSetVersion(t *testing.T) {
+	c, _ := connect(t, zktest.Server(t))
+	ctx := ctxT(t, 20*time.Second)
+	must(t, c.Put(ctx, "/meta/config/topics/t", []byte("a")))
+	_, st, err := c.Get(ctx, "/meta/config/topics/t")
+	must(t, err)
+	must(t, c.Put(ctx, "/meta/config/topics/t", []byte("b"))) // someone else's edit
+	if err := c.SetVersion(ctx, "/meta/config/topics/t", []byte("a+"), st.Version); !errors.Is(err, zk.ErrBadVersion) {
+		t.Fatalf("SetVersion on a stale version: %v, want %v", err, zk.ErrBadVersion)
+	}
+	_, st, err = c.Get(ctx, "/meta/config/topics/t")
+	must(t, err)
+	must(t, c.SetVersion(ctx, "/meta/config/topics/t", []byte("b+"), st.Version))
+	if d, _, err := c.Get(ctx, "/meta/config/topics/t"); err != nil || string(d) != "b+" {
+		t.Fatalf("after SetVersion: %q %v", d, err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/spf13/cobra"
 
 	"github.com/metaqgo/metaq/broker"
@@ -115,25 +116,37 @@ configuration wins over wildcard sections and the [system] defaults.`,
 			ctx, cancel := app.opCtx(cmd.Context())
 			defer cancel()
 			path := zc.Paths().ConfigTopic(topic)
-			data, _, err := zc.Get(ctx, path)
-			if errors.Is(err, zkmeta.ErrNoNode) {
-				return notFoundErr("topic %s has no online configuration: metaq topics create %s", topic, topic)
+			// Read, change the flags given, write on the version read: an edit made meanwhile
+			// (another operator, a script) is re-read and the flags applied to it, not lost.
+			for attempt := 0; ; attempt++ {
+				data, st, err := zc.Get(ctx, path)
+				if errors.Is(err, zkmeta.ErrNoNode) {
+					return notFoundErr("topic %s has no online configuration: metaq topics create %s", topic, topic)
+				}
+				if err != nil {
+					return zkErr(err)
+				}
+				o, err := broker.ParseTopicOverride(data)
+				if err != nil {
+					app.warnf("the stored configuration of topic %s is not valid (%v) and is replaced by the flags given; it was: %q", topic, err, data)
+					o = broker.TopicOverride{}
+				}
+				af.apply(cmd, &o, false)
+				if err := o.Validate(); err != nil {
+					return usageErr("%v", err)
+				}
+				err = zc.SetVersion(ctx, path, o.JSON(), st.Version)
+				if errors.Is(err, zk.ErrBadVersion) && attempt < 5 {
+					continue
+				}
+				if errors.Is(err, zkmeta.ErrNoNode) {
+					return notFoundErr("topic %s was deleted from the online configuration meanwhile", topic)
+				}
+				if err != nil {
+					return zkErr(err)
+				}
+				return app.printAdmin(map[string]any{"topic": topic, "altered": true, "config": o}, "topic %s altered: %s", topic, o.JSON())
 			}
-			if err != nil {
-				return zkErr(err)
-			}
-			o, err := broker.ParseTopicOverride(data)
-			if err != nil {
-				o = broker.TopicOverride{}
-			}
-			af.apply(cmd, &o, false)
-			if err := o.Validate(); err != nil {
-				return usageErr("%v", err)
-			}
-			if err := zc.Set(ctx, path, o.JSON()); err != nil {
-				return zkErr(err)
-			}
-			return app.printAdmin(map[string]any{"topic": topic, "altered": true, "config": o}, "topic %s altered: %s", topic, o.JSON())
 		},
 	}
 	af.add(alter)
