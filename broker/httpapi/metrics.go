@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/metaqgo/metaq/broker"
+	"github.com/metaqgo/metaq/broker/ha"
 	"github.com/metaqgo/metaq/broker/store"
 )
 
@@ -78,7 +79,7 @@ var (
 type brokerCollector struct {
 	srv      *broker.Server
 	dataPath string
-	role     string
+	ha       *ha.Node // nil without replication: the broker is a master
 
 	mu        sync.Mutex
 	own       map[string]bool // topics with their own series (first maxTopics seen)
@@ -168,7 +169,11 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, dLongPolls, float64(k.LongPolls))
 	gauge(ch, dConns, float64(k.Connections))
 	gauge(ch, dWaiters, float64(k.LongPollWaiters))
-	gauge(ch, dInfo, 1, strconv.Itoa(c.srv.BrokerID()), c.role, broker.Version)
+	role := ha.RoleMaster
+	if c.ha != nil {
+		role = c.ha.Role() // read at every scrape: a slave may be promoted, a master demoted
+	}
+	gauge(ch, dInfo, 1, strconv.Itoa(c.srv.BrokerID()), role.String(), broker.Version)
 	gauge(ch, dStartTime, float64(k.Started.UnixNano())/1e9)
 
 	gauge(ch, dStoreBytes, float64(st.CommitLogMax-st.CommitLogMin))

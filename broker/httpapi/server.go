@@ -182,7 +182,7 @@ func New(opts Options) (*Server, error) {
 	if b := opts.Broker; b != nil {
 		s.hist = newLatencyHistograms()
 		s.hist.register(s.reg)
-		s.reg.MustRegister(&brokerCollector{srv: b.Server, dataPath: b.Config.System.DataPath, role: "master",
+		s.reg.MustRegister(&brokerCollector{srv: b.Server, dataPath: b.Config.System.DataPath, ha: b.HA,
 			own: map[string]bool{}, maxTopics: opts.MaxTopics})
 		s.reg.MustRegister(featureCollector{b})
 		s.reg.MustRegister(replicationCollector{b}) // replication_metrics.go
