@@ -22,6 +22,10 @@ import (
 // interval, and the next pass starts right after it).
 const lagReadsPerSecond = 200
 
+// lagReadTimeout bounds each ZooKeeper read of a pass (not the pass, which
+// takes as long as its reads at lagReadsPerSecond need).
+var lagReadTimeout = time.Minute
+
 // lagTracker reads, in the background, the committed offsets of every
 // consumer group for the partitions this broker serves, and caches them.
 // The lag itself is computed at scrape time against the store's current
@@ -102,9 +106,18 @@ func (l *lagTracker) pass(ctx context.Context, pace <-chan time.Time) error {
 		served[t.Topic] = true
 	}
 	p := l.zk.Paths()
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	groups, err := l.zk.Groups(rctx)
+	// Each read has its own deadline: a pass over many groups and
+	// partitions lasts longer than any one of them (docs/observability.md).
+	read := func(f func(context.Context) error) error {
+		rctx, cancel := context.WithTimeout(ctx, lagReadTimeout)
+		defer cancel()
+		return f(rctx)
+	}
+	var groups []string
+	err := read(func(rctx context.Context) (err error) {
+		groups, err = l.zk.Groups(rctx)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -115,7 +128,11 @@ func (l *lagTracker) pass(ctx context.Context, pace <-chan time.Time) error {
 		if err := wait(); err != nil {
 			return err
 		}
-		topics, err := l.zk.Children(rctx, p.GroupOffsets(g))
+		var topics []string
+		err := read(func(rctx context.Context) (err error) {
+			topics, err = l.zk.Children(rctx, p.GroupOffsets(g))
+			return err
+		})
 		if errors.Is(err, zkmeta.ErrNoNode) {
 			continue
 		} else if err != nil {
@@ -129,7 +146,11 @@ func (l *lagTracker) pass(ctx context.Context, pace <-chan time.Time) error {
 			if err := wait(); err != nil {
 				return err
 			}
-			kids, err := l.zk.Children(rctx, p.Offsets(g, t))
+			var kids []string
+			err := read(func(rctx context.Context) (err error) {
+				kids, err = l.zk.Children(rctx, p.Offsets(g, t))
+				return err
+			})
 			if errors.Is(err, zkmeta.ErrNoNode) {
 				continue
 			} else if err != nil {
@@ -146,7 +167,11 @@ func (l *lagTracker) pass(ctx context.Context, pace <-chan time.Time) error {
 				if err := wait(); err != nil {
 					return err
 				}
-				data, _, err := l.zk.Get(rctx, p.Offsets(g, t)+"/"+k)
+				var data []byte
+				err = read(func(rctx context.Context) (err error) {
+					data, _, err = l.zk.Get(rctx, p.Offsets(g, t)+"/"+k)
+					return err
+				})
 				if errors.Is(err, zkmeta.ErrNoNode) {
 					continue
 				} else if err != nil {
@@ -164,7 +189,11 @@ func (l *lagTracker) pass(ctx context.Context, pace <-chan time.Time) error {
 			if err := wait(); err != nil {
 				return err
 			}
-			ids, err := l.zk.Children(rctx, p.GroupIDs(g))
+			var ids []string
+			err := read(func(rctx context.Context) (err error) {
+				ids, err = l.zk.Children(rctx, p.GroupIDs(g))
+				return err
+			})
 			if err != nil && !errors.Is(err, zkmeta.ErrNoNode) {
 				return err
 			}
