@@ -83,9 +83,10 @@ type TopicCounters struct {
 }
 
 // TopicCounters returns the counters of every topic used since start
-// (unordered).
+// (unordered), those a reload no longer accepts included (frozen), so that
+// the per-topic metrics never go down.
 func (s *Server) TopicCounters() []TopicCounters {
-	m := s.topics.all()
+	m := s.topics.counted()
 	out := make([]TopicCounters, 0, len(m))
 	for _, ts := range m {
 		out = append(out, TopicCounters{

@@ -148,7 +148,8 @@ func onlineTopics(c *conf.Config) []string {
 // reloadSettings re-reads every interned topic's settings from the policy:
 // changed topics get a new state (counters carried over), topics no longer
 // accepted are dropped (their requests are refused from now on; their data
-// stays until retention). It returns the names that changed.
+// stays until retention; their counters are kept in t.gone). It returns
+// the names that changed.
 func (t *topicTable) reloadSettings() (changed, dropped []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -158,6 +159,10 @@ func (t *topicTable) reloadSettings() (changed, dropped []string) {
 		settings, ok := t.policy.Lookup(name)
 		switch {
 		case !ok:
+			if t.gone == nil {
+				t.gone = map[string]*topicState{}
+			}
+			t.gone[name] = ts
 			dropped = append(dropped, name)
 		case settings == ts.settings:
 			m[name] = ts
@@ -165,10 +170,7 @@ func (t *topicTable) reloadSettings() (changed, dropped []string) {
 			n := &topicState{name: ts.name, settings: settings}
 			n.notified.Store(ts.notified.Load())
 			n.rr.Store(ts.rr.Load())
-			for _, p := range [][2]*atomic.Int64{{&n.puts, &ts.puts}, {&n.putBytes, &ts.putBytes}, {&n.putFailed, &ts.putFailed},
-				{&n.gets, &ts.gets}, {&n.getMiss, &ts.getMiss}, {&n.offsets, &ts.offsets}, {&n.getMsgs, &ts.getMsgs}, {&n.getBytes, &ts.getBytes}} {
-				p[0].Store(p[1].Load())
-			}
+			n.carry(ts)
 			m[name] = n
 			changed = append(changed, name)
 		}

@@ -65,6 +65,11 @@ type topicTable struct {
 	policy TopicPolicy
 	m      atomic.Pointer[map[string]*topicState]
 	mu     sync.Mutex // serializes writers of m
+	// gone holds the states of topics a reload no longer accepts (guarded
+	// by mu): their counters stay in TopicCounters, and a topic accepted
+	// again counts on from them, so that the per-topic metrics never go
+	// down (docs/observability.md). Bounded by the topics ever interned.
+	gone map[string]*topicState
 }
 
 func (t *topicTable) init(p TopicPolicy) {
@@ -91,6 +96,10 @@ func (t *topicTable) get(name []byte) *topicState {
 		return ts
 	}
 	ts := &topicState{name: string(name), settings: settings}
+	if g := t.gone[ts.name]; g != nil { // accepted again since a reload dropped it
+		ts.carry(g)
+		delete(t.gone, ts.name)
+	}
 	m := make(map[string]*topicState, len(old)+1)
 	for k, v := range old {
 		m[k] = v
@@ -120,8 +129,32 @@ func (t *topicTable) lookup(name []byte, partition int32, st *store.Store) *topi
 	return &topicState{name: string(name), settings: settings}
 }
 
-// all returns every topic interned since start.
+// all returns every topic interned and accepted now.
 func (t *topicTable) all() map[string]*topicState { return *t.m.Load() }
+
+// counted returns all and the topics a reload dropped since (their
+// counters frozen).
+func (t *topicTable) counted() []*topicState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := *t.m.Load()
+	out := make([]*topicState, 0, len(m)+len(t.gone))
+	for _, ts := range m {
+		out = append(out, ts)
+	}
+	for _, ts := range t.gone {
+		out = append(out, ts)
+	}
+	return out
+}
+
+// carry copies the counters of from, the state n replaces.
+func (n *topicState) carry(from *topicState) {
+	for _, p := range [][2]*atomic.Int64{{&n.puts, &from.puts}, {&n.putBytes, &from.putBytes}, {&n.putFailed, &from.putFailed},
+		{&n.gets, &from.gets}, {&n.getMiss, &from.getMiss}, {&n.offsets, &from.offsets}, {&n.getMsgs, &from.getMsgs}, {&n.getBytes, &from.getBytes}} {
+		p[0].Store(p[1].Load())
+	}
+}
 
 // choosePartition picks a partition for `put … -1`.
 func (ts *topicState) choosePartition() int32 {
