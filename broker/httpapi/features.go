@@ -9,8 +9,8 @@ import (
 )
 
 // Metrics of the features riding on the log: delayed messages / retries /
-// dead letters (broker/delay) and transactions (broker/tx), read at scrape
-// time from their Stats.
+// dead letters (broker/delay), transactions (broker/tx) and the broker's
+// own trace events (broker/tracelog), read at scrape time from their Stats.
 
 var (
 	dDelayed     = desc("metaq_delayed_messages", "Delayed messages stored and not yet delivered, per delay level (level 0 = deliverAt timer).", "level")
@@ -25,13 +25,14 @@ var (
 	dTxBegun     = desc("metaq_tx_begun_total", "Transactions begun.", "kind")
 	dTxEnded     = desc("metaq_tx_ended_total", "Transactions ended, by outcome.", "outcome")
 	dTxChecks    = desc("metaq_tx_checks_sent_total", "Transaction checks sent to producers.")
+	dTraceEvents = desc("metaq_trace_events_total", "The broker's own trace events (docs/trace.md): written to %TRACE%, dropped (queue full), failed (the store refused their batch).", "result")
 )
 
 type featureCollector struct{ b *broker.Broker }
 
 func (c featureCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dDelayed, dDelayLag, dDelivered, dRetried, dDeadLetters,
-		dTxHalf, dTxOpen, dTxPrepared, dTxHeld, dTxBegun, dTxEnded, dTxChecks} {
+		dTxHalf, dTxOpen, dTxPrepared, dTxHeld, dTxBegun, dTxEnded, dTxChecks, dTraceEvents} {
 		ch <- d
 	}
 }
@@ -60,5 +61,11 @@ func (c featureCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(ch, dTxEnded, float64(st.RolledBack), "rollback")
 		counter(ch, dTxEnded, float64(st.TimedOut), "timeout")
 		counter(ch, dTxChecks, float64(st.ChecksSent))
+	}
+	if w := c.b.Trace; w != nil {
+		written, dropped, failed := w.Stats()
+		counter(ch, dTraceEvents, float64(written), "written")
+		counter(ch, dTraceEvents, float64(dropped), "dropped")
+		counter(ch, dTraceEvents, float64(failed), "failed")
 	}
 }
