@@ -31,9 +31,10 @@ type traceState struct {
 	pops   tracedPops
 }
 
-// maxTracedHalves bounds the remembered traced half messages (beyond,
-// their later events are not written; counted in Dropped of the writer's
-// view as lost).
+// maxTracedHalves bounds the remembered traced half messages (~40 MiB
+// when full: halves whose outcome never comes stay until then). Beyond it
+// the later events of a new traced half are not written, and not counted
+// anywhere: its trace shows the half put and nothing after.
 const maxTracedHalves = 1 << 20
 
 type tracedHalves struct {
