@@ -295,3 +295,34 @@ func docRanges(meaning string) []docRange {
 	}
 	return slices.Clip(out)
 }
+
+// TestDelayAndDeliveryKeysRefuseZero: the delay and delivery keys keep 0 for
+// "unset" and the broker substitutes the default for it, so a 0 or negative
+// value written in the file silently ran as the default (maxReconsumeTimes=0,
+// RocketMQ's "straight to the dead-letter queue", gave 16 give-backs;
+// popMemoryMb=0 kept 32 MiB in memory). Such values are refused instead.
+func TestDelayAndDeliveryKeysRefuseZero(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		key     string
+		ok, bad []string
+	}{
+		{"maxReconsumeTimes", []string{"1", "16"}, []string{"0", "-1"}},
+		{"maxDeliveries", []string{"1", "5"}, []string{"0", "-1"}},
+		{"popMaxInflight", []string{"1", "2000000"}, []string{"0", "-1"}},
+		{"popMaxGroups", []string{"1", "10000"}, []string{"0", "-1"}},
+		{"popSpillAfterMs", []string{"1", "5000"}, []string{"0", "-1"}},
+		{"popMemoryMb", []string{"-1", "1", "32"}, []string{"0", "-2"}},
+	} {
+		for _, v := range tc.ok {
+			if p, _ := keyErrors(t, iniWith("system", tc.key, v), tc.key); len(p) > 0 {
+				t.Errorf("%s=%s refused: %q", tc.key, v, p)
+			}
+		}
+		for _, v := range tc.bad {
+			if p, _ := keyErrors(t, iniWith("system", tc.key, v), tc.key); len(p) == 0 {
+				t.Errorf("%s=%s accepted (the broker would not run with what the file says)", tc.key, v)
+			}
+		}
+	}
+}

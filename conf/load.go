@@ -106,12 +106,22 @@ var systemKeys = []keyDef{
 	{"idleTimeout", used, "", func(p *parser, c *Config, v string) error { return setDuration(&c.System.IdleTimeout, v, time.Second) }},
 	{"maxConnections", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MaxConnections, v) }},
 	{"messageDelayLevel", used, "", func(p *parser, c *Config, v string) error { return set(&c.System.Delay.Levels, v, ParseDelayLevels) }},
-	{"maxReconsumeTimes", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Delay.MaxReconsumeTimes, v) }},
-	{"maxDeliveries", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Pop.MaxDeliveries, v) }},
-	{"popMaxInflight", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Pop.MaxInflight, v) }},
-	{"popMaxGroups", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Pop.MaxGroups, v) }},
-	{"popSpillAfterMs", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Pop.SpillAfterMs, v) }},
-	{"popMemoryMb", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.Pop.MemoryMb, v) }},
+	{"maxReconsumeTimes", used, "", func(p *parser, c *Config, v string) error { return setIntMin(&c.System.Delay.MaxReconsumeTimes, v, 1) }},
+	{"maxDeliveries", used, "", func(p *parser, c *Config, v string) error { return setIntMin(&c.System.Pop.MaxDeliveries, v, 1) }},
+	{"popMaxInflight", used, "", func(p *parser, c *Config, v string) error { return setIntMin(&c.System.Pop.MaxInflight, v, 1) }},
+	{"popMaxGroups", used, "", func(p *parser, c *Config, v string) error { return setIntMin(&c.System.Pop.MaxGroups, v, 1) }},
+	{"popSpillAfterMs", used, "", func(p *parser, c *Config, v string) error { return setIntMin(&c.System.Pop.SpillAfterMs, v, 1) }},
+	{"popMemoryMb", used, "", func(p *parser, c *Config, v string) error {
+		var n int
+		if err := setInt(&n, v); err != nil {
+			return err
+		}
+		if n == 0 || n < -1 {
+			return fmt.Errorf("want -1 (no side file) or at least 1")
+		}
+		c.System.Pop.MemoryMb = n
+		return nil
+	}},
 	{"dashboardToken", used, "", func(p *parser, c *Config, v string) error { c.System.DashboardToken = v; return nil }},
 	{"metricsMaxTopics", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MetricsMaxTopics, v) }},
 	{"metricsMaxLagSeries", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MetricsMaxLagSeries, v) }},
@@ -219,6 +229,21 @@ func setInt(dst *int, v string) error {
 		return fmt.Errorf("%d is out of range", n)
 	}
 	*dst = int(n)
+	return nil
+}
+
+// setIntMin sets a key whose zero value in Config means "unset, use the
+// default" (the delay and delivery keys): a value below lo written in the
+// file would silently run as the default, so it is refused.
+func setIntMin(dst *int, v string, lo int) error {
+	var n int
+	if err := setInt(&n, v); err != nil {
+		return err
+	}
+	if n < lo {
+		return fmt.Errorf("want at least %d", lo)
+	}
+	*dst = n
 	return nil
 }
 
