@@ -38,23 +38,43 @@ func (b *Broker) watchTopicConfig() {
 	ch := zc.WatchChildrenData(ctx, zc.Paths().ConfigTopics())
 	go func() {
 		defer close(w.done)
+		bad := map[string]string{} // node → data last logged as bad (logged once per value)
 		for nodes := range ch {
 			m := make(map[string]TopicOverride, len(nodes))
+			before := ov.online.Load()
 			for name, data := range nodes {
 				if err := zkmeta.ValidateName("topic", name); err != nil {
 					continue
 				}
 				o, err := ParseTopicOverride(data)
 				if err != nil {
-					b.log.Error("ignoring the online configuration of a topic", "topic", name, "err", err)
+					// docs/zookeeper.md: a bad node is ignored and the
+					// previous state stays (the topic is not dropped).
+					prev, had := TopicOverride{}, false
+					if before != nil {
+						prev, had = (*before)[name]
+					}
+					if bad[name] != string(data) {
+						bad[name] = string(data)
+						b.log.Error("ignoring the online configuration of a topic", "topic", name, "err", err, "keptPrevious", had)
+					}
+					if had {
+						m[name] = prev
+					}
 					continue
 				}
+				delete(bad, name)
 				if t, ok := b.baseConfig().Topic(name); ok && t.Pattern == name {
 					b.log.Warn("topic configured both in server.ini and in ZooKeeper: the server.ini section wins", "topic", name)
 				}
 				m[name] = o
 			}
-			before := ov.online.Swap(&m)
+			for name := range bad {
+				if _, ok := nodes[name]; !ok {
+					delete(bad, name)
+				}
+			}
+			ov.online.Store(&m) // only this goroutine writes it
 			var prev []string
 			if before != nil {
 				for k := range *before {

@@ -1,0 +1,78 @@
+package broker_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/brokertest"
+	"github.com/metaqgo/metaq/zkmeta"
+	"github.com/metaqgo/metaq/zkmeta/zktest"
+)
+
+// onlineTopics connects to the ZooKeeper of a test broker and returns a
+// function writing /meta/config/topics/<topic> (docs/zookeeper.md, "Online
+// topic configuration").
+func onlineTopics(t *testing.T, zkAddr string) (*zkmeta.Client, func(topic, data string)) {
+	t.Helper()
+	zc, err := zkmeta.Connect(context.Background(), zkmeta.Config{ConnectString: zkAddr, Root: "/meta"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(zc.Close)
+	return zc, func(topic, data string) {
+		t.Helper()
+		p := zc.Paths().ConfigTopics() + "/" + topic
+		if err := zc.EnsurePath(context.Background(), zc.Paths().ConfigTopics()); err != nil {
+			t.Fatal(err)
+		}
+		if err := zc.Put(context.Background(), p, []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// putCode is the code of a one-byte put.
+func putCode(c *brokertest.Client, topic string, partition int) int {
+	c.Send("put " + topic + " " + itoa(partition) + " 1 0 1\r\nx")
+	return c.Reply().Code
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// docs/zookeeper.md: "a node with bad JSON or values out of range is
+// ignored (logged); the previous state stays". A topic whose node was
+// overwritten with something that does not parse kept being accepted and
+// registered with its previous configuration, not dropped.
+func TestOnlineTopicBadNodeKeepsPreviousState(t *testing.T) {
+	zkAddr := zktest.Server(t)
+	b := brokertest.RunBroker(t, brokertest.Options{ZK: zkAddr, BrokerID: 1, Topics: map[string]int{"test": 1}})
+	zc, write := onlineTopics(t, zkAddr)
+	c := b.Dial()
+	exists := func(p string) bool { ok, _ := zc.Exists(context.Background(), p); return ok }
+	pub := zc.Paths().TopicPubNode("flow", 1, -1)
+
+	write("flow", `{"numPartitions":2}`)
+	zktest.Eventually(t, 20*time.Second, func() bool { return exists(pub) && putCode(c, "flow", 1) == 200 },
+		"flow accepted and registered")
+
+	for i, bad := range []string{`{"numPartitions":`, `{"numPartitions":0}`, `{"partitions":3}`} {
+		write("flow", bad)
+		// A marker topic written after the bad node: once it is accepted the
+		// broker has applied a state that includes the bad node.
+		marker := "marker" + itoa(i)
+		write(marker, `{}`)
+		zktest.Eventually(t, 20*time.Second, func() bool { return putCode(c, marker, 0) == 200 }, "%s accepted", marker)
+		if code := putCode(c, "flow", 1); code != 200 {
+			t.Fatalf("after %s: put to flow partition 1 answered %d, want 200 (the previous configuration stays)", bad, code)
+		}
+		if !exists(pub) {
+			t.Fatalf("after %s: flow unregistered", bad)
+		}
+	}
+	// A good value applies again.
+	write("flow", `{"numPartitions":1}`)
+	zktest.Eventually(t, 20*time.Second, func() bool { return putCode(c, "flow", 1) == 500 && putCode(c, "flow", 0) == 200 },
+		"flow back to 1 partition")
+}
