@@ -2,7 +2,9 @@ package broker_test
 
 import (
 	"context"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,4 +77,43 @@ func TestOnlineTopicBadNodeKeepsPreviousState(t *testing.T) {
 	write("flow", `{"numPartitions":1}`)
 	zktest.Eventually(t, 20*time.Second, func() bool { return putCode(c, "flow", 1) == 500 && putCode(c, "flow", 0) == 200 },
 		"flow back to 1 partition")
+}
+
+// A reload applies the topic sections only (docs/configuration.md,
+// "Reloading"), but they inherit [system]: a file whose [system] also
+// changed (acceptPublish=false, meant for the next restart) made every
+// topic without its own acceptPublish refuse puts at once, while the log
+// said nothing was applied outside the topic sections. Such a reload is
+// refused, naming the keys, and changes nothing.
+func TestReloadRefusesStaticChanges(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"test": 1}})
+	c := b.Dial()
+	ini, err := os.ReadFile(b.Config.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(ini), "[system]\n", "[system]\nacceptPublish=false\nmaxConnections=7\n", 1) + "\n[topic=added]\n"
+	if err := os.WriteFile(b.Config.Path, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = b.ReloadTopics()
+	if err == nil || !strings.Contains(err.Error(), "[system] acceptPublish") || !strings.Contains(err.Error(), "[system] maxConnections") {
+		t.Fatalf("reload with [system] changes: %v, want a refusal naming acceptPublish and maxConnections", err)
+	}
+	if code := putCode(c, "test", 0); code != 200 {
+		t.Fatalf("put to test after the refused reload: %d, want 200", code)
+	}
+	if code := putCode(c, "added", 0); code != 500 {
+		t.Fatalf("put to added after the refused reload: %d, want 500 (nothing applied)", code)
+	}
+	// With [system] as it runs, the topic sections apply.
+	if err := os.WriteFile(b.Config.Path, []byte(string(ini)+"\n[topic=added]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReloadTopics(); err != nil {
+		t.Fatal(err)
+	}
+	if code := putCode(c, "added", 0); code != 200 {
+		t.Fatalf("put to added after the reload: %d, want 200", code)
+	}
 }

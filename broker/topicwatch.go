@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -147,8 +148,11 @@ func (b *Broker) applyTopics(w *topicWatch, prev []string) {
 }
 
 // ReloadTopics re-reads server.ini and applies its topic sections (MetaQ's
-// reload-config): new and changed [topic=…] sections take effect at once;
-// [system] and [zookeeper] changes need a restart (they are logged).
+// reload-config): new and changed [topic=…] sections take effect at once.
+// A file that also changes a key outside the topic sections is refused as a
+// whole, naming the keys (docs/configuration.md, "Reloading"): those need a
+// restart, and the topic sections inherit [system], so applying them would
+// apply part of it.
 func (b *Broker) ReloadTopics() error {
 	if b.Config.Path == "" {
 		return fmt.Errorf("the broker was started without a server.ini: nothing to reload")
@@ -157,9 +161,9 @@ func (b *Broker) ReloadTopics() error {
 	if err != nil {
 		return fmt.Errorf("reload: %s: %w", b.Config.Path, err)
 	}
-	if c.System.BrokerID != b.Config.System.BrokerID || c.System.ServerPort != b.Config.System.ServerPort ||
-		c.System.DataPath != b.Config.System.DataPath || c.ZK != b.Config.ZK {
-		b.log.Warn("reload: changes outside the topic sections need a restart; applying the topic sections only")
+	if changed := b.Config.StaticChanges(c); len(changed) > 0 {
+		return fmt.Errorf("reload: %s changes %s, which need a restart; nothing was applied (revert them to reload the topic sections)",
+			b.Config.Path, strings.Join(changed, ", "))
 	}
 	ov := overlayOf(b.Config)
 	var prev []string

@@ -300,7 +300,8 @@ func newBrokerReloadCommand(app *App) *cobra.Command {
 		Short: "Make a running broker re-read its server.ini topic sections (sends SIGHUP)",
 		Long: `Send SIGHUP to a broker process on this machine (--pid, or --server: the pid its stats
 report). The broker re-reads its server.ini and applies the [topic=…] sections at once (MetaQ's
-reload-config); changes to [system] or [zookeeper] need a restart and are logged. Only a process
+reload-config). A file that also changes a key outside the topic sections is refused as a whole
+(they need a restart; the broker logs which keys, and nothing is applied). Only a process
 running "metaq broker" is signalled (exit 3 for any other pid).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
