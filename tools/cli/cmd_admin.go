@@ -362,10 +362,20 @@ func checkBrokerProcess(pid int) error {
 	return notFoundErr("process %d (%s) is not a metaq broker: not signalled (is the broker on another machine?)", pid, args[0])
 }
 
-// reloadOnSIGHUP makes SIGHUP reload the broker's topic sections until stop.
-func reloadOnSIGHUP(b *broker.Broker, log interface{ Error(string, ...any) }) (stop func()) {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGHUP)
+// subscribeSIGHUP subscribes to SIGHUP for the whole life of `metaq broker`:
+// from before anything starts, so that a SIGHUP during start-up (a long crash
+// recovery) does not end the process (its default action), until it exits.
+// One SIGHUP received while no reloadOnSIGHUP runs is kept and applied when
+// the next one starts.
+func subscribeSIGHUP() (ch <-chan os.Signal, stop func()) {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGHUP)
+	return c, func() { signal.Stop(c) }
+}
+
+// reloadOnSIGHUP makes SIGHUP (from ch, subscribeSIGHUP) reload the broker's
+// topic sections until stop.
+func reloadOnSIGHUP(b *broker.Broker, ch <-chan os.Signal, log interface{ Error(string, ...any) }) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -381,5 +391,5 @@ func reloadOnSIGHUP(b *broker.Broker, log interface{ Error(string, ...any) }) (s
 			}
 		}
 	}()
-	return func() { signal.Stop(ch); cancel(); <-done }
+	return func() { cancel(); <-done }
 }

@@ -103,9 +103,12 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 }
 
 func runBroker(ctx context.Context, app *App, cfg *conf.Config, log *slog.Logger, localZK bool, localZKDir string, stopTimeout time.Duration) error {
-	// Subscribe before starting anything, so that no signal is lost in between.
+	// Subscribe before starting anything, so that no signal is lost in between
+	// (and a SIGHUP during start-up does not end the process).
 	sigs, stopSigs := app.signals()
 	defer stopSigs()
+	hups, stopHups := subscribeSIGHUP() // cmd_admin.go
+	defer stopHups()
 
 	var lz *localZooKeeper
 	if localZK {
@@ -131,7 +134,7 @@ restart:
 		return silentExit{code: ExitFailure}
 	}
 	stopHTTP := startBrokerHTTP(b, log)
-	stopReload := reloadOnSIGHUP(b, log) // cmd_admin.go
+	stopReload := reloadOnSIGHUP(b, hups, log) // cmd_admin.go
 
 	var zkDied <-chan struct{}
 	if lz != nil {
@@ -158,6 +161,7 @@ restart:
 	}
 
 	stopHTTP()
+	stopReload() // a SIGHUP while stopping waits in hups (applied after a restart in place)
 	stopped := make(chan error, 1)
 	go func() {
 		sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
@@ -166,7 +170,6 @@ restart:
 	}()
 	select {
 	case err := <-stopped:
-		stopReload()
 		if again {
 			goto restart
 		}

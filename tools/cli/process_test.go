@@ -59,6 +59,14 @@ func writeINI(t *testing.T, dir string, sync bool, zk string, zkSyncMs int, extr
 
 func startBrokerProc(t *testing.T, addr string, args ...string) *brokerProc {
 	t.Helper()
+	p := launchBrokerProc(t, addr, args...)
+	p.waitReady(30 * time.Second)
+	return p
+}
+
+// launchBrokerProc is startBrokerProc without waiting for the broker to serve.
+func launchBrokerProc(t *testing.T, addr string, args ...string) *brokerProc {
+	t.Helper()
 	bin := metaqBinary(t)
 	p := &brokerProc{t: t, addr: addr, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, append([]string{"broker"}, args...)...)
@@ -82,7 +90,6 @@ func startBrokerProc(t *testing.T, addr string, args ...string) *brokerProc {
 			t.Logf("broker stderr:\n%s", p.stderr.String())
 		}
 	})
-	p.waitReady(30 * time.Second)
 	return p
 }
 

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/metaqgo/metaq/broker/auth/authtest"
 	"github.com/metaqgo/metaq/broker/brokertest"
 	"github.com/metaqgo/metaq/zkmeta/zktest"
 )
@@ -58,5 +60,85 @@ func TestBrokerReloadProcess(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(30 * time.Second); code != 0 {
 		t.Fatalf("broker exit %d", code)
+	}
+}
+
+// A SIGHUP while the broker starts (a long crash recovery, `systemctl
+// reload` right after start) killed it: the handler was installed only once
+// broker.Start had returned, and SIGHUP's default action ends a Go program.
+// It is now subscribed before anything starts and applied once the broker
+// serves. The start is held on reading tlsKey from a FIFO until the test has
+// sent the signal.
+func TestBrokerSIGHUPDuringStartup(t *testing.T) {
+	dir := t.TempDir()
+	ca := authtest.NewCA(t)
+	cert, key := ca.Issue(t, "broker")
+	keyPEM, err := os.ReadFile(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "key.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path, addr := writeINI(t, dir, false, "", 0, "")
+	ini, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ini = append(ini, fmt.Sprintf("\n[security]\ntlsPort=%d\ntlsCert=%s\ntlsKey=%s\n", zktest.FreePort(t), cert, fifo)...)
+	if err := os.WriteFile(path, ini, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The broker reads the key twice (the replication client's TLS, then
+	// the listener's). The test holds the FIFO open for writing (O_RDWR does
+	// not wait for a reader), so the broker's first open returns at once
+	// and its read waits for the key (a read, unlike an open, is not
+	// restarted by the signal).
+	w, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	p := launchBrokerProc(t, addr, "-c", path)
+	hasFIFO := func() bool {
+		select {
+		case <-p.done:
+			t.Fatalf("broker exited during start-up: %v\n%s", p.err, p.stderr.String())
+		default:
+		}
+		fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", p.cmd.Process.Pid))
+		for _, fd := range fds {
+			if l, _ := os.Readlink(fd); l == fifo {
+				return true
+			}
+		}
+		return false
+	}
+	zktest.Eventually(t, 30*time.Second, hasFIFO, "the broker reading tlsKey")
+	p.signal(syscall.SIGHUP)
+	if _, err := w.Write(keyPEM); err != nil {
+		t.Fatal(err)
+	}
+	w.Close() // EOF for the broker
+	// Once the broker closed it, a writer that does not wait for a reader
+	// gets one only when the broker waits in its second open.
+	zktest.Eventually(t, 30*time.Second, func() bool { return !hasFIFO() }, "the broker done with the first read")
+	zktest.Eventually(t, 30*time.Second, func() bool {
+		_ = hasFIFO() // fails the test when the broker exited
+		w, err = os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		return err == nil
+	}, "the broker opening tlsKey again")
+	if _, err := w.Write(keyPEM); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	p.waitReady(30 * time.Second)
+	zktest.Eventually(t, 20*time.Second, func() bool {
+		return strings.Contains(p.stderr.String(), "reloaded the topic sections")
+	}, "the SIGHUP received during start-up applied once started")
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("broker exit %d\n%s", code, p.stderr.String())
 	}
 }
