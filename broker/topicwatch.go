@@ -145,6 +145,7 @@ func (b *Broker) applyTopics(w *topicWatch, prev []string) {
 		}
 		cancel()
 	}
+	b.zk.registerClusterTopics(reg) // a wildcard section may be new (zktopics.go)
 }
 
 // ReloadTopics re-reads server.ini and applies its topic sections (MetaQ's

@@ -21,13 +21,14 @@ type zkRegistration struct {
 	cfg *conf.Config
 	log *slog.Logger
 
-	mu      sync.Mutex // guards client, reg, pending and stopFollow
+	mu      sync.Mutex // guards client, reg, pending, stopFollow and clusterTopics
 	client  *zkmeta.Client
 	reg     *zkmeta.BrokerRegistry
 	pending map[string]int // topics written before the registry existed
 
-	stopFollow func() // ends followClusterTopics (zktopics.go)
-	slaveID    int    // the role registered: -1 master, else slave<slaveID> (replication_run.go)
+	stopFollow    func()   // ends followClusterTopics (zktopics.go)
+	clusterTopics []string // the cluster's topic list last seen (zktopics.go)
+	slaveID       int      // the role registered: -1 master, else slave<slaveID> (replication_run.go)
 }
 
 func newZKRegistration(c *conf.Config, log *slog.Logger) *zkRegistration {

@@ -21,35 +21,45 @@ import (
 // Topics starting with '%' are the brokers' own system topics (retry, dead
 // letters, …): each broker registers those it writes itself.
 
-// followClusterTopics runs until stop is called (zkRegistration.close).
-// A broker whose sections are all exact names has nothing to follow (those
-// are registered at start).
+// followClusterTopics runs until stop is called (zkRegistration.close). It
+// runs whatever the sections at start: a reload may add a wildcard section
+// (applyTopics calls registerClusterTopics with the last list seen).
 func (z *zkRegistration) followClusterTopics(client *zkmeta.Client, reg *zkmeta.BrokerRegistry) (stop func()) {
-	if !z.hasWildcard() {
-		return func() {}
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	lists := client.WatchChildren(ctx, client.Paths().BrokerTopics())
 	go func() {
 		defer close(done)
 		for names := range lists {
-			for _, name := range names {
-				if strings.HasPrefix(name, "%") {
-					continue
-				}
-				if _, ok := reg.Topic(name); ok {
-					continue
-				}
-				if _, ok := z.cfg.Topic(name); ok {
-					z.registerTopic(reg, name)
-				}
-			}
+			z.mu.Lock()
+			z.clusterTopics = names
+			z.mu.Unlock()
+			z.registerClusterTopics(reg)
 		}
 	}()
 	return func() {
 		cancel()
 		<-done
+	}
+}
+
+// registerClusterTopics registers each topic of the cluster's last list that
+// the configuration in force accepts (topicConfig: server.ini as reloaded,
+// and the online configuration) and that is not registered yet.
+func (z *zkRegistration) registerClusterTopics(reg *zkmeta.BrokerRegistry) {
+	z.mu.Lock()
+	names := z.clusterTopics
+	z.mu.Unlock()
+	for _, name := range names {
+		if strings.HasPrefix(name, "%") {
+			continue
+		}
+		if _, ok := reg.Topic(name); ok {
+			continue
+		}
+		if _, ok := topicConfig(z.cfg, name); ok {
+			z.registerTopic(reg, name)
+		}
 	}
 }
 
@@ -63,14 +73,4 @@ func (z *zkRegistration) stopFollowing() {
 	if stop != nil {
 		stop()
 	}
-}
-
-// hasWildcard reports whether a [topic=…] section is a pattern.
-func (z *zkRegistration) hasWildcard() bool {
-	for _, t := range z.cfg.Topics {
-		if t.Wildcard() {
-			return true
-		}
-	}
-	return false
 }

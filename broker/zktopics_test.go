@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -106,4 +107,44 @@ func TestBrokerSkipsClusterTopicsItDoesNotAccept(t *testing.T) {
 		t.Fatal("broker 2 registered orders, which none of its sections accepts")
 	}
 	_ = b2
+}
+
+// A wildcard section added by a reload (docs/configuration.md, "Reloading")
+// follows the cluster's topics as one present at start does: broker 2,
+// started with exact sections only, registers the existing topic orders
+// once a reload adds [topic=*]. Before, the cluster's topic list was
+// followed only when server.ini had a wildcard at start.
+func TestReloadedWildcardJoinsExistingTopics(t *testing.T) {
+	zkAddr := zktest.Server(t)
+	root := "/meta-reload"
+	brokertest.RunBroker(t, brokertest.Options{ZK: zkAddr, ZKRoot: root, BrokerID: 1, Topics: map[string]int{"orders": 2}})
+	b2 := brokertest.RunBroker(t, brokertest.Options{ZK: zkAddr, ZKRoot: root, BrokerID: 2, Topics: map[string]int{"test": 1}})
+	zc, err := zkmeta.Connect(context.Background(), zkmeta.Config{ConnectString: zkAddr, Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zc.Close()
+	paths := zc.Paths()
+	exists := func(p string) bool { ok, _ := zc.Exists(context.Background(), p); return ok }
+	zktest.Eventually(t, 20*time.Second, func() bool {
+		return exists(paths.TopicPubNode("orders", 1, -1)) && exists(paths.TopicPubNode("test", 2, -1))
+	},
+		"both brokers registered")
+	if exists(paths.TopicPubNode("orders", 2, -1)) {
+		t.Fatal("broker 2 registered orders before accepting it")
+	}
+	ini, err := os.ReadFile(b2.Config.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b2.Config.Path, append(ini, "\n[topic=*]\nnumPartitions=3\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.ReloadTopics(); err != nil {
+		t.Fatal(err)
+	}
+	zktest.Eventually(t, 20*time.Second, func() bool {
+		data, _, err := zc.Get(context.Background(), paths.BrokerTopicNode("orders", 2, -1))
+		return err == nil && string(data) == "3"
+	}, "broker 2 registers orders after the reload added [topic=*]")
 }
