@@ -36,7 +36,8 @@ in dataPath, listens on serverPort and registers itself and its topics in ZooKee
 SIGTERM or SIGINT (Ctrl-C) stops it gracefully, in MetaQ's order: unregister from ZooKeeper,
 wait zk.zkSyncTimeMs, answer in-flight requests, flush and close the store (the abort marker is
 removed, so the next start skips crash recovery). A second signal forces an immediate exit
-(code 1; the next start runs crash recovery).
+(code 1; the next start runs crash recovery). A signal during start-up stops the broker as soon
+as it is started; a second one forces the exit without waiting for the start to finish.
 
 --local-zk (MetaQ's -l) also runs a standalone ZooKeeper as a child process, from Debian's
 zookeeper package (scripts/zk.sh start installs it), on the port of zk.zkConnect, with its data
@@ -128,10 +129,15 @@ func runBroker(ctx context.Context, app *App, cfg *conf.Config, log *slog.Logger
 	}
 
 restart:
+	endStarting := watchStartSignals(app, sigs, log, lz)
 	b, err := broker.Start(cfg, log)
+	early := endStarting() // a signal received during start-up, or nil
 	if err != nil {
 		log.Error("broker failed to start", "err", err)
 		return silentExit{code: ExitFailure}
+	}
+	if early != nil {
+		log.Info("stopping: "+sigName(early)+" received during start-up", "timeout", stopTimeout)
 	}
 	stopHTTP := startBrokerHTTP(b, log)
 	stopReload := reloadOnSIGHUP(b, hups, log) // cmd_admin.go
@@ -141,7 +147,7 @@ restart:
 		zkDied = lz.Done()
 	}
 	again := false
-	for waiting := true; waiting; {
+	for waiting := early == nil; waiting; {
 		select {
 		case s := <-sigs:
 			log.Info("received "+sigName(s)+"; stopping (send it again to force exit)", "timeout", stopTimeout)
@@ -185,6 +191,39 @@ restart:
 		}
 		app.exit(ExitFailure)
 		return silentExit{code: ExitFailure}
+	}
+}
+
+// watchStartSignals handles SIGTERM/SIGINT while broker.Start runs (crash
+// recovery can take long): the first is kept (end returns it: the broker
+// stops as soon as it is started), a second forces the exit at once, as
+// while serving. end stops watching; it is called before anything else
+// reads sigs.
+func watchStartSignals(app *App, sigs <-chan os.Signal, log *slog.Logger, lz *localZooKeeper) (end func() os.Signal) {
+	started, done := make(chan struct{}), make(chan struct{})
+	var first os.Signal
+	go func() {
+		defer close(done)
+		select {
+		case first = <-sigs:
+		case <-started:
+			return
+		}
+		log.Info("received " + sigName(first) + " during start-up; stopping once started (send it again to force exit)")
+		select {
+		case s := <-sigs:
+			log.Error("received " + sigName(s) + " again: forcing exit during start-up (the next start runs crash recovery)")
+			if lz != nil {
+				lz.Kill()
+			}
+			app.exit(ExitFailure)
+		case <-started:
+		}
+	}()
+	return func() os.Signal {
+		close(started)
+		<-done
+		return first
 	}
 }
 

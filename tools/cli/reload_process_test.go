@@ -67,9 +67,26 @@ func TestBrokerReloadProcess(t *testing.T) {
 // reload` right after start) killed it: the handler was installed only once
 // broker.Start had returned, and SIGHUP's default action ends a Go program.
 // It is now subscribed before anything starts and applied once the broker
-// serves. The start is held on reading tlsKey from a FIFO until the test has
-// sent the signal.
+// serves.
 func TestBrokerSIGHUPDuringStartup(t *testing.T) {
+	p, release := startHeld(t)
+	p.signal(syscall.SIGHUP)
+	release()
+	p.waitReady(30 * time.Second)
+	zktest.Eventually(t, 20*time.Second, func() bool {
+		return strings.Contains(p.stderr.String(), "reloaded the topic sections")
+	}, "the SIGHUP received during start-up applied once started")
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("broker exit %d\n%s", code, p.stderr.String())
+	}
+}
+
+// startHeld starts a broker process whose start-up is held on reading
+// tlsKey from a FIFO until release is called: the broker is then inside
+// broker.Start, as during a long crash recovery.
+func startHeld(t *testing.T) (p *brokerProc, release func()) {
+	t.Helper()
 	dir := t.TempDir()
 	ca := authtest.NewCA(t)
 	cert, key := ca.Issue(t, "broker")
@@ -94,13 +111,13 @@ func TestBrokerSIGHUPDuringStartup(t *testing.T) {
 	// the listener's). The test holds the FIFO open for writing (O_RDWR does
 	// not wait for a reader), so the broker's first open returns at once
 	// and its read waits for the key (a read, unlike an open, is not
-	// restarted by the signal).
+	// restarted by a signal).
 	w, err := os.OpenFile(fifo, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
-	p := launchBrokerProc(t, addr, "-c", path)
+	t.Cleanup(func() { w.Close() })
+	p = launchBrokerProc(t, addr, "-c", path)
 	hasFIFO := func() bool {
 		select {
 		case <-p.done:
@@ -116,29 +133,52 @@ func TestBrokerSIGHUPDuringStartup(t *testing.T) {
 		return false
 	}
 	zktest.Eventually(t, 30*time.Second, hasFIFO, "the broker reading tlsKey")
-	p.signal(syscall.SIGHUP)
-	if _, err := w.Write(keyPEM); err != nil {
-		t.Fatal(err)
+	return p, func() {
+		t.Helper()
+		if _, err := w.Write(keyPEM); err != nil {
+			t.Fatal(err)
+		}
+		w.Close() // EOF for the broker
+		// Once the broker closed it, a writer that does not wait for a
+		// reader gets one only when the broker waits in its second open.
+		zktest.Eventually(t, 30*time.Second, func() bool { return !hasFIFO() }, "the broker done with the first read")
+		zktest.Eventually(t, 30*time.Second, func() bool {
+			_ = hasFIFO() // fails the test when the broker exited
+			w, err = os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+			return err == nil
+		}, "the broker opening tlsKey again")
+		if _, err := w.Write(keyPEM); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
 	}
-	w.Close() // EOF for the broker
-	// Once the broker closed it, a writer that does not wait for a reader
-	// gets one only when the broker waits in its second open.
-	zktest.Eventually(t, 30*time.Second, func() bool { return !hasFIFO() }, "the broker done with the first read")
-	zktest.Eventually(t, 30*time.Second, func() bool {
-		_ = hasFIFO() // fails the test when the broker exited
-		w, err = os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
-		return err == nil
-	}, "the broker opening tlsKey again")
-	if _, err := w.Write(keyPEM); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	p.waitReady(30 * time.Second)
-	zktest.Eventually(t, 20*time.Second, func() bool {
-		return strings.Contains(p.stderr.String(), "reloaded the topic sections")
-	}, "the SIGHUP received during start-up applied once started")
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("broker exit %d\n%s", code, p.stderr.String())
-	}
+}
+
+// SIGTERM during start-up (a long crash recovery): the first stops the
+// broker once it is started, a second forces the exit at once (code 1), as
+// while serving; before, both waited for broker.Start to return.
+func TestBrokerSIGTERMDuringStartup(t *testing.T) {
+	t.Run("once", func(t *testing.T) {
+		p, release := startHeld(t)
+		p.signal(syscall.SIGTERM)
+		zktest.Eventually(t, 20*time.Second, func() bool { return strings.Contains(p.stderr.String(), "during start-up") },
+			"the signal noticed during start-up")
+		release()
+		if code := p.wait(30 * time.Second); code != 0 {
+			t.Fatalf("broker exit %d, want 0 (stopped gracefully once started)\n%s", code, p.stderr.String())
+		}
+		if !strings.Contains(p.stderr.String(), "broker stopped") {
+			t.Fatalf("no graceful stop:\n%s", p.stderr.String())
+		}
+	})
+	t.Run("twice", func(t *testing.T) {
+		p, _ := startHeld(t) // never released
+		p.signal(syscall.SIGTERM)
+		zktest.Eventually(t, 20*time.Second, func() bool { return strings.Contains(p.stderr.String(), "during start-up") },
+			"the signal noticed during start-up")
+		p.signal(syscall.SIGTERM)
+		if code := p.wait(30 * time.Second); code != 1 {
+			t.Fatalf("broker exit %d, want 1 (forced)\n%s", code, p.stderr.String())
+		}
+	})
 }
