@@ -117,3 +117,30 @@ func TestReloadRefusesStaticChanges(t *testing.T) {
 		t.Fatalf("put to added after the reload: %d, want 200", code)
 	}
 }
+
+// An online configuration change made while the broker is away from
+// ZooKeeper (ZooKeeper restarted; then its session expired) is applied
+// once it is back: the watch is re-armed and everything re-read
+// (docs/zookeeper.md, "Online topic configuration").
+func TestOnlineTopicChangeWhileAway(t *testing.T) {
+	zk := zktest.StartZooKeeper(t)
+	b := brokertest.RunBroker(t, brokertest.Options{ZK: zk.Addr(), BrokerID: 1, Topics: map[string]int{"test": 1}})
+	c := b.Dial()
+	_, write := onlineTopics(t, zk.Addr())
+	write("flow", `{"numPartitions":1}`)
+	zktest.Eventually(t, 20*time.Second, func() bool { return putCode(c, "flow", 0) == 200 }, "flow accepted")
+
+	zk.Stop(t)
+	zktest.Eventually(t, 20*time.Second, func() bool { return !b.ZK().Connected() }, "broker disconnected")
+	zk.Start(t)
+	_, write = onlineTopics(t, zk.Addr()) // a new session: the broker may not be back yet
+	write("flow", `{"numPartitions":3}`)
+	zktest.Eventually(t, 30*time.Second, func() bool { return putCode(c, "flow", 2) == 200 }, "3 partitions after ZooKeeper came back")
+
+	old := b.ZK().SessionID()
+	zktest.ExpireSession(t, b.ZK())
+	write("flow", `{"numPartitions":2}`)
+	zktest.Eventually(t, 30*time.Second, func() bool {
+		return b.ZK().SessionID() != old && putCode(c, "flow", 2) == 500 && putCode(c, "flow", 1) == 200
+	}, "2 partitions after the session expiry")
+}
