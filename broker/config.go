@@ -41,13 +41,25 @@ func StoreConfig(c *conf.Config, log *slog.Logger) store.Config {
 		Logger:           log,
 	}
 	sc.TopicRetention = func(topic string) time.Duration {
-		if t, ok := topicConfig(c, topic); ok {
-			return retention(t.DeletePolicy, nil)
+		t, ok := topicConfig(c, topic)
+		if !ok {
+			return 0
 		}
-		return 0
+		d := retention(t.DeletePolicy, nil)
+		if d == 0 && sc.Retention > 0 {
+			// The topic keeps its messages (archive) while [system] deletes:
+			// 0 would mean "use Retention" to the store.
+			return keepForever
+		}
+		return d
 	}
 	return sc
 }
+
+// keepForever is the per-topic retention of a topic that keeps its
+// messages (deletePolicy archive, docs/configuration.md) under a [system]
+// deletePolicy that deletes.
+const keepForever = time.Duration(1 << 62) // about 146 years
 
 func retention(r conf.Retention, log *slog.Logger) time.Duration {
 	if !r.Delete {
