@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -64,7 +63,7 @@ type certReloader struct {
 func newCertReloader(certFile, keyFile string) (*certReloader, error) {
 	r := &certReloader{certFile: certFile, keyFile: keyFile}
 	cs, ks := statOrNil(certFile), statOrNil(keyFile)
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	cert, err := loadKeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +89,7 @@ func (r *certReloader) reloadLocked() {
 		return
 	}
 	r.certSt, r.keySt = cs, ks // tried once per change, whatever the outcome
-	cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
+	cert, err := loadKeyPair(r.certFile, r.keyFile)
 	if err != nil {
 		slog.Error("TLS certificate files changed but do not load; keeping the previous certificate",
 			"tlsCert", r.certFile, "tlsKey", r.keyFile, "err", err)
@@ -122,21 +121,27 @@ func statOrNil(path string) os.FileInfo {
 // client certificate for mutual TLS; serverName overrides the name checked
 // ("" = the host dialed).
 func ClientTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+	return clientTLS(caFile, certFile, keyFile, serverName, "TLS CA", "TLS client certificate")
+}
+
+// clientTLS is ClientTLS with the names its errors give the CA and the
+// certificate pair (the CLI's flags, or the [security] keys).
+func clientTLS(caFile, certFile, keyFile, serverName, caName, pairName string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
 	if caFile != "" {
 		pool, err := loadPool(caFile)
 		if err != nil {
-			return nil, fmt.Errorf("TLS CA: %w", err)
+			return nil, fmt.Errorf("%s: %w", caName, err)
 		}
 		cfg.RootCAs = pool
 	}
 	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("TLS client certificate: give both the certificate and the key")
+		return nil, fmt.Errorf("%s: give both the certificate and the key", pairName)
 	}
 	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		cert, err := loadKeyPair(certFile, keyFile)
 		if err != nil {
-			return nil, fmt.Errorf("TLS client certificate: %w", err)
+			return nil, fmt.Errorf("%s: %w", pairName, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
@@ -152,7 +157,27 @@ func PeerTLS(s conf.Security) (*tls.Config, error) {
 	if s.TLSPort == 0 {
 		return nil, nil
 	}
-	return ClientTLS(s.TLSClientCA, s.TLSCert, s.TLSKey, "")
+	return clientTLS(s.TLSClientCA, s.TLSCert, s.TLSKey, "", "tlsClientCA", "tlsCert/tlsKey")
+}
+
+// loadKeyPair is tls.LoadX509KeyPair with errors that name the files: the
+// standard one says only "failed to find any PEM data in key input" or
+// "private key does not match public key", which leaves an operator
+// guessing which of the broker's files is at fault (docs/security.md).
+func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, err // *PathError: names the file
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("certificate %s, key %s: %w", certFile, keyFile, err)
+	}
+	return cert, nil
 }
 
 func loadPool(file string) (*x509.CertPool, error) {
