@@ -15,6 +15,7 @@ import (
 	"github.com/metaqgo/metaq/broker"
 	"github.com/metaqgo/metaq/broker/auth"
 	"github.com/metaqgo/metaq/client"
+	"github.com/metaqgo/metaq/conf"
 )
 
 // The HTTP side under [security] (docs/security.md): HTTPS (httpTls),
@@ -30,15 +31,19 @@ type SecurityOptions struct {
 	SessionTTL      time.Duration
 	// Client is how the cluster views reach brokers' text protocol (TLS,
 	// user and secret of the broker's own links).
-	ClientTLS    *tls.Config
-	ClientUser   string
-	ClientSecret string
+	ClientTLS     *tls.Config
+	ClientTLSPort int // with ClientTLS: the port dialed on every broker's host (client.Config.TLSPort)
+	ClientUser    string
+	ClientSecret  string
 }
 
 // BrokerSecurity derives the HTTP side's settings from a broker's [security].
 func BrokerSecurity(b *broker.Broker) (SecurityOptions, error) {
-	sec := b.Config.Security
-	o := SecurityOptions{Auth: b.Server.Authorizer(), SignatureWindow: sec.SignatureWindow, SessionTTL: sec.SessionTTL,
+	return securityFrom(b.Config.Security, b.Server.Authorizer())
+}
+
+func securityFrom(sec conf.Security, a *auth.Authorizer) (SecurityOptions, error) {
+	o := SecurityOptions{Auth: a, SignatureWindow: sec.SignatureWindow, SessionTTL: sec.SessionTTL,
 		ClientUser: sec.ReplicationUser, ClientSecret: sec.ReplicationSecret}
 	if sec.HTTPTLS {
 		cfg, err := auth.ServerTLS(sec.TLSCert, sec.TLSKey, sec.TLSClientCA)
@@ -47,12 +52,17 @@ func BrokerSecurity(b *broker.Broker) (SecurityOptions, error) {
 		}
 		o.TLS = cfg
 	}
-	if sec.TLSPort > 0 && !sec.AllowPlaintext { // brokers advertise their TLS port
+	if sec.TLSPort > 0 { // TLS to the other brokers, as replication (docs/security.md, "TLS details")
 		cfg, err := auth.PeerTLS(sec)
 		if err != nil {
 			return o, err
 		}
 		o.ClientTLS = cfg
+		if sec.AllowPlaintext {
+			// Brokers advertise their plain port: dial the cluster's tlsPort
+			// instead (auth.PeerAddr), never the secret in clear.
+			o.ClientTLSPort = sec.TLSPort
+		}
 	}
 	return o, nil
 }
@@ -60,7 +70,7 @@ func BrokerSecurity(b *broker.Broker) (SecurityOptions, error) {
 // clusterClient is the configuration of the cluster views' admin client.
 func (o SecurityOptions) clusterClient() client.Config {
 	return client.Config{RequestTimeout: 5 * time.Second, DialTimeout: 2 * time.Second,
-		TLS: o.ClientTLS, User: o.ClientUser, Secret: o.ClientSecret}
+		TLS: o.ClientTLS, TLSPort: o.ClientTLSPort, User: o.ClientUser, Secret: o.ClientSecret}
 }
 
 // setupSecurity builds the guard and registers the auth metrics.
