@@ -144,9 +144,9 @@ func (s *Server) wrapTLS(ln net.Listener, nc net.Conn) (net.Conn, bool) {
 }
 
 // handshake completes a TLS connection's handshake on the reader goroutine
-// before the first request (bounded by the put-data timeout's sibling, the
-// idle timeout, or 30 s), and takes a verified client certificate whose
-// common name is a user as that user's identity.
+// before the first request (bounded by handshakeTimeout, docs/security.md
+// "TLS details"), and takes a verified client certificate whose common
+// name is a user as that user's identity.
 func (c *conn) handshake() bool {
 	tc, ok := c.nc.(*tls.Conn)
 	if !ok {
