@@ -74,8 +74,8 @@ type popClient struct {
 	wbuf []byte
 }
 
-func dialPop(addr string) (*popClient, error) {
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+func (b *bencher) dialPop(addr string) (*popClient, error) {
+	nc, err := b.app.dialRaw(context.Background(), addr) // TLS and auth as the flags say (security.go)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +214,7 @@ func (b *bencher) sharedThroughput(ctx context.Context) benchkit.Result {
 	var wg sync.WaitGroup
 	for i := 0; i < so.consumers; i++ {
 		wg.Go(func() {
-			p, err := dialPop(addr)
+			p, err := b.dialPop(addr)
 			if err == nil {
 				defer p.close()
 				empty := 0
@@ -288,7 +288,7 @@ func (b *bencher) sharedLateness(ctx context.Context) benchkit.Result {
 		return r
 	}
 	b.settle(ctx)
-	p, err := dialPop(addr)
+	p, err := b.dialPop(addr)
 	if err != nil {
 		r.Error = err.Error()
 		return r
@@ -323,7 +323,7 @@ func (b *bencher) sharedLateness(ctx context.Context) benchkit.Result {
 		hists[i] = benchkit.NewHistogram()
 		h := hists[i]
 		wg.Go(func() {
-			c, err := dialPop(addr)
+			c, err := b.dialPop(addr)
 			if err != nil {
 				mu.Lock()
 				firstErr = err
@@ -383,7 +383,7 @@ func (b *bencher) sharedSkip(ctx context.Context, addr, group string) error {
 	var mu sync.Mutex
 	for i := 0; i < so.consumers; i++ {
 		wg.Go(func() {
-			p, err := dialPop(addr)
+			p, err := b.dialPop(addr)
 			if err == nil {
 				defer p.close()
 				for ctx.Err() == nil {
@@ -438,7 +438,7 @@ func (b *bencher) sharedInflight(ctx context.Context) benchkit.Result {
 		r.Error = err.Error()
 		return r
 	}
-	p, err := dialPop(addr)
+	p, err := b.dialPop(addr)
 	if err != nil {
 		r.Error = err.Error()
 		return r

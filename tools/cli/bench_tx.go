@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -201,8 +200,7 @@ func endPhase(ctx context.Context, cancel context.CancelFunc, d time.Duration, d
 // answers everything it has heard at once. Every phase runs through this
 // same loop, the baseline included.
 func (b *bencher) txConn(ctx context.Context, u txUnit, conn int, p benchPart, units *atomic.Int64) error {
-	var dialer net.Dialer
-	nc, err := dialer.DialContext(ctx, "tcp", p.addr)
+	nc, err := b.app.dialRaw(ctx, p.addr) // TLS and auth as the flags say (security.go)
 	if err != nil {
 		return err
 	}

@@ -2,10 +2,14 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -77,6 +81,26 @@ func (a *App) loadSecurity() error {
 		s.secret = a.getenv(EnvSecret)
 	}
 	return nil
+}
+
+// dialRaw opens a protocol connection of its own to the broker at addr
+// (the bench workloads that speak the protocol themselves) as the client
+// does under the flags: to --tls-port with TLS, then `auth` as --user
+// (docs/security.md). Without them: plain TCP.
+func (a *App) dialRaw(ctx context.Context, addr string) (net.Conn, error) {
+	s := &a.sec
+	ctx, cancel := context.WithTimeout(ctx, max(a.ConnectTimeout, 5*time.Second))
+	defer cancel()
+	if s.tls == nil && s.user == "" {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	if s.tls != nil && s.tlsPort > 0 {
+		if h, _, err := net.SplitHostPort(addr); err == nil {
+			addr = net.JoinHostPort(h, strconv.Itoa(s.tlsPort))
+		}
+	}
+	return auth.DialBroker(ctx, addr, s.tls, s.user, s.secret)
 }
 
 // applySecurity puts the flags into a client configuration.
