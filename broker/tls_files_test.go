@@ -2,11 +2,14 @@ package broker_test
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/metaqgo/metaq/broker"
 	"github.com/metaqgo/metaq/broker/auth"
@@ -75,5 +78,104 @@ func TestTLSFileErrorsNameTheFile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReplicationLinkPresentsRenewedCertificate: the certificate the
+// broker presents on its own links to other brokers (replication, the
+// cluster views: auth.PeerTLS) follows a renewal on disk as the listener's
+// does, so a master that requires client certificates keeps accepting the
+// slave once the old certificate expires (docs/security.md, "Renewing the
+// certificate needs no restart"). It used to be loaded once at start.
+func TestReplicationLinkPresentsRenewedCertificate(t *testing.T) {
+	ca := authtest.NewCA(t)
+	srvCert, srvKey := ca.Issue(t, "master")
+	oldCert, oldKey := ca.Issue(t, "node-old")
+	newCert, newKey := ca.Issue(t, "node-new")
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "node.pem"), filepath.Join(dir, "node-key.pem")
+	copyFile := func(src, dst string) {
+		t.Helper()
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst+".tmp", data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(dst+".tmp", dst); err != nil { // as a renewal does
+			t.Fatal(err)
+		}
+	}
+	copyFile(oldCert, cert)
+	copyFile(oldKey, key)
+
+	// The peer: a TLS listener that requires a client certificate of the
+	// cluster CA and records the common name each connection presents.
+	srv, err := auth.ServerTLS(srvCert, srvKey, ca.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan string, 16)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			tc := nc.(*tls.Conn)
+			_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+			if tc.Handshake() == nil {
+				seen <- tc.ConnectionState().PeerCertificates[0].Subject.CommonName
+			}
+			tc.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+
+	cfg := &conf.Config{Security: conf.Security{TLSPort: 1, TLSCert: cert, TLSKey: key, TLSClientCA: ca.CAFile}}
+	dial, err := broker.ReplicationDialer(cfg)
+	if err != nil || dial == nil {
+		t.Fatalf("ReplicationDialer: %v, %v", dial != nil, err)
+	}
+	presented := func() string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		nc, err := dial(ctx, ln.Addr().String())
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		defer nc.Close()
+		select {
+		case cn := <-seen:
+			return cn
+		case <-ctx.Done():
+			t.Fatal("the peer saw no handshake")
+			return ""
+		}
+	}
+	if cn := presented(); cn != "node-old" {
+		t.Fatalf("presented %q, want node-old", cn)
+	}
+	copyFile(newCert, cert)
+	copyFile(newKey, key)
+	deadline := time.Now().Add(15 * time.Second) // the files are looked at once a second at most
+	for {
+		cn := presented()
+		if cn == "node-new" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still presenting %q after the renewal, want node-new", cn)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -118,8 +118,9 @@ func statOrNil(path string) os.FileInfo {
 
 // ClientTLS is the TLS configuration of a client: caFile ("" = the system
 // roots) verifies the broker; certFile/keyFile (both or neither) is the
-// client certificate for mutual TLS; serverName overrides the name checked
-// ("" = the host dialed).
+// client certificate for mutual TLS, re-read when its files change as
+// ServerTLS's is; serverName overrides the name checked ("" = the host
+// dialed).
 func ClientTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
 	return clientTLS(caFile, certFile, keyFile, serverName, "TLS CA", "TLS client certificate")
 }
@@ -139,11 +140,14 @@ func clientTLS(caFile, certFile, keyFile, serverName, caName, pairName string) (
 		return nil, fmt.Errorf("%s: give both the certificate and the key", pairName)
 	}
 	if certFile != "" {
-		cert, err := loadKeyPair(certFile, keyFile)
+		// Followed on disk as the listener's pair is: a link that lives as
+		// long as the broker (replication) presents the renewed certificate
+		// from its next connection on (docs/security.md, step 2).
+		r, err := newCertReloader(certFile, keyFile)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", pairName, err)
 		}
-		cfg.Certificates = []tls.Certificate{cert}
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return r.get(nil) }
 	}
 	return cfg, nil
 }
