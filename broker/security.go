@@ -3,7 +3,9 @@ package broker
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -155,6 +157,12 @@ func (c *conn) handshake() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
+		var rh tls.RecordHeaderError
+		if errors.As(err, &rh) && rh.Conn != nil {
+			c.log.Info("plain text on the TLS port: the client does not use TLS")
+			answerPlainText(rh.Conn)
+			return false
+		}
 		c.log.Info("TLS handshake failed", "err", err)
 		return false
 	}
@@ -270,6 +278,33 @@ func (c *conn) handleAuth(cmd *protocol.Command) {
 }
 
 const handshakeTimeout = 10 * time.Second
+
+// plainTextReply is what a client speaking the plain protocol to the TLS
+// port reads (docs/security.md, "TLS details"): a reply it can show, where
+// it would otherwise see only the connection closed.
+var plainTextReply = protocol.AppendResultString(nil, protocol.StatusBadRequest,
+	"this is the broker's TLS port (tlsPort): connect with TLS (client.Config.TLS, metaq --tls-ca)", 0)
+
+// answerPlainText writes plainTextReply on nc, the raw connection under a
+// TLS handshake that met plain text, and half-closes it, then discards what
+// the client still sends (at most plainDrain bytes, for at most
+// plainLinger) so that closing does not reset the connection before the
+// client has read the reply.
+func answerPlainText(nc net.Conn) {
+	_ = nc.SetDeadline(time.Now().Add(plainLinger))
+	if _, err := nc.Write(plainTextReply); err != nil {
+		return
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	_, _ = io.CopyN(io.Discard, nc, plainDrain)
+}
+
+const (
+	plainLinger = time.Second
+	plainDrain  = 64 << 10
+)
 
 // tlsChunk is how many reply bytes go into one TLS write (a TLS record
 // holds at most 16 KiB; tls.Conn splits larger writes itself).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/metaqgo/metaq/broker/auth/authtest"
 	"github.com/metaqgo/metaq/broker/brokertest"
 	"github.com/metaqgo/metaq/conf"
+	"github.com/metaqgo/metaq/protocol"
 )
 
 // TestTLSFileErrorsNameTheFile: a broker whose tlsCert or tlsKey does not
@@ -177,5 +179,40 @@ func TestReplicationLinkPresentsRenewedCertificate(t *testing.T) {
 			t.Fatalf("still presenting %q after the renewal, want node-new", cn)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestPlainTextOnTLSPortIsAnswered: a client that speaks the plain
+// protocol to the TLS port (no --tls-ca / Config.TLS) is told so in the
+// protocol's words, `result 400` naming TLS, before the connection closes
+// (docs/security.md, "TLS details"); a client that authenticates sees it
+// as its auth error. It used to see the connection closed and nothing else
+// ('auth: EOF').
+func TestPlainTextOnTLSPortIsAnswered(t *testing.T) {
+	b := runSecure(t, false, "", nil)
+	nc, err := net.DialTimeout("tcp", b.TLSAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := brokertest.Wrap(t, nc)
+	defer c.Close()
+	c.Send("version 7\r\n")
+	r, err := c.TryReply(10 * time.Second)
+	if err != nil {
+		t.Fatalf("plain text on the TLS port: %v, want a 400 reply", err)
+	}
+	if r.Code != 400 || !strings.Contains(string(r.Body), "TLS") {
+		t.Fatalf("plain text on the TLS port: %d %q, want 400 naming TLS", r.Code, r.Body)
+	}
+	c.ExpectClosed(10 * time.Second)
+
+	nc, err = net.DialTimeout("tcp", b.TLSAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := protocol.Login(nc, "alice", "pw-alice"); err == nil || !strings.Contains(err.Error(), "TLS") {
+		t.Fatalf("auth in plain text on the TLS port: %v, want an error naming TLS", err)
 	}
 }
