@@ -312,7 +312,8 @@ func (c *PushConsumer) setSubBrokers(s *pushSub, addrs []string) {
 // fetchLoop pops from one broker while there are free slots.
 func (c *PushConsumer) fetchLoop(ctx context.Context, s *pushSub, conn *brokerConn) {
 	dec := decoder{topic: s.topic, brokerID: -1}
-	backoff := 50 * time.Millisecond
+	errWait := 50 * time.Millisecond
+	missBackoff := backoff{min: 50 * time.Millisecond, max: time.Second}
 	for {
 		// take one slot (waiting), then as many more as are free
 		select {
@@ -343,24 +344,40 @@ func (c *PushConsumer) fetchLoop(ctx context.Context, s *pushSub, conn *brokerCo
 		// The pop itself is not cancelled by Close: what the broker hands
 		// out is then released at once instead of staying locked for
 		// Invisible (Close waits up to MaxWait for it).
+		start := time.Now()
 		got, err := c.pop(context.Background(), s, conn, n, &dec)
 		for i := got; i < n; i++ {
 			c.slots <- struct{}{}
+		}
+		if err == nil && got == 0 && time.Since(start) < c.opts.MaxWait/2 {
+			// Nothing, long before MaxWait: not a long poll that waited
+			// but a broker that does not serve the topic here, or one
+			// shutting down (404 at once). Wait instead of spinning on it,
+			// as Consumer.fetch does.
+			select {
+			case <-time.After(missBackoff.next()):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		if err == nil {
+			missBackoff.reset()
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			c.log.Warn("metaq client: pop failed", "broker", conn.addr, "topic", s.topic, "err", err, "retryIn", backoff)
+			c.log.Warn("metaq client: pop failed", "broker", conn.addr, "topic", s.topic, "err", err, "retryIn", errWait)
 			select {
-			case <-time.After(backoff):
+			case <-time.After(errWait):
 			case <-ctx.Done():
 				return
 			}
-			backoff = min(backoff*2, 5*time.Second)
+			errWait = min(errWait*2, 5*time.Second)
 			continue
 		}
-		backoff = 50 * time.Millisecond
+		errWait = 50 * time.Millisecond
 	}
 }
 

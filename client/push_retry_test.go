@@ -1,0 +1,121 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/metaqgo/metaq/broker/brokertest"
+)
+
+// popProxy forwards connections to a broker and records when each pop
+// command went through.
+type popProxy struct {
+	ln   net.Listener
+	mu   sync.Mutex
+	pops []time.Time
+	wg   sync.WaitGroup
+}
+
+func newPopProxy(t *testing.T, target string) *popProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &popProxy{ln: ln}
+	var conns []net.Conn
+	var cmu sync.Mutex
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			bc, err := net.Dial("tcp", target)
+			if err != nil {
+				nc.Close()
+				continue
+			}
+			cmu.Lock()
+			conns = append(conns, nc, bc)
+			cmu.Unlock()
+			p.wg.Add(2)
+			go func() {
+				defer p.wg.Done()
+				defer nc.Close()
+				_, _ = io.Copy(nc, bc)
+			}()
+			go func() {
+				defer p.wg.Done()
+				defer bc.Close()
+				r := bufio.NewReader(nc)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if strings.HasPrefix(line, "pop ") {
+						p.mu.Lock()
+						p.pops = append(p.pops, time.Now())
+						p.mu.Unlock()
+					}
+					if _, err := bc.Write([]byte(line)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		cmu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		cmu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *popProxy) popTimes() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Time(nil), p.pops...)
+}
+
+// A pop answered 404 at once — here the broker does not serve the topic;
+// a broker shutting down does the same — is not a long poll that found
+// nothing: the fetcher waits before the next pop instead of spinning on
+// the broker. (Gaps are only checked from below: a loaded machine makes
+// them longer, never shorter.)
+func TestPushConsumerBacksOffOnImmediate404(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"push": 1}})
+	px := newPopProxy(t, b.Addr)
+	c, err := NewPushConsumer(Config{Brokers: []string{px.ln.Addr().String()}, Logger: testLogger()}, "g",
+		PushOptions{Concurrency: 1, MaxWait: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Subscribe("elsewhere", "", func(context.Context, *Message) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "three pops", func() bool { return len(px.popTimes()) >= 3 })
+	c.Close()
+	ts := px.popTimes()
+	for i := 1; i < 3; i++ {
+		if gap := ts[i].Sub(ts[i-1]); gap < 40*time.Millisecond {
+			t.Fatalf("pop %d sent %v after an immediate 404: a busy loop", i+1, gap)
+		}
+	}
+}
