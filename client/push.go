@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -487,7 +488,7 @@ func (c *PushConsumer) handle(it pushItem) {
 func (c *PushConsumer) call(it pushItem, ev *ConsumeEvent) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panic: %v", r)
+			err = &HandlerPanic{Value: r, Stack: debug.Stack()} // as Consumer's (worker.go)
 			c.log.Error("metaq client: handler panicked", "msg", it.msg.String(), "panic", r)
 		}
 	}()

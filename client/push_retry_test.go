@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -117,5 +118,56 @@ func TestPushConsumerBacksOffOnImmediate404(t *testing.T) {
 		if gap := ts[i].Sub(ts[i-1]); gap < 40*time.Millisecond {
 			t.Fatalf("pop %d sent %v after an immediate 404: a busy loop", i+1, gap)
 		}
+	}
+}
+
+// errHook records the error of every handler call.
+type errHook struct {
+	NopHook
+	mu   sync.Mutex
+	errs []error
+}
+
+func (h *errHook) AfterConsume(e *ConsumeEvent) {
+	h.mu.Lock()
+	h.errs = append(h.errs, e.Err)
+	h.mu.Unlock()
+}
+
+func (h *errHook) snapshot() []error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]error(nil), h.errs...)
+}
+
+// A panicking handler of a PushConsumer is a failure, as a Consumer's: the
+// message is released and delivered again, and hooks see a *HandlerPanic
+// (ConsumeEvent.Err, docs/client.md) with the panic's value and stack.
+func TestPushConsumerPanicIsHandlerPanic(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"push": 1}})
+	b.Dial().Put("push", 0, "m", 1)
+	h := &errHook{}
+	c, err := NewPushConsumer(Config{Brokers: []string{b.Addr}, Logger: testLogger(), Hooks: []Hook{h}}, "g",
+		PushOptions{Concurrency: 2, MaxWait: 500 * time.Millisecond, Backoff: func(int) time.Duration { return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Subscribe("push", "", func(_ context.Context, m *Message) error {
+		if m.Attempt == 1 {
+			panic("boom")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the redelivery acknowledged", func() bool { return c.Stats().Acked.Load() == 1 })
+	errs := h.snapshot()
+	var hp *HandlerPanic
+	if len(errs) != 2 || !errors.As(errs[0], &hp) || hp.Value != "boom" || len(hp.Stack) == 0 || errs[1] != nil {
+		t.Fatalf("hook saw %v, want a *HandlerPanic(boom) then nil", errs)
 	}
 }
