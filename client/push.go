@@ -559,7 +559,7 @@ func (a *acker) add(h string) {
 	a.n++
 	n := a.n
 	a.mu.Unlock()
-	if n == 1 || n >= 512 {
+	if n == 1 || n >= maxAckBatch {
 		select {
 		case a.kick <- struct{}{}:
 		default:
@@ -597,21 +597,47 @@ func (a *acker) flush(buf *[]byte) {
 		*buf, a.hs = a.hs, (*buf)[:0]
 		a.n = 0
 		a.mu.Unlock()
-		hs := *buf
-		ctx, cancel := context.WithTimeout(context.Background(), a.c.cfg.RequestTimeout)
-		cl, err := a.conn.do(ctx, kindOther, a.c.cfg.RequestTimeout, func(dst []byte, opaque int32) []byte {
-			return protocol.AppendFinish(dst, protocol.OpAck, a.c.group, 0, hs, opaque)
-		})
-		cancel()
-		if err != nil {
-			a.c.log.Warn("metaq client: ack failed; the messages will be delivered again", "broker", a.conn.addr, "err", err)
-			continue
+		// What queued up while the previous ack was in flight may be many
+		// more than maxAckBatch handles: one command each maxAckBatch, so
+		// that none passes the broker's maxMessageSize (a protocol error
+		// that closes the connection and loses them all).
+		for rest := *buf; len(rest) > 0; {
+			var hs []byte
+			hs, rest = cutHandles(rest, maxAckBatch)
+			a.send(hs)
 		}
-		if cl.code != protocol.StatusSuccess {
-			a.c.log.Debug("metaq client: some acks were not current", "broker", a.conn.addr, "reply", string(cl.body))
-		}
-		putCall(cl)
 	}
+}
+
+// maxAckBatch is the most handles of one ack command (docs/push.md).
+const maxAckBatch = 512
+
+// cutHandles splits the first n handles off a space-separated list.
+func cutHandles(hs []byte, n int) (head, rest []byte) {
+	for i, b := range hs {
+		if b == ' ' {
+			if n--; n == 0 {
+				return hs[:i], hs[i+1:]
+			}
+		}
+	}
+	return hs, nil
+}
+
+func (a *acker) send(hs []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.c.cfg.RequestTimeout)
+	cl, err := a.conn.do(ctx, kindOther, a.c.cfg.RequestTimeout, func(dst []byte, opaque int32) []byte {
+		return protocol.AppendFinish(dst, protocol.OpAck, a.c.group, 0, hs, opaque)
+	})
+	cancel()
+	if err != nil {
+		a.c.log.Warn("metaq client: ack failed; the messages will be delivered again", "broker", a.conn.addr, "err", err)
+		return
+	}
+	if cl.code != protocol.StatusSuccess {
+		a.c.log.Debug("metaq client: some acks were not current", "broker", a.conn.addr, "reply", string(cl.body))
+	}
+	putCall(cl)
 }
 
 // Stats returns the consumer's counters.

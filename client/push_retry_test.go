@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/brokertest"
+	"github.com/metaqgo/metaq/broker/pop"
 )
 
 // popProxy forwards connections to a broker and records when each pop
@@ -169,5 +170,61 @@ func TestPushConsumerPanicIsHandlerPanic(t *testing.T) {
 	var hp *HandlerPanic
 	if len(errs) != 2 || !errors.As(errs[0], &hp) || hp.Value != "boom" || len(hp.Stack) == 0 || errs[1] != nil {
 		t.Fatalf("hook saw %v, want a *HandlerPanic(boom) then nil", errs)
+	}
+}
+
+// Acknowledgements are sent in commands of at most maxAckBatch handles
+// (docs/push.md: one ack per broker every AckInterval or 512 handles):
+// the handles queued while a slow ack was in flight would otherwise go in
+// one command whose data can pass the broker's maxMessageSize, which
+// closes the connection (a fatal protocol error) and loses every one of
+// those acks, and the pops sharing the connection. 40,000 handles are
+// about 600 KB here, over the test broker's 512 KiB.
+func TestPushAckBatchesStayUnderMaxMessageSize(t *testing.T) {
+	b := brokertest.RunBroker(t, brokertest.Options{Topics: map[string]int{"push": 1}})
+	const n = 40000
+	raw := b.Dial()
+	for i := 0; i < n; i += 1000 {
+		var sb strings.Builder
+		for j := 0; j < 1000; j++ {
+			sb.WriteString("put push 0 1 0 1\r\nx")
+		}
+		raw.Send(sb.String())
+		for j := 0; j < 1000; j++ {
+			if r := raw.Reply(); r.Code != 200 {
+				t.Fatalf("put: %+v", r)
+			}
+		}
+	}
+	raw.Close()
+	all, err := pop.NewFilter("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handles []string
+	for len(handles) < n {
+		ds, err := b.Pop().Receive(context.Background(), "g", "push", all, 1024, time.Hour)
+		if err != nil || len(ds) == 0 {
+			t.Fatalf("receive after %d: %v", len(handles), err)
+		}
+		for _, d := range ds {
+			handles = append(handles, d.Handle)
+		}
+	}
+	c, err := NewPushConsumer(Config{Brokers: []string{b.Addr}, Logger: testLogger()}, "g", PushOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a := &acker{c: c, conn: c.pool.get(b.Addr), kick: make(chan struct{}, 1)}
+	for _, h := range handles {
+		a.add(h)
+	}
+	var buf []byte
+	a.flush(&buf)
+	for _, i := range []int{0, n / 2, n - 1} {
+		if err := b.Pop().Ack("g", handles[i]); !errors.Is(err, pop.ErrStale) {
+			t.Fatalf("handle %d (%s) was not acknowledged: a second ack gave %v", i, handles[i], err)
+		}
 	}
 }
