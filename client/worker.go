@@ -250,7 +250,14 @@ func (w *partWorker) loadOffset() (int64, error) {
 	}
 	var off int64
 	part := w.key.p.Partition
-	switch c.opts.From.kind {
+	from := c.opts.From.kind
+	if from == startLatest && w.key.topic == RetryTopic(c.group) {
+		// The retry topic holds only what this group gave back, and the
+		// broker creates it with the first of those: starting at its end
+		// would skip them (docs/client.md; RocketMQ does the same).
+		from = startEarliest
+	}
+	switch from {
 	case startLatest:
 		off, err = offsetOn(ctx, conn, w.key.topic, c.group, part, math.MaxInt64, c.cfg.RequestTimeout)
 	case startTime:
