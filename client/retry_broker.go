@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/metaqgo/metaq/protocol"
 )
@@ -137,10 +138,7 @@ func (c *Consumer) giveBack(ctx context.Context, m *Message, level int, cause er
 	}
 	reason := ""
 	if cause != nil {
-		reason = cause.Error()
-		if len(reason) > 200 {
-			reason = reason[:200]
-		}
+		reason = cutReason(cause.Error())
 	}
 	cl, err := conn.do(ctx, kindOther, c.cfg.RequestTimeout, func(dst []byte, op int32) []byte {
 		return protocol.AppendRetry(dst, c.group, m.MsgID, level, op, reason)
@@ -162,6 +160,27 @@ func (c *Consumer) giveBack(ctx context.Context, m *Message, level int, cause er
 			"reconsumeTimes", m.ReconsumeTimes, "dlq", DLQTopic(c.group), "err", cause)
 	}
 	return true
+}
+
+// maxReason is the broker's bound on a reason, in escaped bytes
+// (docs/delay.md, "Retry and dead letters").
+const maxReason = 512
+
+// cutReason keeps the longest prefix of whole runes of s whose escaped form
+// fits maxReason: the broker would cut it at that length, possibly inside a
+// multi-byte rune, and the reason would read back as invalid UTF-8.
+func cutReason(s string) string {
+	var buf [3 * utf8.UTFMax]byte
+	n := 0
+	for i := 0; i < len(s); {
+		_, size := utf8.DecodeRuneInString(s[i:]) // an invalid byte is one
+		n += len(protocol.AppendEscaped(buf[:0], s[i:i+size]))
+		if n > maxReason {
+			return s[:i]
+		}
+		i += size
+	}
+	return s
 }
 
 // bindRetry gives a BrokerRetry policy its consumer (a copy per consumer).

@@ -3,9 +3,11 @@ package client
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/metaqgo/metaq/zkmeta/zktest"
 )
@@ -44,4 +46,23 @@ func TestBrokerRetryFromLatestKeepsGivenBack(t *testing.T) {
 		defer mu.Unlock()
 		return len(times) == 2
 	}, "the given-back message handled again (handled with reconsume times %v)", &times)
+}
+
+// The reason a message is given back with is cut at a rune boundary and
+// within the broker's 512 escaped bytes (docs/delay.md), so a long
+// non-ASCII error text reads back as valid UTF-8, a prefix of the error.
+func TestBrokerRetryReasonCutAtRune(t *testing.T) {
+	cl := newCluster(t, map[string]int{"pay": 1})
+	b := cl.start(1, shortLadder)
+	sendN(t, cl.producer(), "pay", "m", 1)
+	cause := "x" + strings.Repeat("处理失败", 60) // 721 bytes, 2,161 escaped
+	cl.consumer("g", "pay", "*", func(context.Context, *Message) error { return errors.New(cause) }, func(c *Config) {
+		c.Consumer.Concurrency = 1
+		c.Consumer.RetryPolicy = &BrokerRetry{MaxReconsumeTimes: 1}
+	})
+	zktest.Eventually(t, 60*time.Second, func() bool { return len(dlq(t, b, "g")) == 1 }, "the dead letter")
+	r := dlq(t, b, "g")[0].Properties[PropReason]
+	if !utf8.ValidString(r) || !strings.HasPrefix(cause, r) || len(r) < 100 {
+		t.Fatalf("reason %q (%d bytes): want a valid UTF-8 prefix of the error", r, len(r))
+	}
 }
