@@ -134,16 +134,26 @@ func (b *Broker) applyTopics(w *topicWatch, prev []string) {
 	for _, n := range b.baseConfig().ExplicitTopics() {
 		names[n] = true
 	}
+	// One deadline for all the unregisters: with ZooKeeper away each would
+	// wait out its own, and a reload dropping N topics (which a stop waits
+	// for) took N times that. What is left when it passes is logged once;
+	// the topics' nodes go with the broker's session at the latest.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var failed []string
+	var lastErr error
 	for n := range names {
 		if _, ok := topicConfig(b.Config, n); ok {
 			b.zk.registerTopic(reg, n)
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := reg.UnregisterTopic(ctx, n); err != nil {
-			b.log.Warn("unregistering a topic no longer accepted", "topic", n, "err", err)
+			failed, lastErr = append(failed, n), err
 		}
-		cancel()
+	}
+	if len(failed) > 0 {
+		sort.Strings(failed)
+		b.log.Warn("unregistering topics no longer accepted", "topics", failed, "err", lastErr)
 	}
 	b.zk.registerClusterTopics(reg) // a wildcard section may be new (zktopics.go)
 }
