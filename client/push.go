@@ -34,8 +34,9 @@ type PushOptions struct {
 	BatchSize int
 	// Backoff is the delay before a message whose handler failed is
 	// delivered again (`release` with that delay), by attempt (default
-	// 1s·2^(attempt-1), at most 5 minutes). After the broker's
-	// maxDeliveries the message goes to %DLQ%<group>.
+	// 1s·2^(attempt-1), at most 5 minutes); a delay below 0 is taken as 0
+	// and one above 12 hours (the broker's bound) as 12 hours. After the
+	// broker's maxDeliveries the message goes to %DLQ%<group>.
 	Backoff func(attempt int) time.Duration
 	// AckInterval: acknowledgements are batched for at most this long
 	// (default 2ms) or 512 handles, whichever comes first.
@@ -470,7 +471,7 @@ func (c *PushConsumer) handle(it pushItem) {
 	mu.Unlock()
 	delay := time.Duration(0)
 	if err != nil && c.ctx.Err() == nil {
-		delay = c.opts.Backoff(it.msg.Attempt)
+		delay = releaseDelay(c.opts.Backoff(it.msg.Attempt))
 	}
 	if ev != nil {
 		c.afterConsume(ev, err, delay) // hook.go
@@ -483,6 +484,16 @@ func (c *PushConsumer) handle(it pushItem) {
 	c.stats.Failed.Add(1)
 	c.stats.Released.Add(1)
 	c.finish(it.conn, protocol.OpRelease, delay.Milliseconds(), it.handle)
+}
+
+// maxReleaseDelay is the longest delay a broker takes in `release` (its
+// invisibility bound, docs/protocol.md): beyond it, or below 0, the release
+// is refused with 400 and the message came back only when its lock ended.
+const maxReleaseDelay = protocol.PopMaxInvisible * time.Millisecond
+
+// releaseDelay is a Backoff's delay within what a release takes.
+func releaseDelay(d time.Duration) time.Duration {
+	return min(max(d, 0), maxReleaseDelay)
 }
 
 func (c *PushConsumer) call(it pushItem, ev *ConsumeEvent) (err error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/metaqgo/metaq/broker/brokertest"
+	"github.com/metaqgo/metaq/protocol"
 )
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -247,4 +248,20 @@ func TestPushConsumerDropsDepartedBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the ack", func() bool { return c.Stats().Acked.Load() == 1 })
+}
+
+// A Backoff beyond what `release` takes (0 to 12 hours) is clamped into it:
+// the broker refused the release (400) and the message came back only when
+// its lock ended, whatever Backoff said.
+func TestReleaseDelayClamped(t *testing.T) {
+	for _, c := range []struct{ in, want time.Duration }{
+		{-time.Second, 0}, {0, 0}, {time.Second, time.Second}, {12 * time.Hour, 12 * time.Hour}, {48 * time.Hour, 12 * time.Hour},
+	} {
+		if got := releaseDelay(c.in); got != c.want {
+			t.Errorf("releaseDelay(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+	if maxReleaseDelay.Milliseconds() != protocol.PopMaxInvisible { // what the broker's parser takes
+		t.Fatalf("maxReleaseDelay %v, the broker's bound %d ms", maxReleaseDelay, protocol.PopMaxInvisible)
+	}
 }
