@@ -83,13 +83,14 @@ type System struct {
 	Delay Delay // messageDelayLevel, maxReconsumeTimes (conf/delay.go)
 	Pop   Pop   // maxDeliveries, popMaxInflight (conf/pop.go)
 	// The HTTP side (metaq keys; docs/observability.md).
-	DashboardToken      string        // dashboardToken: needed by administrative HTTP actions; "" = read-only
-	MetricsMaxTopics    int           // metricsMaxTopics, default 2000: topics with their own series; later ones are summed into topic="_other"
-	MetricsMaxLagSeries int           // metricsMaxLagSeries, default 2000: per-partition consumer-lag series (largest lags first)
-	MetricsLagInterval  time.Duration // metricsLagIntervalMs, default 15s: how often consumer offsets are re-read from ZooKeeper
-	MaxPendingPutBytes  int64         // maxPendingPutBytes (metaq), default 256 MiB: put data buffered across connections
-	PutDataTimeout      time.Duration // putDataTimeoutMs (metaq), default 30s; 0 = only idleTimeout applies
-	MaxParkedGets       int           // maxParkedGetsPerConnection (metaq), default 4096: long-polling gets waiting on one connection
+	DashboardToken          string        // dashboardToken: needed by administrative HTTP actions; "" = read-only
+	DashboardMaxConnections int           // dashboardMaxConnections, default 2048: open connections on dashboardHttpPort (WebSockets included)
+	MetricsMaxTopics        int           // metricsMaxTopics, default 2000: topics with their own series; later ones are summed into topic="_other"
+	MetricsMaxLagSeries     int           // metricsMaxLagSeries, default 2000: per-partition consumer-lag series (largest lags first)
+	MetricsLagInterval      time.Duration // metricsLagIntervalMs, default 15s: how often consumer offsets are re-read from ZooKeeper
+	MaxPendingPutBytes      int64         // maxPendingPutBytes (metaq), default 256 MiB: put data buffered across connections
+	PutDataTimeout          time.Duration // putDataTimeoutMs (metaq), default 30s; 0 = only idleTimeout applies
+	MaxParkedGets           int           // maxParkedGetsPerConnection (metaq), default 4096: long-polling gets waiting on one connection
 
 	// Accepted for MetaQ compatibility; ignored (see Warnings).
 	GetProcessThreadCount       int    // getProcessThreadCount, default 10×CPUs
@@ -201,6 +202,11 @@ const (
 	DefaultMetricsMaxLagSeries = 2000
 	DefaultMetricsLagInterval  = 15 * time.Second
 
+	// DefaultDashboardMaxConnections is dashboardMaxConnections' default:
+	// room for the HTTP gateway's 1024 WebSocket sockets (docs/http.md) and
+	// as many dashboard, API and /metrics connections.
+	DefaultDashboardMaxConnections = 2048
+
 	MaxBrokerID      = 1<<15 - 1 // msgId = brokerId<<48 | physical offset, positive
 	MaxNumPartitions = 65535
 	maxSegmentSize   = protocol.MaxSegmentSize // 4 GiB - 1: a segment's BLANK filler records its size in 32 bits
@@ -251,12 +257,13 @@ func defaults(brokerID int) *Config {
 			Stat:              true,
 			IdleTimeout:       DefaultIdleTimeout,
 
-			MetricsMaxTopics:    DefaultMetricsMaxTopics,
-			MetricsMaxLagSeries: DefaultMetricsMaxLagSeries,
-			MetricsLagInterval:  DefaultMetricsLagInterval,
-			MaxPendingPutBytes:  DefaultMaxPendingPutBytes,
-			PutDataTimeout:      DefaultPutDataTimeout,
-			MaxParkedGets:       DefaultMaxParkedGets,
+			DashboardMaxConnections: DefaultDashboardMaxConnections,
+			MetricsMaxTopics:        DefaultMetricsMaxTopics,
+			MetricsMaxLagSeries:     DefaultMetricsMaxLagSeries,
+			MetricsLagInterval:      DefaultMetricsLagInterval,
+			MaxPendingPutBytes:      DefaultMaxPendingPutBytes,
+			PutDataTimeout:          DefaultPutDataTimeout,
+			MaxParkedGets:           DefaultMaxParkedGets,
 
 			GetProcessThreadCount: threads,
 			PutProcessThreadCount: threads,

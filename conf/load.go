@@ -123,6 +123,9 @@ var systemKeys = []keyDef{
 		return nil
 	}},
 	{"dashboardToken", used, "", func(p *parser, c *Config, v string) error { c.System.DashboardToken = v; return nil }},
+	{"dashboardMaxConnections", used, "", func(p *parser, c *Config, v string) error {
+		return setIntMin(&c.System.DashboardMaxConnections, v, 1)
+	}},
 	{"metricsMaxTopics", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MetricsMaxTopics, v) }},
 	{"metricsMaxLagSeries", used, "", func(p *parser, c *Config, v string) error { return setInt(&c.System.MetricsMaxLagSeries, v) }},
 	{"metricsLagIntervalMs", used, "", func(p *parser, c *Config, v string) error {

@@ -56,6 +56,10 @@ type Options struct {
 	// MaxWSConnections bounds open WebSocket connections (default
 	// DefaultMaxWSConnections).
 	MaxWSConnections int
+	// MaxConnections bounds the open connections, WebSockets included
+	// (dashboardMaxConnections; default conf.DefaultDashboardMaxConnections):
+	// Start closes further ones at once (limit.go).
+	MaxConnections int
 
 	MaxTopics    int           // metricsMaxTopics
 	MaxLagSeries int           // metricsMaxLagSeries
@@ -107,6 +111,7 @@ func ForBroker(b *broker.Broker, log *slog.Logger) (*Server, error) {
 		Addr:   net.JoinHostPort(sys.BindHost, fmt.Sprint(sys.DashboardHTTPPort)),
 		Broker: b, Delivery: brokerDelivery(b), ZK: b.Config.ZK, Token: sys.DashboardToken, Logger: log, Security: sec,
 		MaxTopics: sys.MetricsMaxTopics, MaxLagSeries: sys.MetricsMaxLagSeries, LagInterval: sys.MetricsLagInterval,
+		MaxConnections: sys.DashboardMaxConnections,
 	})
 }
 
@@ -121,6 +126,10 @@ func Start(opts Options) (*Server, error) {
 		s.Close()
 		return nil, fmt.Errorf("dashboardHttpPort: listen %s: %w", opts.Addr, err)
 	}
+	// The bound is under TLS: a refused connection costs no handshake.
+	ln = newLimitListener(ln, s.opts.MaxConnections, func(remote net.Addr, max int) {
+		s.log.Warn("refusing HTTP connection: dashboardMaxConnections reached", "remote", remote.String(), "max", max)
+	})
 	if opts.Security.TLS != nil {
 		ln = tls.NewListener(ln, opts.Security.TLS)
 	}
@@ -141,6 +150,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.MaxWSConnections <= 0 {
 		opts.MaxWSConnections = DefaultMaxWSConnections
+	}
+	if opts.MaxConnections <= 0 {
+		opts.MaxConnections = conf.DefaultDashboardMaxConnections
 	}
 	if opts.LagInterval <= 0 {
 		opts.LagInterval = conf.DefaultMetricsLagInterval
@@ -223,7 +235,8 @@ func (s *Server) Handler() http.Handler { return s.handler() }
 // Registry is the Prometheus registry behind /metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
-// Serve serves ln in the background.
+// Serve serves ln in the background, as it is: the connection bound
+// (Options.MaxConnections) is Start's.
 func (s *Server) Serve(ln net.Listener) {
 	s.ln = ln
 	s.hs = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
