@@ -59,8 +59,12 @@ type Message struct {
 	StoreTime      time.Time // when the broker stored it
 	BornTime       time.Time // when the producer sent it (the store time when unknown)
 	ReconsumeTimes int       // how often it came back through the retry topic
-	// Attempt is the broker-managed delivery attempt (PushConsumer): 1 on
-	// the first delivery to the group, 2 on the next, … 0 for Consumer.
+	// Attempt is the delivery attempt: for a PushConsumer the broker's (1 on
+	// the first delivery to the group, 2 on the next, …); for a Consumer the
+	// handler call of this delivery (1, then 2, … while the retry policy
+	// retries it in place, as an orderly consumer does; a message given back
+	// through the retry topic starts again at 1, ReconsumeTimes counting
+	// those).
 	Attempt int
 	SysFlag uint16 // protocol.SysFlag*
 

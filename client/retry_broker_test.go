@@ -138,6 +138,9 @@ func TestOrderedRetryInPlaceThenDLQ(t *testing.T) {
 		defer mu.Unlock()
 		if string(m.Body) == "m-1" {
 			attempts++
+			if m.Attempt != attempts { // retried in place: the handler can tell
+				t.Errorf("attempt %d of m-1 has Message.Attempt %d", attempts, m.Attempt)
+			}
 			return errors.New("poison")
 		}
 		order = append(order, string(m.Body))

@@ -454,6 +454,7 @@ func (c *Consumer) poolWorker() {
 func (w *partWorker) handle(m *Message) bool {
 	c := w.c
 	for attempt := 1; ; attempt++ {
+		m.Attempt = attempt // in place: the handler can tell a retry (as RocketMQ's orderly reconsumeTimes)
 		var ev *ConsumeEvent
 		ctx := w.ctx
 		if c.hooks != nil {
