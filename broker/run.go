@@ -204,6 +204,9 @@ func (b *Broker) Stop(ctx context.Context) error {
 	if err := b.Store.Close(); err != nil {
 		errs = append(errs, err)
 	}
+	// The topic configuration in force (reloaded server.ini, online
+	// configuration) served until here: nothing asks it any more.
+	dropOverlay(b.Config)                   // topicconfig.go
 	errs = dropReplicaRefusals(errs, b.log) // replication_run.go
 	b.log.Info("broker stopped")
 	b.logLimiter.Stop()

@@ -87,13 +87,16 @@ func (b *Broker) watchTopicConfig() {
 	}()
 }
 
+// stopTopicWatch stops applying online changes (before Stop unregisters:
+// an applied change registers topics). The configuration in force stays:
+// the broker serves on through zk.zkSyncTimeMs and the drain; Stop drops
+// it once nothing serves (docs/configuration.md, "Reloading").
 func (b *Broker) stopTopicWatch() {
 	if v, ok := topicWatches.LoadAndDelete(b); ok {
 		w := v.(*topicWatch)
 		w.cancel()
 		<-w.done
 	}
-	dropOverlay(b.Config)
 }
 
 // baseConfig is the server.ini in force (the reloaded one after a reload).
