@@ -42,6 +42,9 @@ type Broker struct {
 	security     *securityState // [security] (security.go)
 
 	logLimiter *logx.Limiter
+	// stoppedTopics is the topic configuration in force when Stop ended,
+	// for the broker that resumes this one (StartOptions.Resume).
+	stoppedTopics *topicOverlay
 }
 
 // StartOptions adjust a broker started by StartWith (tests, embedding).
@@ -51,6 +54,13 @@ type StartOptions struct {
 	Store  func(*store.Config) // changes to the store configuration
 	Delay  func(*delay.Config) // changes to the delay service configuration
 	Pop    func(*pop.Config)   // changes to the delivery service configuration
+	// Resume is the stopped broker this one replaces in the same process
+	// with the same Config (the restart in place replication asks for,
+	// NeedsRestart): the topic configuration in force when it stopped
+	// (server.ini as last reloaded, the online configuration) carries over
+	// instead of the server.ini loaded at first (docs/configuration.md,
+	// "Reloading").
+	Resume *Broker
 }
 
 // Start opens the store, starts the listener and registers in ZooKeeper.
@@ -68,6 +78,12 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	}
 	// Repeated identical lines (store and server) are rate-limited
 	// (internal/logx); Stop writes the pending counts.
+	if r := so.Resume; r != nil {
+		if r.Config != c {
+			return nil, errors.New("broker: StartOptions.Resume is a broker of another Config")
+		}
+		resumeTopics(c, r.stoppedTopics) // topicwatch.go
+	}
 	log, lim := logx.New(log, logx.Options{})
 	for _, w := range c.Warnings {
 		log.Warn("config: " + w)
@@ -80,6 +96,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 	st, err := store.Open(sc)
 	if err != nil {
 		lim.Stop()
+		dropOverlay(c)
 		return nil, fmt.Errorf("opening store at %s: %w", c.System.DataPath, err)
 	}
 	opts := ServerOptions(c, log)
@@ -113,6 +130,7 @@ func StartWith(c *conf.Config, so StartOptions) (*Broker, error) {
 		b.Trace.Close()
 		_ = st.Close()
 		lim.Stop()
+		dropOverlay(c)
 		return nil, err
 	}
 	b.delayAdjust, b.popAdjust = so.Delay, so.Pop
@@ -205,7 +223,11 @@ func (b *Broker) Stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	// The topic configuration in force (reloaded server.ini, online
-	// configuration) served until here: nothing asks it any more.
+	// configuration) served until here: nothing asks it any more. It is
+	// kept for a broker that resumes this one (StartOptions.Resume).
+	if v, ok := overlays.Load(b.Config); ok {
+		b.stoppedTopics = v.(*topicOverlay)
+	}
 	dropOverlay(b.Config)                   // topicconfig.go
 	errs = dropReplicaRefusals(errs, b.log) // replication_run.go
 	b.log.Info("broker stopped")

@@ -99,6 +99,20 @@ func (b *Broker) stopTopicWatch() {
 	}
 }
 
+// resumeTopics puts the topic configuration in force of a stopped broker
+// (Broker.stoppedTopics) on c, for the broker resuming it
+// (StartOptions.Resume): a reloaded server.ini stays in force, and the
+// online configuration applies at once; the topic watch then reads
+// ZooKeeper again and applies what changed meanwhile.
+func resumeTopics(c *conf.Config, from *topicOverlay) {
+	if from == nil {
+		return
+	}
+	ov := overlayOf(c)
+	ov.reloaded.Store(from.reloaded.Load())
+	ov.online.Store(from.online.Load())
+}
+
 // baseConfig is the server.ini in force (the reloaded one after a reload).
 func (b *Broker) baseConfig() *conf.Config {
 	if r := overlayOf(b.Config).reloaded.Load(); r != nil {

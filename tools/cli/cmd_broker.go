@@ -128,9 +128,12 @@ func runBroker(ctx context.Context, app *App, cfg *conf.Config, log *slog.Logger
 		defer lz.Stop()
 	}
 
+	var prev *broker.Broker // the broker a restart in place resumes
 restart:
 	endStarting := watchStartSignals(app, sigs, log, lz)
-	b, err := broker.Start(cfg, log)
+	// A restart in place keeps the topic configuration in force (server.ini
+	// as last reloaded, the online configuration; docs/configuration.md).
+	b, err := broker.StartWith(cfg, broker.StartOptions{Logger: log, Resume: prev})
 	early := endStarting() // a signal received during start-up, or nil
 	if err != nil {
 		log.Error("broker failed to start", "err", err)
@@ -177,6 +180,7 @@ restart:
 	select {
 	case err := <-stopped:
 		if again {
+			prev = b
 			goto restart
 		}
 		if err != nil {

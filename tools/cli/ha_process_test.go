@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metaqgo/metaq/broker/brokertest"
 	"github.com/metaqgo/metaq/client"
 	"github.com/metaqgo/metaq/protocol"
 )
@@ -319,12 +320,32 @@ func TestSlaveAheadOfRestartedMasterTruncates(t *testing.T) {
 	// reaches past the slave's end with bytes the slave does not have.
 	m.signal(syscall.SIGKILL)
 	m.wait(30 * time.Second)
-	m = startBrokerProc(t, maddr, "-c", mini)
 
+	// The slave starts first, while its master is down, and a reload (SIGHUP) adds a topic
+	// section: the restart in place must keep server.ini as last reloaded, not go back to the
+	// file loaded at process start (docs/configuration.md, "Reloading").
 	s = startBrokerProc(t, saddr, "-c", sini)
+	f, err := os.OpenFile(sini, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("\n[topic=grown]\nnumPartitions=8\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s.signal(syscall.SIGHUP)
+	waitFor(t, 30*time.Second, func() bool { return strings.Contains(s.stderr.String(), "reloaded the topic sections") },
+		"the slave reloaded its server.ini")
+	m = startBrokerProc(t, maddr, "-c", mini)
 	waitFor(t, 60*time.Second, func() bool { return strings.Contains(s.stderr.String(), "restarting the broker in place") },
 		"the slave truncates and restarts")
 	s.waitReady(30 * time.Second)
+	sc := brokertest.Dial(t, saddr)
+	sc.Send("offset grown g 7 9 1\r\n")
+	if r := sc.Reply(); r.Code != 200 {
+		t.Fatalf("after the restart in place, offset on partition 7 of the reloaded topic grown (8 partitions): %d %q, want 200", r.Code, r.Body)
+	}
+	sc.Close()
 	// The master refused puts while it had no slave in sync (replicaTimeoutMs): it accepts
 	// them again once the slave has caught up.
 	waitFor(t, 60*time.Second, func() bool { return put(1) == 1 }, "a put acknowledged after the slave rejoined")
