@@ -45,10 +45,7 @@ func (s *Store) Wait(topic string, partition int32, offset int64) <-chan struct{
 		ch = make(chan struct{})
 		p.waitCh = ch
 	}
-	if !p.waiting.Load() {
-		p.waiting.Store(true)
-		s.waitParts.Add(1) // inline dispatch while someone waits (dispatch.go)
-	}
+	s.markWaitingLocked(p)
 	p.waitMu.Unlock()
 	if p.indexed.Load() > offset || s.isClosed.Load() {
 		return closedChan
@@ -73,8 +70,7 @@ type Waiter struct {
 	prev   *Waiter                   // p.waiters list, or s.pending's; guarded as offset
 	next   *Waiter
 	armed  bool       // in p.waiters; guarded by p.waitMu
-	key    pendingKey // while pending: the partition it waits for
-	queued bool       // in s.pending (the partition does not exist); guarded by s.partsMu
+	key    pendingKey // while in s.pending (its partition does not exist): that partition, else zero; guarded by s.partsMu
 	fire   *Waiter    // the notifier's list of waiters to call (notifier only)
 }
 
@@ -108,20 +104,12 @@ func (s *Store) adoptPendingLocked(p *partition, topic string, part int32) {
 	p.waitMu.Lock()
 	for w := head; w != nil; {
 		next := w.next
-		w.queued = false
-		w.prev, w.next = nil, p.waiters
-		if p.waiters != nil {
-			p.waiters.prev = w
-		}
-		p.waiters = w
-		w.armed = true
+		w.key = pendingKey{}
+		linkWaiterLocked(p, w)
 		w.p.Store(p)
 		w = next
 	}
-	if !p.waiting.Load() {
-		p.waiting.Store(true)
-		s.waitParts.Add(1)
-	}
+	s.markWaitingLocked(p)
 	p.waitMu.Unlock()
 }
 
@@ -137,7 +125,6 @@ func (s *Store) queuePendingLocked(w *Waiter, topic string, part int32, offset i
 		w.next.prev = w
 	}
 	s.pending[w.key] = w
-	w.queued = true
 }
 
 // unqueuePendingLocked unlinks w from s.pending (s.partsMu held).
@@ -152,7 +139,7 @@ func (s *Store) unqueuePendingLocked(w *Waiter) {
 	if w.next != nil {
 		w.next.prev = w.prev
 	}
-	w.prev, w.next, w.queued = nil, nil, false
+	w.prev, w.next = nil, nil
 	w.key = pendingKey{}
 }
 
@@ -193,16 +180,8 @@ func (s *Store) WaitFunc(topic string, partition int32, offset int64, w *Waiter)
 	w.p.Store(p)
 	p.waitMu.Lock()
 	w.offset = offset
-	w.prev, w.next = nil, p.waiters
-	if p.waiters != nil {
-		p.waiters.prev = w
-	}
-	p.waiters = w
-	w.armed = true
-	if !p.waiting.Load() {
-		p.waiting.Store(true)
-		s.waitParts.Add(1)
-	}
+	linkWaiterLocked(p, w)
+	s.markWaitingLocked(p)
 	p.waitMu.Unlock()
 	if p.indexed.Load() > offset || s.isClosed.Load() {
 		// Raced with the notifier: whoever unlinks w owns the wake-up.
@@ -219,7 +198,7 @@ func (s *Store) CancelWait(w *Waiter) bool {
 		// Pending, or moved onto its partition since the load (w.p is
 		// stored under s.partsMu), or not armed at all.
 		s.partsMu.Lock()
-		queued := w.queued
+		queued := w.key != pendingKey{} // a pending waiter's topic is never empty
 		if queued {
 			s.unqueuePendingLocked(w)
 		}
@@ -239,6 +218,25 @@ func (s *Store) CancelWait(w *Waiter) bool {
 	}
 	p.waitMu.Unlock()
 	return ok
+}
+
+// linkWaiterLocked arms w in p's list (p.waitMu held).
+func linkWaiterLocked(p *partition, w *Waiter) {
+	w.prev, w.next = nil, p.waiters
+	if p.waiters != nil {
+		p.waiters.prev = w
+	}
+	p.waiters = w
+	w.armed = true
+}
+
+// markWaitingLocked marks p as waited on (p.waitMu held): dispatches run
+// inline while someone waits (dispatch.go).
+func (s *Store) markWaitingLocked(p *partition) {
+	if !p.waiting.Load() {
+		p.waiting.Store(true)
+		s.waitParts.Add(1)
+	}
 }
 
 func unlinkWaiterLocked(p *partition, w *Waiter) {
@@ -313,7 +311,7 @@ func (s *Store) closeAllWaiters() {
 	for _, head := range s.pending {
 		for w := head; w != nil; {
 			next := w.next
-			w.prev, w.next, w.queued = nil, nil, false
+			w.prev, w.next = nil, nil
 			w.key = pendingKey{}
 			w.fire = fire
 			fire = w
