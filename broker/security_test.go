@@ -271,18 +271,8 @@ func TestSecurityTLSCertificateRenewal(t *testing.T) {
 	}
 	before, old := servedSerial()
 	cert, key := b.CA.Issue(t, "broker")
-	for _, f := range [][2]string{{cert, b.Cert}, {key, b.Key}} {
-		data, err := os.ReadFile(f[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(f[1]+".tmp", data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(f[1]+".tmp", f[1]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	authtest.ReplaceFile(t, cert, b.Cert)
+	authtest.ReplaceFile(t, key, b.Key)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		now, c := servedSerial()

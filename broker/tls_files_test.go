@@ -96,21 +96,8 @@ func TestReplicationLinkPresentsRenewedCertificate(t *testing.T) {
 	newCert, newKey := ca.Issue(t, "node-new")
 	dir := t.TempDir()
 	cert, key := filepath.Join(dir, "node.pem"), filepath.Join(dir, "node-key.pem")
-	copyFile := func(src, dst string) {
-		t.Helper()
-		data, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(dst+".tmp", data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(dst+".tmp", dst); err != nil { // as a renewal does
-			t.Fatal(err)
-		}
-	}
-	copyFile(oldCert, cert)
-	copyFile(oldKey, key)
+	authtest.ReplaceFile(t, oldCert, cert)
+	authtest.ReplaceFile(t, oldKey, key)
 
 	// The peer: a TLS listener that requires a client certificate of the
 	// cluster CA and records the common name each connection presents.
@@ -167,8 +154,8 @@ func TestReplicationLinkPresentsRenewedCertificate(t *testing.T) {
 	if cn := presented(); cn != "node-old" {
 		t.Fatalf("presented %q, want node-old", cn)
 	}
-	copyFile(newCert, cert)
-	copyFile(newKey, key)
+	authtest.ReplaceFile(t, newCert, cert)
+	authtest.ReplaceFile(t, newKey, key)
 	deadline := time.Now().Add(15 * time.Second) // the files are looked at once a second at most
 	for {
 		cn := presented()

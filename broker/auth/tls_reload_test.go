@@ -10,21 +10,6 @@ import (
 	"github.com/metaqgo/metaq/broker/auth/authtest"
 )
 
-// replaceFile copies src over dst by rename, as a certificate renewal does.
-func replaceFile(t *testing.T, src, dst string) {
-	t.Helper()
-	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst+".tmp", data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(dst+".tmp", dst); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestServerTLSReloadsCertificate: a renewed pair is served by the next
 // handshake that checks; a pair that does not load keeps the previous one;
 // a good pair after that is picked up again.
@@ -61,14 +46,14 @@ func TestServerTLSReloadsCertificate(t *testing.T) {
 	}
 
 	// Renewal: both files replaced.
-	replaceFile(t, certB, certA)
-	replaceFile(t, keyB, keyA)
+	authtest.ReplaceFile(t, certB, certA)
+	authtest.ReplaceFile(t, keyB, keyA)
 	if !bytes.Equal(served(), b) {
 		t.Fatal("the renewed certificate is not served")
 	}
 
 	// Half a renewal: C's certificate with B's key does not load; B stays.
-	replaceFile(t, certC, certA)
+	authtest.ReplaceFile(t, certC, certA)
 	if !bytes.Equal(served(), b) {
 		t.Fatal("a certificate that does not match its key replaced the served one")
 	}
@@ -80,7 +65,7 @@ func TestServerTLSReloadsCertificate(t *testing.T) {
 		t.Fatal("a broken key file replaced the served certificate")
 	}
 	// The renewal completes: C is served.
-	replaceFile(t, keyC, keyA)
+	authtest.ReplaceFile(t, keyC, keyA)
 	if !bytes.Equal(served(), c) {
 		t.Fatal("the completed renewal is not served")
 	}
