@@ -16,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/metaqgo/metaq/broker"
+	"github.com/metaqgo/metaq/broker/auth"
 	"github.com/metaqgo/metaq/broker/store"
 	"github.com/metaqgo/metaq/conf"
 	"github.com/metaqgo/metaq/protocol"
@@ -260,4 +263,19 @@ type testWriter struct{ t testing.TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// RootUsersFile writes dir/users.ini with one user, root, an admin whose
+// secret is secret, and returns its path (a usersFile for [security]).
+func RootUsersFile(t testing.TB, dir, secret string) string {
+	t.Helper()
+	h, err := auth.HashSecret(secret, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := filepath.Join(dir, "users.ini")
+	if err := os.WriteFile(users, []byte("[root]\nsecret = "+h+"\nadmin = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return users
 }

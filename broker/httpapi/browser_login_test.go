@@ -2,16 +2,12 @@ package httpapi_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"golang.org/x/crypto/bcrypt"
 
-	"github.com/metaqgo/metaq/broker/auth"
 	"github.com/metaqgo/metaq/broker/brokertest"
 	"github.com/metaqgo/metaq/broker/httpapi"
 )
@@ -23,14 +19,7 @@ import (
 func TestDashboardLoginLogoutInBrowser(t *testing.T) {
 	br := newBrowser(t)
 	dir := t.TempDir()
-	hash, err := auth.HashSecret("pw-root", bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := filepath.Join(dir, "users.ini")
-	if err := os.WriteFile(users, []byte("[root]\nsecret = "+hash+"\nadmin = true\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	users := brokertest.RootUsersFile(t, dir, "pw-root")
 	b := brokertest.RunBroker(t, brokertest.Options{Dir: dir, Topics: map[string]int{"orders": 1},
 		ExtraINI: fmt.Sprintf("\n[security]\nusersFile=%s\nanonymous=none\n", users)})
 	sec, err := httpapi.BrokerSecurity(b.Broker)

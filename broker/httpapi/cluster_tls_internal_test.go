@@ -5,18 +5,14 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/metaqgo/metaq/broker"
-	"github.com/metaqgo/metaq/broker/auth"
 	"github.com/metaqgo/metaq/broker/auth/authtest"
 	"github.com/metaqgo/metaq/broker/brokertest"
 )
@@ -32,14 +28,7 @@ func TestClusterViewUsesTLSWithPlaintextAllowed(t *testing.T) {
 	ca := authtest.NewCA(t)
 	cert, key := ca.Issue(t, "broker")
 	dir := t.TempDir()
-	h, err := auth.HashSecret("pw-root", bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := filepath.Join(dir, "users.ini")
-	if err := os.WriteFile(users, []byte("[root]\nsecret = "+h+"\nadmin = true\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	users := brokertest.RootUsersFile(t, dir, "pw-root")
 	b := brokertest.RunBroker(t, brokertest.Options{Dir: dir, ExtraINI: fmt.Sprintf(
 		"\n[security]\ntlsPort=1\ntlsCert=%s\ntlsKey=%s\ntlsClientCA=%s\nusersFile=%s\nanonymous=none\n"+
 			"replicationUser=root\nreplicationSecret=pw-root\n", cert, key, ca.CAFile, users),

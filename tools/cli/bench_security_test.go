@@ -8,11 +8,9 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/metaqgo/metaq/benchkit"
 	"github.com/metaqgo/metaq/broker"
-	"github.com/metaqgo/metaq/broker/auth"
 	"github.com/metaqgo/metaq/broker/auth/authtest"
 	"github.com/metaqgo/metaq/broker/brokertest"
 )
@@ -28,14 +26,7 @@ func TestBenchRawConnectionsUseSecurityFlags(t *testing.T) {
 	ca := authtest.NewCA(t)
 	cert, key := ca.Issue(t, "broker")
 	dir := t.TempDir()
-	h, err := auth.HashSecret("pw-root", bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := filepath.Join(dir, "users.ini")
-	if err := os.WriteFile(users, []byte("[root]\nsecret = "+h+"\nadmin = true\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	users := brokertest.RootUsersFile(t, dir, "pw-root")
 	secret := filepath.Join(dir, "secret")
 	if err := os.WriteFile(secret, []byte("pw-root\n"), 0o600); err != nil {
 		t.Fatal(err)
