@@ -314,7 +314,7 @@ func (c *PushConsumer) setSubBrokers(s *pushSub, addrs []string) {
 // fetchLoop pops from one broker while there are free slots.
 func (c *PushConsumer) fetchLoop(ctx context.Context, s *pushSub, conn *brokerConn) {
 	dec := decoder{topic: s.topic, brokerID: -1}
-	errWait := 50 * time.Millisecond
+	errBackoff := backoff{min: 50 * time.Millisecond, max: 5 * time.Second}
 	missBackoff := backoff{min: 50 * time.Millisecond, max: time.Second}
 	for {
 		// take one slot (waiting), then as many more as are free
@@ -356,30 +356,24 @@ func (c *PushConsumer) fetchLoop(ctx context.Context, s *pushSub, conn *brokerCo
 			// but a broker that does not serve the topic here, or one
 			// shutting down (404 at once). Wait instead of spinning on it,
 			// as Consumer.fetch does.
-			select {
-			case <-time.After(missBackoff.next()):
-			case <-ctx.Done():
+			if !sleepCtx(ctx, missBackoff.next()) {
 				return
 			}
 			continue
-		}
-		if err == nil {
-			missBackoff.reset()
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			c.log.Warn("metaq client: pop failed", "broker", conn.addr, "topic", s.topic, "err", err, "retryIn", errWait)
-			select {
-			case <-time.After(errWait):
-			case <-ctx.Done():
+			d := errBackoff.next()
+			c.log.Warn("metaq client: pop failed", "broker", conn.addr, "topic", s.topic, "err", err, "retryIn", d)
+			if !sleepCtx(ctx, d) {
 				return
 			}
-			errWait = min(errWait*2, 5*time.Second)
 			continue
 		}
-		errWait = 50 * time.Millisecond
+		missBackoff.reset()
+		errBackoff.reset()
 	}
 }
 
