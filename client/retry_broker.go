@@ -170,11 +170,10 @@ const maxReason = 512
 // fits maxReason: the broker would cut it at that length, possibly inside a
 // multi-byte rune, and the reason would read back as invalid UTF-8.
 func cutReason(s string) string {
-	var buf [3 * utf8.UTFMax]byte
 	n := 0
 	for i := 0; i < len(s); {
 		_, size := utf8.DecodeRuneInString(s[i:]) // an invalid byte is one
-		n += len(protocol.AppendEscaped(buf[:0], s[i:i+size]))
+		n += escapedLen(s[i : i+size])
 		if n > maxReason {
 			return s[:i]
 		}

@@ -9,8 +9,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/metaqgo/metaq/broker/brokertest"
+	"github.com/metaqgo/metaq/protocol"
 	"github.com/metaqgo/metaq/zkmeta/zktest"
 )
 
@@ -196,6 +198,29 @@ func TestBrokerRetryAppliesSQL(t *testing.T) {
 	for _, m := range c.snapshot() {
 		if m.ReconsumeTimes > 0 && string(m.Body) != "keep-3" {
 			t.Errorf("retried %s (reconsumeTimes %d) passed `k = 'keep'`", m.Body, m.ReconsumeTimes)
+		}
+	}
+}
+
+// A reason is cut to the broker's bound on its escaped form, between runes.
+func TestCutReason(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int // bytes kept
+	}{
+		{"", 0},
+		{strings.Repeat("a", maxReason), maxReason},
+		{strings.Repeat("a", maxReason+1), maxReason},
+		{strings.Repeat(" ", 200), maxReason / 3}, // %20 each
+		{strings.Repeat("é", 100), 2 * (maxReason / 6)},
+		{"a" + strings.Repeat("é", 100), 1 + 2*((maxReason-1)/6)},
+	} {
+		got := cutReason(c.in)
+		if len(got) != c.want || !strings.HasPrefix(c.in, got) || !utf8.ValidString(got) {
+			t.Errorf("cutReason(%d bytes) kept %d bytes (valid %v), want %d", len(c.in), len(got), utf8.ValidString(got), c.want)
+		}
+		if n := len(protocol.AppendEscaped(nil, got)); n > maxReason {
+			t.Errorf("cutReason(%d bytes) escapes to %d bytes, more than %d", len(c.in), n, maxReason)
 		}
 	}
 }
