@@ -95,11 +95,7 @@ func TestTransactionProducer(t *testing.T) {
 			return TxCommit
 		},
 	}
-	tp, err := NewTransactionProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger()}, "order-service", l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tp.Close()
+	tp := newTxProducer(t, l, b.Addr)
 	ctx := ctxT(t, 30*time.Second)
 	for _, body := range []string{"a", "b", "c"} {
 		res, state, err := tp.SendInTransaction(ctx, &Message{Topic: "orders", Body: []byte(body), Tag: "new"})
@@ -173,11 +169,7 @@ func TestCheckAfterProducerKill(t *testing.T) {
 			return TxUnknown
 		},
 	}
-	tp, err := NewTransactionProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger()}, "order-service", l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tp.Close()
+	tp := newTxProducer(t, l, b.Addr)
 	waitCond(t, "the survivor announced its group", func() bool { return b.Server.TxStats().Producers == 1 })
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestTxProducerHelper$")
@@ -242,11 +234,7 @@ func TestTxEndWithAnotherBrokerDown(t *testing.T) {
 		exec:  func(context.Context, *Message) (TxState, error) { return TxCommit, nil },
 		check: func(*Message) TxState { return TxUnknown },
 	}
-	tp, err := NewTransactionProducer(Config{Brokers: []string{downAddr, up.Addr}, Logger: testLogger()}, "order-service", l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tp.Close()
+	tp := newTxProducer(t, l, downAddr, up.Addr)
 	waitCond(t, "the first broker's connection is down", func() bool { return !tp.p.direct.conns[0].healthy() })
 	ctx := ctxT(t, 30*time.Second)
 	res, state, err := tp.SendInTransaction(ctx, &Message{Topic: "orders", Body: []byte("o-1")})
@@ -282,11 +270,7 @@ func TestCheckPanicIsUnknown(t *testing.T) {
 			return TxCommit
 		},
 	}
-	tp, err := NewTransactionProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger()}, "order-service", l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tp.Close()
+	tp := newTxProducer(t, l, b.Addr)
 	ctx := ctxT(t, 30*time.Second)
 	if _, _, err := tp.SendInTransaction(ctx, &Message{Topic: "orders", Body: []byte("o-1")}); err != nil {
 		t.Fatal(err)
@@ -317,11 +301,7 @@ func TestCheckBurstAnswered(t *testing.T) {
 			return TxCommit
 		},
 	}
-	tp, err := NewTransactionProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger()}, "order-service", l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tp.Close()
+	tp := newTxProducer(t, l, b.Addr)
 	ctx := ctxT(t, 60*time.Second)
 	const n = 4 * maxConcurrentChecks
 	var wg sync.WaitGroup
@@ -359,11 +339,7 @@ func TestCheckMessageKeepsOwnProperties(t *testing.T) {
 		exec:  func(context.Context, *Message) (TxState, error) { return TxUnknown, nil },
 		check: func(*Message) TxState { return TxCommit },
 	}
-	tp, err := NewTransactionProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger()}, "order-service", l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tp.Close()
+	tp := newTxProducer(t, l, b.Addr)
 	ctx := ctxT(t, 30*time.Second)
 	own := map[string]string{"rt": "route-7", "rp": "x", "pg": "page 2", "order": "o-1"}
 	res, _, err := tp.SendInTransaction(ctx, &Message{Topic: "orders", Body: []byte("o-1"), Tag: "new", Properties: own})
@@ -396,15 +372,23 @@ func TestTxOutcomeSentAfterCallerContextEnded(t *testing.T) {
 		},
 		check: func(*Message) TxState { return TxUnknown },
 	}
-	tp, err := NewTransactionProducer(Config{Brokers: []string{b.Addr}, Logger: testLogger()}, "order-service", l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tp.Close()
+	tp := newTxProducer(t, l, b.Addr)
 	if _, state, err := tp.SendInTransaction(ctx, &Message{Topic: "orders", Body: []byte("o-1")}); err != nil || state != TxCommit {
 		t.Fatalf("SendInTransaction: %v %v, want the outcome sent", state, err)
 	}
 	if got := strings.Join(visible(t, ctxT(t, 30*time.Second), b.Addr, "orders", 0), ","); got != "o-1" {
 		t.Fatalf("visible %q, want o-1 at once", got)
 	}
+}
+
+// newTxProducer is a TransactionProducer of group order-service on brokers,
+// closed when the test ends.
+func newTxProducer(t *testing.T, l TransactionListener, brokers ...string) *TransactionProducer {
+	t.Helper()
+	tp, err := NewTransactionProducer(Config{Brokers: brokers, Logger: testLogger()}, "order-service", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tp.Close() })
+	return tp
 }
