@@ -332,12 +332,12 @@ type OffsetWrite struct {
 	Offset    Offset
 }
 
-// maxOffsetsMulti bounds the writes of one multi-op (ZooKeeper's request limit, jute.maxbuffer,
+// MaxOffsetsMulti bounds the writes of one multi-op (ZooKeeper's request limit, jute.maxbuffer,
 // is 1 MiB; an offset write is ~150 bytes).
-const maxOffsetsMulti = 500
+const MaxOffsetsMulti = 500
 
 // CommitOffsets writes several of group's offsets so that they all change or none does (an
-// operator's reset: docs/operations.md), in one ZooKeeper multi-op per maxOffsetsMulti writes
+// operator's reset: docs/operations.md), in one ZooKeeper multi-op per MaxOffsetsMulti writes
 // (more than that are as many all-or-nothing steps, in order). Each node is written on the
 // version read just before (or created when it did not exist), so a consumer's commit in
 // between fails the step with zk.ErrBadVersion (zk.ErrNodeExists) instead of being overwritten
@@ -345,8 +345,8 @@ const maxOffsetsMulti = 500
 // value) rather than failing it. applied counts the writes of the steps that succeeded (all of
 // them when err is nil).
 func (c *Client) CommitOffsets(ctx context.Context, group string, ws []OffsetWrite) (applied int, err error) {
-	for start := 0; start < len(ws); start += maxOffsetsMulti {
-		end := min(start+maxOffsetsMulti, len(ws))
+	for start := 0; start < len(ws); start += MaxOffsetsMulti {
+		end := min(start+MaxOffsetsMulti, len(ws))
 		if err := c.commitOffsetsStep(ctx, group, ws[start:end]); err != nil {
 			return start, err
 		}

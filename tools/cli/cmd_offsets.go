@@ -228,10 +228,10 @@ func (a *App) commitChanges(ctx context.Context, zc *zkmeta.Client, group string
 		ws[i] = zkmeta.OffsetWrite{Topic: ch.Topic, Partition: zkmeta.Partition{BrokerID: ch.BrokerID, Partition: ch.Partition},
 			Offset: zkmeta.Offset{MsgID: -1, Offset: ch.New}}
 	}
-	// All or nothing per step of 500 partitions (docs/operations.md): a failure part way used to
-	// leave some partitions moved.
+	// All or nothing per step of zkmeta.MaxOffsetsMulti partitions (docs/operations.md): a failure
+	// part way used to leave some partitions moved.
 	// One --connect-timeout per step: a step reads its nodes' versions, then writes them at once.
-	steps := time.Duration(1 + (len(ws)-1)/500)
+	steps := time.Duration(1 + (len(ws)-1)/zkmeta.MaxOffsetsMulti)
 	wctx, cancel := context.WithTimeout(ctx, steps*a.ConnectTimeout)
 	defer cancel()
 	n, err := zc.CommitOffsets(wctx, group, ws)
