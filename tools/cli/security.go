@@ -86,15 +86,11 @@ func (a *App) loadSecurity() error {
 // dialRaw opens a protocol connection of its own to the broker at addr
 // (the bench workloads that speak the protocol themselves) as the client
 // does under the flags: to --tls-port with TLS, then `auth` as --user
-// (docs/security.md). Without them: plain TCP.
+// (docs/security.md). Without them: plain TCP (auth.DialBroker skips both).
 func (a *App) dialRaw(ctx context.Context, addr string) (net.Conn, error) {
 	s := &a.sec
 	ctx, cancel := context.WithTimeout(ctx, max(a.ConnectTimeout, 5*time.Second))
 	defer cancel()
-	if s.tls == nil && s.user == "" {
-		var d net.Dialer
-		return d.DialContext(ctx, "tcp", addr)
-	}
 	if s.tls != nil && s.tlsPort > 0 {
 		if h, _, err := net.SplitHostPort(addr); err == nil {
 			addr = net.JoinHostPort(h, strconv.Itoa(s.tlsPort))
