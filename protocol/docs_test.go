@@ -130,12 +130,6 @@ func sampleField(f string) string {
 // with the command it saw.
 func tryCount(s docSyntax, n int) (wrongCount bool, op Op, msg string) {
 	fields := strings.Fields(s.name)
-	var opt []string
-	for _, f := range s.req {
-		if strings.HasPrefix(f, "?") {
-			opt = append(opt, f[1:])
-		}
-	}
 	// Required fields and as many optional ones as n asks for, each
 	// optional field in its documented place.
 	extra := n - len(fields)
