@@ -56,18 +56,7 @@ func TestProduceDelayedAndDLQCommands(t *testing.T) {
 	}
 
 	// A dead letter, given back by a consumer of group g.
-	out = c.mustRun("produce", "-t", "d", "-m", "poison", "--tag", "p", "--json")
-	sent := jsonLines[sentRow](t, out)
-	cl := c.brokers[0].Dial()
-	cl.Send(fmt.Sprintf("retry g %d -1 5 handler%%20failed\r\n", sent[0].MsgID))
-	if r := cl.Reply(); r.Code != 200 {
-		t.Fatalf("retry: %d %s", r.Code, r.Body)
-	}
-	var dl []dlqRow
-	zktest.Eventually(t, 20*time.Second, func() bool {
-		out, _, code := c.run("dlq", "list", "-g", "g", "--json")
-		return code == 0 && json.Unmarshal([]byte(out), &dl) == nil && len(dl) == 1
-	}, "one dead letter listed")
+	sent, dl := deadLetter(t, c, "handler%20failed", "--tag", "p")
 	if dl[0].Topic != "d" || dl[0].Reason != "handler failed" || dl[0].OrigMsgID != strconv.FormatInt(sent[0].MsgID, 10) || dl[0].Tag != "p" {
 		t.Fatalf("dead letter %+v", dl[0])
 	}
@@ -103,18 +92,7 @@ func TestProduceDelayedAndDLQCommands(t *testing.T) {
 // exited 0, so a mistyped id went unnoticed by a script.
 func TestDLQResendUnknownID(t *testing.T) {
 	c := newCluster(t, 1, map[string]int{"d": 1}, false)
-	out := c.mustRun("produce", "-t", "d", "-m", "poison", "--json")
-	sent := jsonLines[sentRow](t, out)
-	cl := c.brokers[0].Dial()
-	cl.Send(fmt.Sprintf("retry g %d -1 5 failed\r\n", sent[0].MsgID))
-	if r := cl.Reply(); r.Code != 200 {
-		t.Fatalf("retry: %d %s", r.Code, r.Body)
-	}
-	var dl []dlqRow
-	zktest.Eventually(t, 20*time.Second, func() bool {
-		out, _, code := c.run("dlq", "list", "-g", "g", "--json")
-		return code == 0 && json.Unmarshal([]byte(out), &dl) == nil && len(dl) == 1
-	}, "one dead letter listed")
+	_, dl := deadLetter(t, c, "failed")
 	id := strconv.FormatInt(dl[0].MsgID, 10)
 	out, errs, code := c.run("dlq", "resend", "-g", "g", "--msg-id", id, "--msg-id", "12345")
 	if code != ExitNotFound || !strings.Contains(errs, "12345") {
@@ -125,4 +103,24 @@ func TestDLQResendUnknownID(t *testing.T) {
 	if out := c.mustRun("dlq", "resend", "-g", "g", "--msg-id", id, "--json"); json.Unmarshal([]byte(out), &r) != nil || r["resent"] != 1 {
 		t.Fatalf("resend of the known id after the failed one: %s", out)
 	}
+}
+
+// deadLetter produces "poison" on topic d (with produceArgs), has group g give it back to the
+// broker with reason (escaped as on the wire) and no retry left, and waits until dlq list shows
+// it: the message as produced, and the dead letters listed (one).
+func deadLetter(t *testing.T, c *cluster, reason string, produceArgs ...string) ([]sentRow, []dlqRow) {
+	t.Helper()
+	out := c.mustRun(append([]string{"produce", "-t", "d", "-m", "poison", "--json"}, produceArgs...)...)
+	sent := jsonLines[sentRow](t, out)
+	cl := c.brokers[0].Dial()
+	cl.Send(fmt.Sprintf("retry g %d -1 5 %s\r\n", sent[0].MsgID, reason))
+	if r := cl.Reply(); r.Code != 200 {
+		t.Fatalf("retry: %d %s", r.Code, r.Body)
+	}
+	var dl []dlqRow
+	zktest.Eventually(t, 20*time.Second, func() bool {
+		out, _, code := c.run("dlq", "list", "-g", "g", "--json")
+		return code == 0 && json.Unmarshal([]byte(out), &dl) == nil && len(dl) == 1
+	}, "one dead letter listed")
+	return sent, dl
 }
