@@ -96,39 +96,33 @@ func TestDescribeAsksAStalledBrokerOnce(t *testing.T) {
 	c.mustRun("produce", "-t", "stall", "-m", "x", "--partition", "0-0", "--quiet")
 	c.mustRun("offsets", "reset", "-g", "g", "-t", "stall", "--to", "0", "--partition", "0-0", "--create")
 
-	out, errs, code := c.run("--connect-timeout", "500ms", "topics", "describe", "stall", "--json")
-	if code != ExitUnavailable {
-		t.Fatalf("topics describe with a stalled broker: exit %d, want %d\n%s%s", code, ExitUnavailable, out, errs)
-	}
-	var d topicDetail
-	if err := json.Unmarshal([]byte(out), &d); err != nil || len(d.Partitions) != 9 {
-		t.Fatalf("topics describe: %v\n%s", err, out)
-	}
-	for _, p := range d.Partitions {
-		if stalled := p.BrokerID == 7; stalled != (p.Error != "") {
-			t.Errorf("partition %d-%d: error %q", p.BrokerID, p.Partition, p.Error)
+	// Each describe: exit 4, the 9 partitions listed, an error on those of the stalled broker only,
+	// and one request to it.
+	for _, args := range [][]string{{"topics", "describe", "stall"}, {"groups", "describe", "g"}} {
+		out, errs, code := c.run(append([]string{"--connect-timeout", "500ms"}, append(args, "--json")...)...)
+		if code != ExitUnavailable {
+			t.Fatalf("%s describe with a stalled broker: exit %d, want %d\n%s%s", args[0], code, ExitUnavailable, out, errs)
 		}
-	}
-	if n := s.requests.Load(); n != 1 {
-		t.Errorf("topics describe sent %d requests to the stalled broker, want 1", n)
-	}
-
-	s.requests.Store(0)
-	out, errs, code = c.run("--connect-timeout", "500ms", "groups", "describe", "g", "--json")
-	if code != ExitUnavailable {
-		t.Fatalf("groups describe with a stalled broker: exit %d, want %d\n%s%s", code, ExitUnavailable, out, errs)
-	}
-	var g groupDetail
-	if err := json.Unmarshal([]byte(out), &g); err != nil || len(g.Partitions) != 9 {
-		t.Fatalf("groups describe: %v\n%s", err, out)
-	}
-	for _, p := range g.Partitions {
-		if stalled := p.BrokerID == 7; stalled != (p.Error != "") {
-			t.Errorf("group partition %d-%d: error %q", p.BrokerID, p.Partition, p.Error)
+		// The fields topicDetail and groupDetail share.
+		var d struct {
+			Partitions []struct {
+				BrokerID  int    `json:"brokerId"`
+				Partition int    `json:"partition"`
+				Error     string `json:"error"`
+			} `json:"partitions"`
 		}
-	}
-	if n := s.requests.Load(); n != 1 {
-		t.Errorf("groups describe sent %d requests to the stalled broker, want 1", n)
+		if err := json.Unmarshal([]byte(out), &d); err != nil || len(d.Partitions) != 9 {
+			t.Fatalf("%s describe: %v\n%s", args[0], err, out)
+		}
+		for _, p := range d.Partitions {
+			if stalled := p.BrokerID == 7; stalled != (p.Error != "") {
+				t.Errorf("%s describe: partition %d-%d: error %q", args[0], p.BrokerID, p.Partition, p.Error)
+			}
+		}
+		if n := s.requests.Load(); n != 1 {
+			t.Errorf("%s describe sent %d requests to the stalled broker, want 1", args[0], n)
+		}
+		s.requests.Store(0)
 	}
 }
 
