@@ -61,19 +61,7 @@ func TestBrokerScriptRestartsStaleBinary(t *testing.T) {
 	})
 	pid := func() int {
 		t.Helper()
-		matches, _ := filepath.Glob(filepath.Join(runDir, "broker-*.pid"))
-		if len(matches) != 1 {
-			t.Fatalf("pid files %v", matches)
-		}
-		b, err := os.ReadFile(matches[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return brokerScriptPid(t, runDir)
 	}
 
 	run()
@@ -97,6 +85,24 @@ func TestBrokerScriptRestartsStaleBinary(t *testing.T) {
 	}
 }
 
+// brokerScriptPid is the pid scripts/broker.sh recorded in runDir (RUN_DIR) for its one broker.
+func brokerScriptPid(t *testing.T, runDir string) int {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(runDir, "broker-*.pid"))
+	if len(matches) != 1 {
+		t.Fatalf("pid files %v", matches)
+	}
+	b, err := os.ReadFile(matches[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // scripts/broker.sh stop on a broker stopped with SIGSTOP (a paused process, as zk.sh pause makes
 // ZooKeeper) stops it gracefully: the SIGTERM is followed by SIGCONT, so the broker handles it
 // and removes its abort marker, rather than waiting out BROKER_STOP_TIMEOUT and being SIGKILLed
@@ -118,18 +124,7 @@ func TestBrokerScriptStopsAPausedBroker(t *testing.T) {
 	if out, err := sh("start"); err != nil {
 		t.Fatalf("broker.sh start: %v\n%s", err, out)
 	}
-	matches, _ := filepath.Glob(filepath.Join(dir, "run", "broker-*.pid"))
-	if len(matches) != 1 {
-		t.Fatalf("pid files %v", matches)
-	}
-	b, err := os.ReadFile(matches[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pid := brokerScriptPid(t, filepath.Join(dir, "run"))
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
