@@ -197,3 +197,19 @@ func TestBrokerReloadRefusesOtherProcesses(t *testing.T) {
 	default:
 	}
 }
+
+// metaq broker reload --pid of a process that does not exist (on this machine) exits 3 saying so.
+func TestBrokerReloadNoSuchProcess(t *testing.T) {
+	if _, err := os.Stat("/proc/self/cmdline"); err != nil {
+		t.Skip("no /proc: the process is not checked")
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	// The pid of a process that exited and was reaped (reused only after the pid space wraps).
+	out, errs, code := runCLI(t, context.Background(), "", "", "broker", "reload", "--pid", strconv.Itoa(cmd.Process.Pid))
+	if code != ExitNotFound || !strings.Contains(errs, "no process") {
+		t.Fatalf("broker reload --pid <exited>: exit %d, want %d\n%s%s", code, ExitNotFound, out, errs)
+	}
+}
